@@ -1,0 +1,857 @@
+"""Seeded multilingual arithmetic word problems for TAPO (SPEC section 1).
+
+Each row is a short word problem ("Anna has 5 pencils. She buys 3 pencils. She sells 2 pencils.
+How many pencils does Anna have now?") in one language, its English reference translation
+(the pivot the policy must produce inside ``<translation>...</translation>``), the integer answer
+and the arithmetic chain in English, used to build the SFT warm-start target.
+
+Conventions, chosen once here:
+
+- ``question_en`` always writes numbers as digits, whatever the style of ``question``; the
+  reference answer to "translate" is therefore the digit form, and the numbers of a problem can be
+  read back from ``question_en`` with ``re.findall(r"\\d+", ...)`` in the order they are used.
+  For ``language == "en"`` the question itself may spell numbers as words, so ``question`` and
+  ``question_en`` can differ in number style only.
+- Numbers in ``question`` are written as words (in that language, 0..20) or digits, drawn per
+  number from ``number_style_probs``; numbers above 20 are always digits.
+- Operands are at least ``MIN_OPERAND`` (2): every counted noun is then plural, which avoids the
+  singular / gendered "one" (German "ein/eine", Russian "один/одна") that would need agreement
+  rules. Russian counted nouns still decline (2-4 vs 5-20); all Russian nouns are masculine so
+  the citation number words fit. Swahili nouns are all N-class, whose numbers take no prefix.
+- Subtraction never goes below zero: a problem whose running total would drop below the next
+  subtrahend is redrawn (rejection sampling), so answers are integers >= 0.
+- ``n_problems`` is the number of problems *per language*. Rows are drawn independently per
+  language (the same index in two languages is not the same problem), from a stream seeded by
+  ``(seed, language)``: the rows of one language do not depend on which other languages were
+  asked for. IDs are ``tapo-{language}-{index:05d}`` with a per-language index.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+
+import pandas as pd
+
+TAPO_INSTRUCTION = (
+    "Translate the question into English inside <translation></translation>, "
+    "then solve it and put the final answer in \\boxed{}."
+)
+
+# The project's math-text schema first, then the TAPO extras.
+TAPO_COLUMNS = (
+    "id",
+    "language",
+    "question",
+    "question_en",
+    "answer",
+    "reasoning_en",
+    "template_id",
+    "n_operations",
+)
+
+OPERATIONS = ("add", "sub")
+NUMBER_STYLES = ("digits", "words")
+DEFAULT_NUMBER_STYLE_PROBS: Mapping[str, float] = MappingProxyType({"digits": 0.5, "words": 0.5})
+MIN_OPERAND = 2  # see module docstring: keeps every counted noun plural
+_MAX_DRAWS = 10_000  # rejection-sampling guard; validation makes success possible, so never hit
+
+# Object concepts shared by all languages; each language gives its own forms.
+_CONCEPTS = ("pencil", "ticket", "banana", "candy", "envelope", "glass", "sock")
+# Scenario keys double as template_id: the same key is the same story in every language.
+_SCENARIOS = ("shop", "gift", "box", "collection", "school")
+
+
+@dataclass(frozen=True)
+class _Name:
+    native: str
+    english: str
+    gender: str  # "f" or "m": picks the pronoun
+    genitive: str = ""  # only Russian needs it ("У Анны есть ...")
+
+
+@dataclass(frozen=True)
+class _Template:
+    """One story. ``intro`` uses {a}; ``add``/``sub`` use {Subj} and {b}; ``question`` uses {obj}."""
+
+    intro: str
+    add: str
+    sub: str
+    question: str
+
+
+@dataclass(frozen=True)
+class _Language:
+    number_words: tuple[str, ...]  # index n -> the word for n, n = 0..20
+    pronouns: Mapping[str, tuple[str, str]]  # gender -> (sentence-initial, inline)
+    names: tuple[_Name, ...]
+    objects: Mapping[str, Mapping[str, str]]  # concept -> forms; "q" is the "how many" form
+    count: Callable[[int, str, Mapping[str, str]], str]  # (n, n as text, forms) -> "5 pencils"
+    templates: Mapping[str, _Template]  # scenario -> template
+    sentence_separator: str = " "
+
+
+def _plural_forms(
+    plurals: Mapping[str, str], how: Mapping[str, str] | None = None
+) -> dict[str, dict[str, str]]:
+    """Forms for languages whose counted noun is just the plural (how = gendered 'how many')."""
+    return {
+        concept: {"pl": pl, "q": pl, **({"how": how[concept]} if how else {})}
+        for concept, pl in plurals.items()
+    }
+
+
+def _romanised_names(spec: str) -> tuple[_Name, ...]:
+    """``"Anna:f Tom:m"`` -> names that read the same in English (Latin-script languages)."""
+    return tuple(_Name(n, n, g) for n, g in (item.split(":") for item in spec.split()))
+
+
+def _count_number_first(n: int, text: str, forms: Mapping[str, str]) -> str:
+    return f"{text} {forms['pl']}"
+
+
+def _count_ru(n: int, text: str, forms: Mapping[str, str]) -> str:
+    # Russian numeral government: 1, 21, 31 ... take the nominative singular, 2-4 (not 12-14)
+    # the genitive singular, everything else the genitive plural.
+    if n % 10 == 1 and n % 100 != 11:
+        return f"{text} {forms['one']}"
+    if 2 <= n % 10 <= 4 and not 12 <= n % 100 <= 14:
+        return f"{text} {forms['few']}"
+    return f"{text} {forms['many']}"
+
+
+def _count_zh(n: int, text: str, forms: Mapping[str, str]) -> str:
+    return f"{text}{forms['cls']}{forms['noun']}"
+
+
+def _count_sw(n: int, text: str, forms: Mapping[str, str]) -> str:
+    return f"{forms['noun']} {text}"
+
+
+_EN = _Language(
+    number_words=(
+        "zero one two three four five six seven eight nine ten eleven twelve thirteen "
+        "fourteen fifteen sixteen seventeen eighteen nineteen twenty"
+    ).split(),
+    pronouns={"f": ("She", "she"), "m": ("He", "he")},
+    names=_romanised_names("Anna:f Tom:m Lucy:f James:m Emma:f Jack:m"),
+    objects=_plural_forms(
+        {
+            "pencil": "pencils",
+            "ticket": "tickets",
+            "banana": "bananas",
+            "candy": "candies",
+            "envelope": "envelopes",
+            "glass": "glasses",
+            "sock": "socks",
+        }
+    ),
+    count=_count_number_first,
+    templates={
+        "shop": _Template(
+            "{name} has {a}.",
+            "{Subj} buys {b}.",
+            "{Subj} sells {b}.",
+            "How many {obj} does {name} have now?",
+        ),
+        "gift": _Template(
+            "{name} has {a}.",
+            "{Subj} gets {b} from a friend.",
+            "{Subj} gives {b} to a friend.",
+            "How many {obj} does {name} have in the end?",
+        ),
+        "box": _Template(
+            "There are {a} in a box.",
+            "{Subj} puts {b} into the box.",
+            "{Subj} takes {b} out of the box.",
+            "How many {obj} are in the box now?",
+        ),
+        "collection": _Template(
+            "{name} has a collection of {a}.",
+            "{Subj} finds {b}.",
+            "{Subj} loses {b}.",
+            "How many {obj} are in {name}'s collection now?",
+        ),
+        "school": _Template(
+            "{name} brings {a} to school.",
+            "{Subj} gets {b} from the teacher.",
+            "{Subj} gives {b} to classmates.",
+            "How many {obj} does {name} have now?",
+        ),
+    },
+)
+
+_DE = _Language(
+    number_words=(
+        "null eins zwei drei vier fünf sechs sieben acht neun zehn elf zwölf dreizehn "
+        "vierzehn fünfzehn sechzehn siebzehn achtzehn neunzehn zwanzig"
+    ).split(),
+    pronouns={"f": ("Sie", "sie"), "m": ("Er", "er")},
+    names=_romanised_names("Lena:f Jonas:m Marie:f Paul:m Hanna:f Felix:m"),
+    objects=_plural_forms(
+        {
+            "pencil": "Bleistifte",
+            "ticket": "Tickets",
+            "banana": "Bananen",
+            "candy": "Bonbons",
+            "envelope": "Briefumschläge",
+            "glass": "Gläser",
+            "sock": "Socken",
+        }
+    ),
+    count=_count_number_first,
+    # Counted nouns only in nominative/accusative plural (no dative "mit ... Bleistiften").
+    templates={
+        "shop": _Template(
+            "{name} hat {a}.",
+            "{Subj} kauft {b}.",
+            "{Subj} verkauft {b}.",
+            "Wie viele {obj} hat {name} jetzt?",
+        ),
+        "gift": _Template(
+            "{name} hat {a}.",
+            "{Subj} bekommt {b} von einem Freund.",
+            "{Subj} schenkt einem Freund {b}.",
+            "Wie viele {obj} hat {name} am Ende?",
+        ),
+        "box": _Template(
+            "In einer Kiste liegen {a}.",
+            "{Subj} legt {b} in die Kiste.",
+            "{Subj} nimmt {b} aus der Kiste.",
+            "Wie viele {obj} liegen jetzt in der Kiste?",
+        ),
+        "collection": _Template(
+            "In der Sammlung von {name} sind {a}.",
+            "{Subj} findet {b}.",
+            "{Subj} verliert {b}.",
+            "Wie viele {obj} sind jetzt in der Sammlung von {name}?",
+        ),
+        "school": _Template(
+            "{name} bringt {a} in die Schule.",
+            "{Subj} bekommt {b} von der Lehrerin.",
+            "{Subj} gibt den Mitschülern {b}.",
+            "Wie viele {obj} hat {name} jetzt?",
+        ),
+    },
+)
+
+_ES_PLURALS = {
+    "pencil": "lápices",
+    "ticket": "boletos",
+    "banana": "plátanos",
+    "candy": "caramelos",
+    "envelope": "sobres",
+    "glass": "vasos",
+    "sock": "calcetines",
+}
+_ES = _Language(
+    number_words=(
+        "cero uno dos tres cuatro cinco seis siete ocho nueve diez once doce trece catorce "
+        "quince dieciséis diecisiete dieciocho diecinueve veinte"
+    ).split(),
+    pronouns={"f": ("Ella", "ella"), "m": ("Él", "él")},
+    names=_romanised_names("Lucía:f Pablo:m Sofía:f Diego:m Carmen:f Javier:m"),
+    # All Spanish nouns here are masculine, hence "Cuántos" throughout.
+    objects=_plural_forms(_ES_PLURALS, how=dict.fromkeys(_ES_PLURALS, "Cuántos")),
+    count=_count_number_first,
+    templates={
+        "shop": _Template(
+            "{name} tiene {a}.",
+            "{Subj} compra {b}.",
+            "{Subj} vende {b}.",
+            "¿{how} {obj} tiene {name} ahora?",
+        ),
+        "gift": _Template(
+            "{name} tiene {a}.",
+            "{Subj} recibe {b} de un amigo.",
+            "{Subj} le regala {b} a un amigo.",
+            "¿{how} {obj} tiene {name} al final?",
+        ),
+        "box": _Template(
+            "Hay {a} en una caja.",
+            "{Subj} mete {b} en la caja.",
+            "{Subj} saca {b} de la caja.",
+            "¿{how} {obj} hay ahora en la caja?",
+        ),
+        "collection": _Template(
+            "{name} tiene una colección de {a}.",
+            "{Subj} encuentra {b}.",
+            "{Subj} pierde {b}.",
+            "¿{how} {obj} hay ahora en la colección de {name}?",
+        ),
+        "school": _Template(
+            "{name} lleva {a} a la escuela.",
+            "{Subj} recibe {b} de la maestra.",
+            "{Subj} les da {b} a sus compañeros.",
+            "¿{how} {obj} tiene {name} ahora?",
+        ),
+    },
+)
+
+_FR_PLURALS = {
+    "pencil": "crayons",
+    "ticket": "billets",
+    "banana": "bananes",
+    "candy": "bonbons",
+    "envelope": "enveloppes",
+    "glass": "verres",
+    "sock": "chaussettes",
+}
+_FR = _Language(
+    number_words=(
+        "zéro un deux trois quatre cinq six sept huit neuf dix onze douze treize quatorze "
+        "quinze seize dix-sept dix-huit dix-neuf vingt"
+    ).split(),
+    pronouns={"f": ("Elle", "elle"), "m": ("Il", "il")},
+    names=_romanised_names("Camille:f Lucas:m Chloé:f Hugo:m Léa:f Louis:m"),
+    # "Combien de" elides before a vowel ("combien d'enveloppes"), so "q" carries the article.
+    objects={
+        concept: {"pl": pl, "q": ("d'" if pl[0] in "aeiouyé" else "de ") + pl}
+        for concept, pl in _FR_PLURALS.items()
+    },
+    count=_count_number_first,
+    templates={
+        "shop": _Template(
+            "{name} a {a}.",
+            "{Subj} achète {b}.",
+            "{Subj} vend {b}.",
+            "Combien {obj} {name} a-t-{pron} maintenant ?",
+        ),
+        "gift": _Template(
+            "{name} a {a}.",
+            "{Subj} reçoit {b} d'un ami.",
+            "{Subj} donne {b} à un ami.",
+            "Combien {obj} {name} a-t-{pron} à la fin ?",
+        ),
+        "box": _Template(
+            "Il y a {a} dans une boîte.",
+            "{Subj} met {b} dans la boîte.",
+            "{Subj} retire {b} de la boîte.",
+            "Combien {obj} y a-t-il maintenant dans la boîte ?",
+        ),
+        "collection": _Template(
+            "{name} a une collection de {a}.",
+            "{Subj} trouve {b}.",
+            "{Subj} perd {b}.",
+            "Combien {obj} y a-t-il maintenant dans la collection de {name} ?",
+        ),
+        "school": _Template(
+            "{name} apporte {a} à l'école.",
+            "{Subj} reçoit {b} de la maîtresse.",
+            "{Subj} donne {b} à ses camarades.",
+            "Combien {obj} {name} a-t-{pron} maintenant ?",
+        ),
+    },
+)
+
+_IT_PLURALS = {
+    "pencil": ("matite", "Quante"),
+    "ticket": ("biglietti", "Quanti"),
+    "banana": ("banane", "Quante"),
+    "candy": ("caramelle", "Quante"),
+    "envelope": ("buste", "Quante"),
+    "glass": ("bicchieri", "Quanti"),
+    "sock": ("calzini", "Quanti"),
+}
+_IT = _Language(
+    number_words=(
+        "zero uno due tre quattro cinque sei sette otto nove dieci undici dodici tredici "
+        "quattordici quindici sedici diciassette diciotto diciannove venti"
+    ).split(),
+    pronouns={"f": ("Lei", "lei"), "m": ("Lui", "lui")},
+    names=_romanised_names("Giulia:f Marco:m Chiara:f Luca:m Sara:f Matteo:m"),
+    # "Quanti/Quante" agrees with the noun's gender.
+    objects=_plural_forms(
+        {c: pl for c, (pl, _) in _IT_PLURALS.items()},
+        how={c: how for c, (_, how) in _IT_PLURALS.items()},
+    ),
+    count=_count_number_first,
+    templates={
+        "shop": _Template(
+            "{name} ha {a}.",
+            "{Subj} compra {b}.",
+            "{Subj} vende {b}.",
+            "{how} {obj} ha {name} adesso?",
+        ),
+        "gift": _Template(
+            "{name} ha {a}.",
+            "{Subj} riceve {b} da un amico.",
+            "{Subj} regala {b} a un amico.",
+            "{how} {obj} ha {name} alla fine?",
+        ),
+        "box": _Template(
+            "In una scatola ci sono {a}.",
+            "{Subj} mette {b} nella scatola.",
+            "{Subj} toglie {b} dalla scatola.",
+            "{how} {obj} ci sono adesso nella scatola?",
+        ),
+        "collection": _Template(
+            "{name} ha una collezione di {a}.",
+            "{Subj} trova {b}.",
+            "{Subj} perde {b}.",
+            "{how} {obj} ci sono adesso nella collezione di {name}?",
+        ),
+        "school": _Template(
+            "{name} porta {a} a scuola.",
+            "{Subj} riceve {b} dalla maestra.",
+            "{Subj} dà {b} ai compagni.",
+            "{how} {obj} ha {name} adesso?",
+        ),
+    },
+)
+
+_RU_FORMS = {  # nominative singular, genitive singular (2-4), genitive plural (5-20)
+    "pencil": ("карандаш", "карандаша", "карандашей"),
+    "ticket": ("билет", "билета", "билетов"),
+    "banana": ("банан", "банана", "бананов"),
+    "candy": ("леденец", "леденца", "леденцов"),
+    "envelope": ("конверт", "конверта", "конвертов"),
+    "glass": ("стакан", "стакана", "стаканов"),
+    "sock": ("носок", "носка", "носков"),
+}
+_RU = _Language(
+    number_words=(
+        "ноль один два три четыре пять шесть семь восемь девять десять одиннадцать "
+        "двенадцать тринадцать четырнадцать пятнадцать шестнадцать семнадцать "
+        "восемнадцать девятнадцать двадцать"
+    ).split(),
+    pronouns={"f": ("Она", "она"), "m": ("Он", "он")},
+    names=(
+        _Name("Анна", "Anna", "f", "Анны"),
+        _Name("Иван", "Ivan", "m", "Ивана"),
+        _Name("Мария", "Maria", "f", "Марии"),
+        _Name("Дмитрий", "Dmitry", "m", "Дмитрия"),
+        _Name("Ольга", "Olga", "f", "Ольги"),
+        _Name("Павел", "Pavel", "m", "Павла"),
+    ),
+    # Masculine inanimate nouns only: accusative = nominative, and "два" fits without agreement.
+    objects={
+        concept: {"one": one, "few": few, "many": many, "q": many}
+        for concept, (one, few, many) in _RU_FORMS.items()
+    },
+    count=_count_ru,
+    # Present tense throughout: Russian past-tense verbs agree with the subject's gender.
+    templates={
+        "shop": _Template(
+            "У {name_gen} есть {a}.",
+            "{Subj} покупает {b}.",
+            "{Subj} продаёт {b}.",
+            "Сколько {obj} теперь у {name_gen}?",
+        ),
+        "gift": _Template(
+            "У {name_gen} есть {a}.",
+            "{Subj} получает {b} от друга.",
+            "{Subj} дарит другу {b}.",
+            "Сколько {obj} в итоге у {name_gen}?",
+        ),
+        "box": _Template(
+            "В коробке {a}.",
+            "{Subj} кладёт в коробку {b}.",
+            "{Subj} достаёт из коробки {b}.",
+            "Сколько {obj} теперь в коробке?",
+        ),
+        "collection": _Template(
+            "В коллекции {name_gen} {a}.",
+            "{Subj} находит {b}.",
+            "{Subj} теряет {b}.",
+            "Сколько {obj} теперь в коллекции {name_gen}?",
+        ),
+        "school": _Template(
+            "{name} приносит в школу {a}.",
+            "{Subj} получает {b} от учительницы.",
+            "{Subj} отдаёт одноклассникам {b}.",
+            "Сколько {obj} теперь у {name_gen}?",
+        ),
+    },
+)
+
+_ZH_FORMS = {  # measure word, noun
+    "pencil": ("支", "铅笔"),
+    "ticket": ("张", "票"),
+    "banana": ("根", "香蕉"),
+    "candy": ("颗", "糖"),
+    "envelope": ("个", "信封"),
+    "glass": ("个", "玻璃杯"),
+    "sock": ("只", "袜子"),
+}
+_ZH = _Language(
+    # Counting form: 2 before a measure word is 两, not 二 (12 and 20 keep 二).
+    number_words=tuple(
+        "零 一 两 三 四 五 六 七 八 九 十 十一 十二 十三 十四 十五 十六 十七 十八 十九 二十".split()
+    ),
+    pronouns={"f": ("她", "她"), "m": ("他", "他")},
+    names=(
+        _Name("小红", "Xiaohong", "f"),
+        _Name("小明", "Xiaoming", "m"),
+        _Name("王芳", "Wang Fang", "f"),
+        _Name("李伟", "Li Wei", "m"),
+        _Name("张丽", "Zhang Li", "f"),
+        _Name("刘洋", "Liu Yang", "m"),
+    ),
+    objects={
+        concept: {"cls": cls, "noun": noun, "q": cls + noun}
+        for concept, (cls, noun) in _ZH_FORMS.items()
+    },
+    count=_count_zh,
+    templates={
+        "shop": _Template(
+            "{name}有{a}。",
+            "{Subj}又买了{b}。",
+            "{Subj}卖掉了{b}。",
+            "{name}现在有多少{obj}？",
+        ),
+        "gift": _Template(
+            "{name}有{a}。",
+            "{Subj}从朋友那里得到了{b}。",
+            "{Subj}送给朋友{b}。",
+            "{name}最后有多少{obj}？",
+        ),
+        "box": _Template(
+            "一个盒子里有{a}。",
+            "{Subj}往盒子里放了{b}。",
+            "{Subj}从盒子里拿出了{b}。",
+            "现在盒子里有多少{obj}？",
+        ),
+        "collection": _Template(
+            "{name}收藏了{a}。",
+            "{Subj}又找到了{b}。",
+            "{Subj}丢了{b}。",
+            "{name}现在收藏了多少{obj}？",
+        ),
+        "school": _Template(
+            "{name}带了{a}去学校。",
+            "{Subj}从老师那里得到了{b}。",
+            "{Subj}分给同学{b}。",
+            "{name}现在有多少{obj}？",
+        ),
+    },
+    sentence_separator="",  # Chinese runs sentences together after the full-width stop
+)
+
+_SW = _Language(
+    number_words=(
+        "sifuri",
+        "moja",
+        "mbili",
+        "tatu",
+        "nne",
+        "tano",
+        "sita",
+        "saba",
+        "nane",
+        "tisa",
+        "kumi",
+        *(
+            f"kumi na {unit}"
+            for unit in ("moja", "mbili", "tatu", "nne", "tano", "sita", "saba", "nane", "tisa")
+        ),
+        "ishirini",
+    ),
+    # Verbs carry the subject prefix; "Yeye" (he/she) is not gendered.
+    pronouns={"f": ("Yeye", "yeye"), "m": ("Yeye", "yeye")},
+    names=_romanised_names("Amina:f Juma:m Neema:f Baraka:m Zawadi:f Hamisi:m"),
+    # N-class (9/10) nouns only: their numbers take no class prefix ("penseli tano").
+    objects={
+        concept: {"noun": noun, "q": noun}
+        for concept, noun in {
+            "pencil": "penseli",
+            "ticket": "tiketi",
+            "banana": "ndizi",
+            "candy": "pipi",
+            "envelope": "bahasha",
+            "glass": "glasi",
+            "sock": "soksi",
+        }.items()
+    },
+    count=_count_sw,
+    templates={
+        "shop": _Template(
+            "{name} ana {a}.",
+            "{Subj} ananunua {b}.",
+            "{Subj} anauza {b}.",
+            "{name} ana {obj} ngapi sasa?",
+        ),
+        "gift": _Template(
+            "{name} ana {a}.",
+            "{Subj} anapokea {b} kutoka kwa rafiki.",
+            "{Subj} anampa rafiki {b}.",
+            "{name} ana {obj} ngapi mwishoni?",
+        ),
+        "box": _Template(
+            "Kuna {a} ndani ya sanduku.",
+            "{Subj} anaweka {b} ndani ya sanduku.",
+            "{Subj} anatoa {b} kutoka sandukuni.",
+            "Kuna {obj} ngapi ndani ya sanduku sasa?",
+        ),
+        "collection": _Template(
+            "{name} ana mkusanyiko wa {a}.",
+            "{Subj} anaokota {b}.",
+            "{Subj} anapoteza {b}.",
+            "Kuna {obj} ngapi katika mkusanyiko wa {name} sasa?",
+        ),
+        "school": _Template(
+            "{name} analeta {a} shuleni.",
+            "{Subj} anapokea {b} kutoka kwa mwalimu.",
+            "{Subj} anawapa wanafunzi wenzake {b}.",
+            "{name} ana {obj} ngapi sasa?",
+        ),
+    },
+)
+
+_LANGUAGES: Mapping[str, _Language] = MappingProxyType(
+    {"en": _EN, "de": _DE, "es": _ES, "fr": _FR, "it": _IT, "ru": _RU, "zh": _ZH, "sw": _SW}
+)
+ALL_LANGUAGES: tuple[str, ...] = tuple(_LANGUAGES)
+# Every default language has an MGSM counterpart for evaluation (sw is in MGSM's language holdout).
+DEFAULT_LANGUAGES: tuple[str, ...] = ("en", "de", "es", "fr", "ru", "zh", "sw")
+
+
+@dataclass(frozen=True)
+class _Problem:
+    scenario: str
+    name_index: int
+    concept: str
+    start: int
+    steps: tuple[tuple[str, int], ...]  # (operation, operand) in order
+    words: tuple[bool, ...]  # per number (start first): spell it out in the question?
+
+    @property
+    def answer(self) -> int:
+        total = self.start
+        for operation, operand in self.steps:
+            total = total + operand if operation == "add" else total - operand
+        return total
+
+
+def _draw_problem(
+    rng: random.Random,
+    *,
+    max_operand: int,
+    operations: Sequence[str],
+    operation_counts: Sequence[int],
+    words_prob: float,
+    n_names: int,
+) -> _Problem:
+    scenario = rng.choice(_SCENARIOS)
+    name_index = rng.randrange(n_names)
+    concept = rng.choice(_CONCEPTS)
+    n_steps = rng.choice(operation_counts)
+    for _ in range(_MAX_DRAWS):
+        kinds = [rng.choice(operations) for _ in range(n_steps)]
+        start = total = rng.randint(MIN_OPERAND, max_operand)
+        steps = []
+        for kind in kinds:
+            if kind == "sub" and total < MIN_OPERAND:
+                break  # the subtrahend would exceed the running total: redraw (answers >= 0)
+            operand = rng.randint(
+                MIN_OPERAND, max_operand if kind == "add" else min(max_operand, total)
+            )
+            total += operand if kind == "add" else -operand
+            steps.append((kind, operand))
+        else:
+            words = tuple(rng.random() < words_prob for _ in range(n_steps + 1))
+            return _Problem(scenario, name_index, concept, start, tuple(steps), words)
+    raise RuntimeError(f"no non-negative problem found in {_MAX_DRAWS} draws; raise max_operand")
+
+
+def _render(language: _Language, problem: _Problem, name: _Name, english: bool) -> str:
+    """Write ``problem`` in ``language``; ``english`` renders the reference (romanised name, digits)."""
+    template = language.templates[problem.scenario]
+    forms = language.objects[problem.concept]
+    numbers = (problem.start, *(operand for _, operand in problem.steps))
+
+    def counted(position: int) -> str:
+        n = numbers[position]
+        as_words = problem.words[position] and not english and n < len(language.number_words)
+        return language.count(n, language.number_words[n] if as_words else str(n), forms)
+
+    name_text = name.english if english else name.native
+    pron_initial, pron_inline = language.pronouns[name.gender]
+    fields = {
+        **forms,
+        "obj": forms["q"],
+        "name": name_text,
+        "name_gen": name_text if english else (name.genitive or name_text),
+        "pron": pron_inline,
+    }
+    # The first step names the actor when the intro has not (the "box" story); then a pronoun.
+    named = "{name" in template.intro
+    sentences = [template.intro.format(**fields, a=counted(0))]
+    for position, (operation, _) in enumerate(problem.steps, start=1):
+        subject = pron_initial if named else name_text
+        named = True
+        step = template.add if operation == "add" else template.sub
+        sentences.append(step.format(**fields, Subj=subject, b=counted(position)))
+    sentences.append(template.question.format(**fields))
+    return language.sentence_separator.join(sentences)
+
+
+def _reasoning_chain(problem: _Problem) -> str:
+    """The arithmetic in English, one equation per step: ``"5 + 3 = 8. 8 - 2 = 6."``."""
+    total, parts = problem.start, []
+    for operation, operand in problem.steps:
+        new = total + operand if operation == "add" else total - operand
+        parts.append(f"{total} {'+' if operation == 'add' else '-'} {operand} = {new}.")
+        total = new
+    return " ".join(parts)
+
+
+def _check_known(kind: str, given: Sequence[str], valid: Sequence[str]) -> None:
+    if isinstance(given, str):
+        raise ValueError(
+            f"{kind} must be a sequence of names, not the string {given!r}; wrap it: [{given!r}]"
+        )
+    unknown = [g for g in given if g not in valid]
+    if unknown:
+        raise ValueError(f"unknown {kind} {unknown}; valid: {list(valid)}")
+
+
+def _words_probability(number_style_probs: Mapping[str, float]) -> float:
+    _check_known("number styles", list(number_style_probs), NUMBER_STYLES)
+    probs = [float(number_style_probs.get(style, 0.0)) for style in NUMBER_STYLES]
+    if any(not math.isfinite(p) or p < 0 for p in probs) or not math.isclose(sum(probs), 1.0):
+        raise ValueError(
+            f"number_style_probs must be non-negative and sum to 1, got {dict(number_style_probs)}; "
+            'e.g. {"digits": 0.5, "words": 0.5}'
+        )
+    return float(number_style_probs.get("words", 0.0))
+
+
+def generate_tapo_problems(
+    n_problems: int,
+    languages: Sequence[str] = DEFAULT_LANGUAGES,
+    seed: int = 0,
+    *,
+    max_operand: int = 20,
+    operations: Sequence[str] = OPERATIONS,
+    number_style_probs: Mapping[str, float] = DEFAULT_NUMBER_STYLE_PROBS,
+    operation_counts: Sequence[int] = (1, 2),
+) -> pd.DataFrame:
+    """Draw ``n_problems`` word problems per language, with English references and answers.
+
+    Args:
+        n_problems: problems per language (>= 0); the frame has ``n_problems * len(languages)`` rows,
+            grouped by language in the order given.
+        languages: codes from ``ALL_LANGUAGES``, no repeats.
+        seed: each language draws from ``random.Random(f"tapo:{seed}:{language}")`` (string seeds
+            hash with SHA-512, not Python's randomised ``hash``), so the frame is identical across
+            runs and machines.
+        max_operand: largest number in a question; every number is in [MIN_OPERAND, max_operand].
+        operations: step kinds to draw from, uniformly: "add", "sub".
+        number_style_probs: probability that a number in ``question`` is written as "digits" or
+            "words" (drawn per number; numbers above 20 are always digits). ``question_en``
+            always uses digits.
+        operation_counts: numbers of steps to draw from, uniformly (SPEC'd tasks use 1 or 2).
+
+    Returns:
+        DataFrame with columns ``TAPO_COLUMNS``: ``id`` (``tapo-{language}-{index:05d}``),
+        ``language``, ``question``, ``question_en`` (the English rendering of the same problem,
+        same names and numbers), ``answer`` (canonical integer string, >= 0), ``reasoning_en``
+        (``"5 + 3 = 8. 8 - 2 = 6."``), ``template_id`` (scenario key, shared across languages) and
+        ``n_operations`` (int64).
+    """
+    if isinstance(n_problems, bool) or not isinstance(n_problems, int) or n_problems < 0:
+        raise ValueError(f"n_problems must be a non-negative int, got {n_problems!r}")
+    _check_known("languages", languages, ALL_LANGUAGES)
+    if len(set(languages)) != len(languages):
+        raise ValueError(f"languages must not repeat, got {list(languages)}")
+    _check_known("operations", operations, OPERATIONS)
+    if not operations:
+        raise ValueError(f"operations must not be empty; valid: {list(OPERATIONS)}")
+    if not operation_counts or any(not isinstance(k, int) or k < 1 for k in operation_counts):
+        raise ValueError(
+            f"operation_counts must be positive ints, e.g. (1, 2); got {operation_counts!r}"
+        )
+    if max_operand < MIN_OPERAND:
+        raise ValueError(f"max_operand must be >= {MIN_OPERAND}, got {max_operand}")
+    if "add" not in operations and max_operand < MIN_OPERAND * max(operation_counts):
+        raise ValueError(
+            f"with only 'sub', {max(operation_counts)} steps need max_operand >= "
+            f"{MIN_OPERAND * max(operation_counts)} to stay non-negative; got {max_operand}"
+        )
+    words_prob = _words_probability(number_style_probs)
+
+    rows = []
+    for code in languages:
+        language = _LANGUAGES[code]
+        rng = random.Random(f"tapo:{seed}:{code}")
+        for index in range(n_problems):
+            problem = _draw_problem(
+                rng,
+                max_operand=max_operand,
+                operations=operations,
+                operation_counts=operation_counts,
+                words_prob=words_prob,
+                n_names=len(language.names),
+            )
+            name = language.names[problem.name_index]
+            rows.append(
+                {
+                    "id": f"tapo-{code}-{index:05d}",
+                    "language": code,
+                    "question": _render(language, problem, name, english=False),
+                    # Same name (romanised) and numbers, English story, digits.
+                    "question_en": _render(_EN, problem, name, english=True),
+                    "answer": str(problem.answer),
+                    "reasoning_en": _reasoning_chain(problem),
+                    "template_id": problem.scenario,
+                    "n_operations": len(problem.steps),
+                }
+            )
+    frame = pd.DataFrame(rows, columns=list(TAPO_COLUMNS))
+    return frame.astype(
+        {column: "str" for column in TAPO_COLUMNS if column != "n_operations"}
+        | {"n_operations": "int64"}
+    )
+
+
+def split_by_language(
+    frame: pd.DataFrame, holdout_languages: Sequence[str]
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Hold whole languages out of training (SPEC section 1: generalisation to unseen languages).
+
+    Args:
+        frame: rows with a ``language`` column, e.g. from ``generate_tapo_problems``.
+        holdout_languages: languages present in ``frame``; at least one, and not all of them.
+
+    Returns:
+        ``(train_frame, heldout_frame)``: the rows of the other languages and of the held-out
+        ones, each in the original order with a fresh RangeIndex.
+    """
+    if "language" not in frame.columns:
+        raise ValueError(f"frame needs a 'language' column; it has {list(frame.columns)}")
+    present = sorted(frame["language"].unique())
+    _check_known("holdout languages", holdout_languages, present)
+    if not holdout_languages:
+        raise ValueError(f"holdout_languages must name at least one of {present}")
+    held = frame["language"].isin(list(holdout_languages))
+    if held.all():
+        raise ValueError(
+            f"holding out {sorted(set(holdout_languages))} leaves no training language"
+        )
+    return frame[~held].reset_index(drop=True), frame[held].reset_index(drop=True)
+
+
+def format_tapo_target(question_en: str, answer: str, reasoning: str | None = None) -> str:
+    """The gold SFT completion in SPEC section 1's format: translation block, reasoning, boxed answer.
+
+    >>> format_tapo_target("Anna has 5 pencils. She buys 3 pencils. How many?", "8", "5 + 3 = 8.")
+    '<translation>Anna has 5 pencils. She buys 3 pencils. How many?</translation>\\n5 + 3 = 8. The answer is \\\\boxed{8}'
+    """
+    question_en, answer = question_en.strip(), str(answer).strip()
+    if not question_en or "<translation>" in question_en or "</translation>" in question_en:
+        raise ValueError(
+            f"question_en must be non-empty and free of translation tags, got {question_en!r}"
+        )
+    if not answer:
+        raise ValueError("answer must be non-empty")
+    lead = f"{reasoning.strip()} " if reasoning and reasoning.strip() else ""
+    return f"<translation>{question_en}</translation>\n{lead}The answer is \\boxed{{{answer}}}"
+
+
+def tapo_prompt(question: str) -> str:
+    """The user turn the policy sees: ``TAPO_INSTRUCTION``, a blank line, then the question."""
+    return f"{TAPO_INSTRUCTION}\n\n{question}"
