@@ -1,0 +1,61 @@
+"""Pure tensor algorithms of creditflow: advantages, ToR token weights, losses, ranking.
+
+No Kedro, no I/O: tensors in, a tensor or ``(tensor, metrics)`` out. Shape symbols:
+``B`` sequences, ``G`` group size, ``T`` tokens, ``V`` vocabulary, ``L`` candidates.
+"""
+
+from creditflow.algorithms._masked import masked_mean
+from creditflow.algorithms.advantages import (
+    group_zscore,
+    segment_token_advantages,
+    sign_conflict_rate,
+    tapo_advantages,
+)
+from creditflow.algorithms.losses import (
+    AGGREGATIONS,
+    KL_ESTIMATORS,
+    kl_penalty,
+    pairwise_preference_loss,
+    policy_loss,
+)
+from creditflow.algorithms.ranking import (
+    GAIN_MODES,
+    augmented_target,
+    ndcg_at_k,
+    page_reward,
+    rank_gains,
+)
+from creditflow.algorithms.tor import (
+    OVERLAP_MODES,
+    num_selected,
+    top_fraction_mask,
+    top_fraction_threshold,
+    topp_entropy,
+    tor_token_weights,
+    visual_sensitivity,
+)
+
+__all__ = [
+    "AGGREGATIONS",
+    "GAIN_MODES",
+    "KL_ESTIMATORS",
+    "OVERLAP_MODES",
+    "augmented_target",
+    "group_zscore",
+    "kl_penalty",
+    "masked_mean",
+    "ndcg_at_k",
+    "num_selected",
+    "page_reward",
+    "pairwise_preference_loss",
+    "policy_loss",
+    "rank_gains",
+    "segment_token_advantages",
+    "sign_conflict_rate",
+    "tapo_advantages",
+    "top_fraction_mask",
+    "top_fraction_threshold",
+    "topp_entropy",
+    "tor_token_weights",
+    "visual_sensitivity",
+]

@@ -1,0 +1,140 @@
+"""Group-relative advantages: GRPO's z-score (SPEC section 0) and TAPO's step-level split (section 1).
+
+Shapes: ``B`` completions in a batch, laid out as consecutive groups of ``G`` samples of
+the same prompt (``B = prompts * G``); ``S`` segments per completion; ``T`` tokens.
+"""
+
+import torch
+
+from creditflow.algorithms._validate import check_ndim, check_same_shape, check_unit_interval
+
+# Threshold below which a segment advantage counts as zero for the sign-conflict rate (SPEC 1).
+_NONZERO_ADVANTAGE = 1e-8
+
+
+def group_zscore(rewards: torch.Tensor, group_size: int, eps: float = 1e-6) -> torch.Tensor:
+    """GRPO's group-relative advantage ``(R - mean) / (std + eps)`` (SPEC section 0).
+
+    Args:
+        rewards: ``(B,)`` scalar rewards, ``B`` a multiple of ``group_size``; entries
+            ``g*G .. g*G + G - 1`` are the ``G`` samples of prompt ``g``.
+        group_size: ``G``, samples per prompt.
+        eps: added to the unbiased (n - 1) standard deviation.
+
+    Returns:
+        ``(B,)`` advantages. A group whose rewards are all equal, and every group when
+        ``G = 1``, gets exactly 0 (never NaN): it carries no learning signal.
+
+    >>> group_zscore(torch.tensor([1.0, 0.0, 1.0, 1.0]), group_size=2)
+    tensor([ 0.7071, -0.7071,  0.0000,  0.0000])
+    """
+    check_ndim("rewards", rewards, 1, "(B,)")
+    if group_size < 1 or rewards.numel() % group_size != 0:
+        raise ValueError(
+            f"the batch of {rewards.numel()} rewards must be divisible by group_size "
+            f"(got group_size={group_size}); pass B = prompts * G completions"
+        )
+    if not rewards.is_floating_point():
+        rewards = rewards.float()
+    if group_size == 1:
+        return torch.zeros_like(rewards)
+    grouped = rewards.view(-1, group_size)  # (B/G, G)
+    mean = grouped.mean(dim=1, keepdim=True)
+    std = grouped.std(dim=1, unbiased=True, keepdim=True)
+    advantages = (grouped - mean) / (std + eps)
+    # mean() of equal floats can be off by an ulp, leaving a tiny residual / tiny std;
+    # force the constant-group case to an exact 0 as SPEC 0 requires.
+    constant = (grouped == grouped[:, :1]).all(dim=1, keepdim=True)
+    advantages = advantages.masked_fill(constant, 0.0)
+    return advantages.view(-1)  # (B,)
+
+
+def tapo_advantages(
+    r_trans: torch.Tensor, r_reason: torch.Tensor, group_size: int, alpha: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """TAPO's step-level relative advantages (SPEC section 1).
+
+    Args:
+        r_trans: ``(B,)`` translation rewards (format-masked chrF++ / 100).
+        r_reason: ``(B,)`` reasoning rewards in {0, 1}.
+        group_size: ``G``.
+        alpha: weight of the translation advantage on translation tokens, in [0, 1].
+
+    Returns:
+        ``(adv_translation, adv_reasoning)``, both ``(B,)``:
+        ``alpha * A_trans + (1 - alpha) * A_reason`` for the translation segment and
+        ``A_reason`` for the reasoning segment.
+    """
+    check_unit_interval("alpha", alpha)
+    check_ndim("r_trans", r_trans, 1, "(B,)")
+    check_same_shape(r_trans=r_trans, r_reason=r_reason)
+    a_trans = group_zscore(r_trans, group_size)
+    a_reason = group_zscore(r_reason, group_size)
+    return alpha * a_trans + (1.0 - alpha) * a_reason, a_reason
+
+
+def segment_token_advantages(
+    segment_advantages: torch.Tensor, segment_ids: torch.Tensor
+) -> torch.Tensor:
+    """Spread per-segment advantages onto tokens.
+
+    Args:
+        segment_advantages: ``(B, S)``; column ``s`` is the advantage of segment ``s``
+            (TAPO: ``S = 2``, 0 = translation, 1 = reasoning).
+        segment_ids: ``(B, T)`` integer segment of each token; -1 marks padding.
+
+    Returns:
+        ``(B, T)`` with ``out[b, t] = segment_advantages[b, segment_ids[b, t]]`` and 0
+        on padding.
+
+    >>> segment_token_advantages(torch.tensor([[0.5, -1.0]]), torch.tensor([[0, 0, 1, -1]]))
+    tensor([[ 0.5000,  0.5000, -1.0000,  0.0000]])
+    """
+    check_ndim("segment_advantages", segment_advantages, 2, "(B, S)")
+    check_ndim("segment_ids", segment_ids, 2, "(B, T)")
+    if segment_ids.shape[0] != segment_advantages.shape[0]:
+        raise ValueError(
+            f"segment_advantages (B, S) {tuple(segment_advantages.shape)} and segment_ids "
+            f"(B, T) {tuple(segment_ids.shape)} disagree on B"
+        )
+    num_segments = segment_advantages.shape[1]
+    if segment_ids.numel() and (
+        int(segment_ids.min()) < -1 or int(segment_ids.max()) >= num_segments
+    ):
+        raise ValueError(
+            f"segment ids must lie in [0, {num_segments - 1}] or be -1 for padding, got "
+            f"values in [{int(segment_ids.min())}, {int(segment_ids.max())}]"
+        )
+    padding = segment_ids < 0
+    token_adv = segment_advantages.gather(1, segment_ids.clamp(min=0).long())  # (B, T)
+    return token_adv.masked_fill(padding, 0.0)
+
+
+def sign_conflict_rate(r_trans: torch.Tensor, r_reason: torch.Tensor, group_size: int) -> float:
+    """Share of segments whose own advantage disagrees in sign with the trajectory's (SPEC 1).
+
+    Over all (completion i, segment) pairs with a non-zero segment advantage
+    (``A_trans_i`` for the translation segment, ``A_reason_i`` for the reasoning one),
+    the fraction where ``A_seg * zscore(r_trans + r_reason)_i <= 0``: the segments that
+    the trajectory-level "GRPO-sum" baseline pushes in the wrong direction.
+
+    Args:
+        r_trans: ``(B,)`` translation rewards.
+        r_reason: ``(B,)`` reasoning rewards.
+        group_size: ``G``.
+
+    Returns:
+        The rate in [0, 1]; 0.0 when no segment advantage is non-zero.
+    """
+    check_ndim("r_trans", r_trans, 1, "(B,)")
+    check_same_shape(r_trans=r_trans, r_reason=r_reason)
+    segment_adv = torch.stack(
+        [group_zscore(r_trans, group_size), group_zscore(r_reason, group_size)], dim=1
+    )  # (B, 2)
+    trajectory_adv = group_zscore(r_trans + r_reason, group_size)  # (B,)
+    counted = segment_adv.abs() > _NONZERO_ADVANTAGE
+    conflict = counted & (segment_adv * trajectory_adv[:, None] <= 0)
+    num_counted = int(counted.sum())
+    if num_counted == 0:
+        return 0.0
+    return int(conflict.sum()) / num_counted

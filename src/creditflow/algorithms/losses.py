@@ -1,0 +1,197 @@
+"""Policy-gradient and preference losses: GRPO's clipped surrogate (SPEC section 0) and the
+ExpModel pairwise loss (SPEC section 3.3).
+
+Shapes: ``B`` sequences, ``T`` completion tokens, ``N`` preference pairs. ``mask`` is
+1 / True where a token counts and 0 on padding.
+"""
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from creditflow.algorithms._masked import masked_mean
+from creditflow.algorithms._validate import check_choice, check_ndim, check_same_shape
+
+
+def _seq_mean_token_mean(values: torch.Tensor, mask: torch.Tensor, max_len: int) -> torch.Tensor:
+    # TRL loss_type="grpo": each sequence averages over its own valid tokens (for ToR that
+    # is all of o_i, selected or not); then a plain mean over all B sequences.
+    return masked_mean(values, mask, dim=-1).mean()
+
+
+def _token_mean(values: torch.Tensor, mask: torch.Tensor, max_len: int) -> torch.Tensor:
+    # DAPO / verl default: every valid token of the batch weighs the same.
+    return masked_mean(values, mask)
+
+
+def _seq_mean_token_sum_norm(
+    values: torch.Tensor, mask: torch.Tensor, max_len: int
+) -> torch.Tensor:
+    # Dr. GRPO: a constant denominator B * max_len removes the length bias.
+    total = torch.where(mask.bool(), values, torch.zeros_like(values)).sum()
+    return total / (values.shape[0] * max_len)
+
+
+AGGREGATIONS: dict[str, Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]] = {
+    "seq-mean-token-mean": _seq_mean_token_mean,
+    "token-mean": _token_mean,
+    "seq-mean-token-sum-norm": _seq_mean_token_sum_norm,
+}
+
+
+def _kl_k1(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    return logp - ref_logp
+
+
+def _kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    # Schulman's unbiased, always non-negative estimator (TRL, verl "low_var_kl").
+    log_ratio = ref_logp - logp
+    return torch.exp(log_ratio) - log_ratio - 1.0
+
+
+KL_ESTIMATORS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "k1": _kl_k1,
+    "k3": _kl_k3,
+}
+
+
+def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str = "k3") -> torch.Tensor:
+    """Per-token KL estimate of the policy against a frozen reference (SPEC section 0).
+
+    Args:
+        logp: ``(B, T)`` policy log-probs of the sampled tokens.
+        ref_logp: ``(B, T)`` reference log-probs of the same tokens.
+        kind: ``"k1"`` (``logp - ref_logp``) or ``"k3"``
+            (``exp(ref_logp - logp) - (ref_logp - logp) - 1``).
+
+    Returns:
+        ``(B, T)`` estimates; padding positions are not masked.
+
+    >>> kl_penalty(torch.tensor([[0.0]]), torch.tensor([[-1.0]]), "k1")
+    tensor([[1.]])
+    """
+    check_choice("kl estimator", kind, tuple(KL_ESTIMATORS))
+    check_same_shape(logp=logp, ref_logp=ref_logp)
+    return KL_ESTIMATORS[kind](logp, ref_logp)
+
+
+def policy_loss(  # noqa: PLR0917 - positional order fixed by the public API
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    weights: torch.Tensor | None = None,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    agg: str = "seq-mean-token-mean",
+    ref_logp: torch.Tensor | None = None,
+    beta: float = 0.0,
+    kl: str = "k3",
+    max_len: int | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """GRPO's clipped surrogate with per-token weights and optional KL (SPEC section 0).
+
+    Per token ``l = -min(r * A, clip(r, 1 - clip_low, 1 + clip_high) * A)`` with
+    ``r = exp(logp - old_logp)``; the loss is ``agg(w * l) + beta * agg(kl)``.
+
+    Args:
+        logp: ``(B, T)`` log-probs under the current policy; gradients flow through it.
+        old_logp: ``(B, T)`` log-probs under the sampling policy.
+        advantages: ``(B,)`` per-sequence (broadcast over tokens) or ``(B, T)`` per-token.
+        mask: ``(B, T)``, 1 / True where a token counts.
+        weights: ``(B, T)`` per-token weights ``w`` (ToR); ``None`` means 1.
+        clip_low: ``eps_low`` of the clip range.
+        clip_high: ``eps_high`` of the clip range.
+        agg: ``"seq-mean-token-mean"`` (TRL grpo), ``"token-mean"`` (DAPO) or
+            ``"seq-mean-token-sum-norm"`` (Dr. GRPO).
+        ref_logp: ``(B, T)`` reference log-probs; needed when ``beta > 0``.
+        beta: KL coefficient (>= 0).
+        kl: KL estimator, ``"k1"`` or ``"k3"``.
+        max_len: denominator length of ``seq-mean-token-sum-norm``; defaults to ``T``.
+
+    Returns:
+        ``(loss, metrics)``: a scalar loss and python-float metrics ``actor/pg_loss``,
+        ``actor/clip_frac`` (share of valid tokens where the clipped term is the active
+        one), ``actor/ratio_mean`` and ``actor/kl`` (mean estimate over valid tokens; 0
+        without ``ref_logp``).
+    """
+    check_choice("agg", agg, tuple(AGGREGATIONS))
+    check_choice("kl estimator", kl, tuple(KL_ESTIMATORS))
+    check_ndim("logp", logp, 2, "(B, T)")
+    check_same_shape(logp=logp, old_logp=old_logp, mask=mask)
+    if advantages.dim() == 1 and advantages.shape[0] == logp.shape[0]:
+        advantages = advantages[:, None].expand_as(logp)  # (B, T)
+    elif advantages.shape != logp.shape:
+        raise ValueError(
+            f"advantages must have shape (B,) or (B, T) = {tuple(logp.shape)}, "
+            f"got {tuple(advantages.shape)}"
+        )
+    if weights is not None:
+        check_same_shape(logp=logp, weights=weights)
+    if ref_logp is not None:
+        check_same_shape(logp=logp, ref_logp=ref_logp)
+    if clip_low < 0 or clip_high < 0:
+        raise ValueError(f"clip_low and clip_high must be >= 0, got {clip_low}, {clip_high}")
+    if beta < 0:
+        raise ValueError(f"beta must be >= 0, got {beta}")
+    if beta > 0 and ref_logp is None:
+        raise ValueError("beta > 0 needs ref_logp; pass reference log-probs or set beta=0")
+    if max_len is None:
+        max_len = logp.shape[1]
+    if max_len < 1:
+        raise ValueError(f"max_len must be >= 1, got {max_len}")
+
+    valid = mask.bool()
+    aggregate = AGGREGATIONS[agg]
+    ratio = torch.exp(logp - old_logp)
+    unclipped = -advantages * ratio
+    clipped = -advantages * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
+    per_token = torch.maximum(unclipped, clipped)  # = -min(r A, clip(r) A)
+    if weights is not None:
+        per_token = weights * per_token
+    pg_loss = aggregate(per_token, valid, max_len)
+    loss = pg_loss
+
+    kl_mean = 0.0
+    if ref_logp is not None:
+        per_token_kl = kl_penalty(logp, ref_logp, kl)
+        kl_mean = float(masked_mean(per_token_kl.detach(), valid))
+        if beta > 0:
+            loss = loss + beta * aggregate(per_token_kl, valid, max_len)
+
+    with torch.no_grad():
+        metrics = {
+            "actor/pg_loss": pg_loss.item(),
+            "actor/clip_frac": float(masked_mean((clipped > unclipped).to(ratio.dtype), valid)),
+            "actor/ratio_mean": float(masked_mean(ratio, valid)),
+            "actor/kl": kl_mean,
+        }
+    return loss, metrics
+
+
+def pairwise_preference_loss(s_pos: torch.Tensor, s_neg: torch.Tensor, lam: float) -> torch.Tensor:
+    """ExpModel PFT loss ``-mean(log sigmoid(s+ - s-)) + lam * mean((s+ + s-)^2)`` (SPEC 3.3).
+
+    The second term keeps the scalar scores centred and bounded.
+
+    Args:
+        s_pos: ``(N,)`` scores of the preferred item of each pair.
+        s_neg: ``(N,)`` scores of the other item.
+        lam: weight of the centring term (>= 0).
+
+    Returns:
+        Scalar loss.
+
+    >>> pairwise_preference_loss(torch.tensor([0.0]), torch.tensor([0.0]), lam=1.0)
+    tensor(0.6931)
+    """
+    check_ndim("s_pos", s_pos, 1, "(N,)")
+    check_same_shape(s_pos=s_pos, s_neg=s_neg)
+    if s_pos.numel() == 0:
+        raise ValueError("need at least one preference pair, got N = 0")
+    if lam < 0:
+        raise ValueError(f"lam must be >= 0, got {lam}")
+    ranking = -F.logsigmoid(s_pos - s_neg).mean()
+    centring = (s_pos + s_neg).pow(2).mean()
+    return ranking + lam * centring

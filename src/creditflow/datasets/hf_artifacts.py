@@ -1,0 +1,203 @@
+"""Kedro datasets for Hugging Face artifacts: models, tokenizers and processors.
+
+Each artifact is a directory written by ``save_pretrained`` and read back by a
+``from_pretrained`` class method. With ``versioned: true`` Kedro places it at
+``<filepath>/<version>/<basename of filepath>/`` and loads the newest version unless one
+is pinned::
+
+    policy_checkpoint:
+      type: creditflow.datasets.HFModelDataset
+      filepath: data/06_models/policy
+      versioned: true
+      load_args:
+        dtype: bfloat16
+
+Only local paths are supported: ``save_pretrained`` writes to a directory on disk.
+"""
+
+import importlib
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import transformers
+from kedro.io.core import (
+    AbstractVersionedDataset,
+    DatasetError,
+    Version,
+    get_filepath_str,
+    get_protocol_and_path,
+)
+
+from creditflow.models.tokenizer import load_tokenizer
+
+_LOCAL_PROTOCOLS = ("file",)
+
+
+def resolve_pretrained_class(name: str) -> type:
+    """The class whose ``from_pretrained`` loads an artifact.
+
+    Args:
+        name: a ``transformers`` attribute (``"AutoModelForCausalLM"``,
+            ``"AutoModelForImageTextToText"``, ``"AutoProcessor"``) or a dotted import path
+            (``"my_pkg.models.ScoreHeadModel"``).
+
+    Raises:
+        ValueError: the name does not resolve to a class with ``from_pretrained``.
+    """
+    hint = (
+        "use a transformers auto class name (e.g. 'AutoModelForCausalLM', "
+        "'AutoModelForImageTextToText', 'AutoTokenizer', 'AutoProcessor') or a dotted path "
+        "to a class"
+    )
+    module_name, _, attr = name.rpartition(".")
+    try:
+        module = importlib.import_module(module_name) if module_name else transformers
+    except ImportError as exc:
+        raise ValueError(f"cannot import module {module_name!r} for {name!r}; {hint}") from exc
+    obj = getattr(module, attr, None)
+    if not (isinstance(obj, type) and hasattr(obj, "from_pretrained")):
+        raise ValueError(f"{name!r} is not a class with from_pretrained; {hint}")
+    return obj
+
+
+class _HFDirectoryDataset(AbstractVersionedDataset[Any, Any]):
+    """Shared path and version handling for ``save_pretrained`` directories."""
+
+    _class_arg = "class"  # the constructor argument that names the loading class
+
+    def __init__(
+        self,
+        *,
+        filepath: str,
+        loader_class: str,
+        version: Version | None,
+        load_args: dict[str, Any] | None,
+        save_args: dict[str, Any] | None,
+    ) -> None:
+        protocol, path = get_protocol_and_path(filepath, version)
+        if protocol not in _LOCAL_PROTOCOLS:
+            raise DatasetError(
+                f"{type(self).__name__} saves with save_pretrained and needs a local "
+                f"filepath; got protocol {protocol!r} in {filepath!r}"
+            )
+        super().__init__(filepath=PurePosixPath(path), version=version)
+        self._protocol = protocol
+        self._loader_name = loader_class
+        self._loader = resolve_pretrained_class(loader_class)
+        self._load_args = dict(load_args or {})
+        self._save_args = dict(save_args or {})
+
+    def _load_dir(self) -> str:
+        return get_filepath_str(self._get_load_path(), self._protocol)
+
+    def _save_dir(self) -> str:
+        return get_filepath_str(self._get_save_path(), self._protocol)
+
+    def _exists(self) -> bool:
+        return Path(self._load_dir()).is_dir()
+
+    def _describe(self) -> dict[str, Any]:
+        return {
+            "filepath": self._filepath,
+            "version": self._version,
+            self._class_arg: self._loader_name,
+            "load_args": self._load_args,
+            "save_args": self._save_args,
+        }
+
+
+class HFModelDataset(_HFDirectoryDataset):
+    """A ``transformers`` model saved as safetensors in a directory.
+
+    Saving calls ``model.save_pretrained(directory, **save_args)``; transformers 5 writes
+    safetensors only, and the save fails if no ``*.safetensors`` file appears (a custom
+    ``save_pretrained`` falling back to pickle is refused rather than silently stored).
+    Loading calls ``model_class.from_pretrained(directory, **load_args)``, e.g.
+    ``load_args: {dtype: bfloat16, device_map: auto, attn_implementation: sdpa}``.
+
+    For models kept between nodes in memory, use ``MemoryDataset`` with
+    ``copy_mode: assign``; this dataset is for checkpoints that should outlive the run.
+    """
+
+    _class_arg = "model_class"
+
+    def __init__(
+        self,
+        filepath: str,
+        version: Version | None = None,
+        load_args: dict[str, Any] | None = None,
+        save_args: dict[str, Any] | None = None,
+        model_class: str = "AutoModelForCausalLM",
+    ) -> None:
+        """
+        Args:
+            filepath: the directory the model is saved into (local).
+            version: set by Kedro from ``versioned: true``; ``None`` for unversioned.
+            load_args: keyword arguments of ``from_pretrained``.
+            save_args: keyword arguments of ``save_pretrained`` (e.g. ``max_shard_size``).
+            model_class: a transformers auto-class name or a dotted path to a class.
+        """
+        super().__init__(
+            filepath=filepath,
+            loader_class=model_class,
+            version=version,
+            load_args=load_args,
+            save_args=save_args,
+        )
+
+    def load(self) -> transformers.PreTrainedModel:
+        return self._loader.from_pretrained(self._load_dir(), **self._load_args)
+
+    def save(self, data: transformers.PreTrainedModel) -> None:
+        save_dir = self._save_dir()
+        data.save_pretrained(save_dir, **self._save_args)
+        if not any(Path(save_dir).glob("*.safetensors")):
+            raise DatasetError(
+                f"{type(data).__name__}.save_pretrained wrote no *.safetensors file to "
+                f"{save_dir}; refusing a checkpoint that would need pickle to load"
+            )
+
+
+class HFTokenizerDataset(_HFDirectoryDataset):
+    """A tokenizer (or, with ``processor_class: AutoProcessor``, a processor) directory.
+
+    Saving calls ``save_pretrained(directory, **save_args)``. Loading with the default
+    ``AutoTokenizer`` goes through ``creditflow.models.load_tokenizer``, which keeps a
+    locally trained tokenizer exactly as saved; any other ``processor_class`` calls that
+    class's ``from_pretrained(directory, **load_args)``.
+    """
+
+    _class_arg = "processor_class"
+
+    def __init__(
+        self,
+        filepath: str,
+        version: Version | None = None,
+        load_args: dict[str, Any] | None = None,
+        save_args: dict[str, Any] | None = None,
+        processor_class: str = "AutoTokenizer",
+    ) -> None:
+        """
+        Args:
+            filepath: the directory the tokenizer is saved into (local).
+            version: set by Kedro from ``versioned: true``; ``None`` for unversioned.
+            load_args: keyword arguments of ``from_pretrained`` (e.g. ``padding_side``).
+            save_args: keyword arguments of ``save_pretrained``.
+            processor_class: ``AutoTokenizer``, ``AutoProcessor``, another transformers
+                class name or a dotted path.
+        """
+        super().__init__(
+            filepath=filepath,
+            loader_class=processor_class,
+            version=version,
+            load_args=load_args,
+            save_args=save_args,
+        )
+
+    def load(self) -> Any:
+        if self._loader is transformers.AutoTokenizer:
+            return load_tokenizer(self._load_dir(), **self._load_args)
+        return self._loader.from_pretrained(self._load_dir(), **self._load_args)
+
+    def save(self, data: Any) -> None:
+        data.save_pretrained(self._save_dir(), **self._save_args)

@@ -1,0 +1,201 @@
+"""The ingested tables' schemas, documented once, as code.
+
+Every ``data_ingest`` output follows one of four schemas, one per task family:
+
+- :data:`MATH_TEXT_SCHEMA`: ``mgsm_problems``, ``gsm8k_train_problems``, ``gsm8k_test_problems``
+- :data:`VISUAL_SCHEMA`: ``mathvision_problems``, ``tabmwp_problems``
+- :data:`MOVIELENS_RATINGS_SCHEMA`: ``movielens_ratings``
+- :data:`MOVIELENS_ITEMS_SCHEMA`: ``movielens_items``
+
+Column dtypes use these names:
+
+- ``str``: pandas string dtype (``str`` in pandas 3), no missing values;
+- ``int64`` / ``float64``: numpy dtypes, no missing values;
+- ``Int64``: pandas nullable integer (``<NA>`` where unknown);
+- ``list[str]``: object column of string lists. After a Parquet round trip pyarrow hands each
+  cell back as a 1-D numpy array of str, so readers should treat cells as sequences.
+
+:func:`conform_frame` casts a freshly built frame to its schema; :func:`check_frame` checks
+any frame (e.g. one loaded back from Parquet) against it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+DTYPES = ("str", "int64", "float64", "Int64", "list[str]")
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column: its name, dtype name (one of :data:`DTYPES`) and meaning."""
+
+    name: str
+    dtype: str
+    doc: str
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise ValueError(f"column {self.name!r}: unknown dtype {self.dtype!r}; valid: {DTYPES}")
+
+
+@dataclass(frozen=True)
+class TableSchema:
+    """A table's columns (in order) and the columns whose values together are unique."""
+
+    name: str
+    columns: tuple[Column, ...]
+    key: tuple[str, ...]
+    doc: str
+
+    @property
+    def names(self) -> list[str]:
+        return [column.name for column in self.columns]
+
+
+MATH_TEXT_SCHEMA = TableSchema(
+    name="math_text",
+    doc="Math word problems with a numeric final answer (MGSM, GSM8K).",
+    columns=(
+        Column(
+            "id",
+            "str",
+            "problem id: mgsm-0042 (0-based line in mgsm_<lang>.tsv, the same in every language), "
+            "gsm8k-train-0000 / gsm8k-test-0000 (0-based line in the original GSM8K jsonl); "
+            "mgsm-0042 and gsm8k-test-0042 are the same English problem",
+        ),
+        Column("language", "str", "ISO 639-1 code of `question` (en, de, zh, ...)"),
+        Column("question", "str", "the problem text in `language`"),
+        Column(
+            "question_en",
+            "str",
+            "the English problem text (MGSM: the line-aligned mgsm_en.tsv line; GSM8K: = question)",
+        ),
+        Column(
+            "answer",
+            "str",
+            "canonical final answer: a number as written with thousands commas stripped ('2125')",
+        ),
+    ),
+    key=("id", "language"),
+)
+
+VISUAL_SCHEMA = TableSchema(
+    name="visual",
+    doc="Problems whose figure or table is given only as an image (MATH-Vision, TabMWP).",
+    columns=(
+        Column("id", "str", "problem id: mathvision-<MATH-V id>, tabmwp-<TabMWP pid>"),
+        Column(
+            "image_path",
+            "str",
+            "image file, as a path under the configured shared data dir (relative when that "
+            "parameter is relative, e.g. ../shared/data/tabmwp_numeric300/tables/12.png)",
+        ),
+        Column("question", "str", "problem text (MATH-Vision keeps its <image1> placeholders)"),
+        Column(
+            "answer",
+            "str",
+            "gold answer: MATH-Vision an option letter or a number/expression; TabMWP a "
+            "canonical number (thousands commas stripped; decimals and fractions as written)",
+        ),
+        Column("choices", "list[str]", "answer options for multiple choice, empty when free-form"),
+    ),
+    key=("id",),
+)
+
+MOVIELENS_RATINGS_SCHEMA = TableSchema(
+    name="movielens_ratings",
+    doc="Explicit ratings (ranking interactions), in ratings.csv order.",
+    columns=(
+        Column("user_id", "int64", "MovieLens userId"),
+        Column("item_id", "int64", "MovieLens movieId; always present in movielens_items"),
+        Column("rating", "float64", "explicit rating, 0.5-5.0 in half stars"),
+        Column("timestamp", "int64", "Unix seconds, UTC"),
+    ),
+    key=("user_id", "item_id"),
+)
+
+MOVIELENS_ITEMS_SCHEMA = TableSchema(
+    name="movielens_items",
+    doc="The full MovieLens catalogue (item text for rankers).",
+    columns=(
+        Column("item_id", "int64", "MovieLens movieId"),
+        Column("title", "str", "title from movies.csv (year included, outer spaces stripped)"),
+        Column(
+            "genres",
+            "list[str]",
+            "genres; empty for MovieLens' '(no genres listed)'",
+        ),
+        Column(
+            "year",
+            "Int64",
+            "release year from the title's trailing '(YYYY)' (first year of a 'YYYY-YYYY' "
+            "range); <NA> when the title has none",
+        ),
+    ),
+    key=("item_id",),
+)
+
+
+def conform_frame(frame: pd.DataFrame, schema: TableSchema) -> pd.DataFrame:
+    """Select ``schema``'s columns in order, cast them to its dtypes and check the result.
+
+    Raises:
+        ValueError: a column is missing or the cast result breaks the schema.
+    """
+    missing = [name for name in schema.names if name not in frame.columns]
+    if missing:
+        raise ValueError(f"{schema.name}: missing columns {missing}; expected {schema.names}")
+    frame = frame[schema.names].reset_index(drop=True)
+    casts = {c.name: c.dtype for c in schema.columns if c.dtype != "list[str]"}
+    frame = frame.astype(casts)
+    check_frame(frame, schema)
+    return frame
+
+
+def check_frame(frame: pd.DataFrame, schema: TableSchema) -> None:
+    """Check columns (names and order), dtypes, missing values and key uniqueness.
+
+    Raises:
+        ValueError: listing every problem found.
+    """
+    if list(frame.columns) != schema.names:
+        raise ValueError(
+            f"{schema.name}: columns {list(frame.columns)} differ from the schema's {schema.names}"
+        )
+    problems = [
+        f"column {column.name!r} {problem}"
+        for column in schema.columns
+        if (problem := _dtype_problem(frame[column.name], column.dtype))
+    ]
+    duplicated = frame.duplicated(list(schema.key), keep=False)
+    if duplicated.any():
+        first = frame.loc[duplicated, list(schema.key)].head(3).to_dict("records")
+        problems.append(f"key {list(schema.key)} is not unique, e.g. {first}")
+    if problems:
+        raise ValueError(f"{schema.name}: " + "; ".join(problems))
+
+
+def _dtype_problem(series: pd.Series, dtype: str) -> str | None:
+    """Why ``series`` does not hold ``dtype`` values, or None when it does."""
+    if dtype == "Int64":
+        return None if series.dtype == pd.Int64Dtype() else f"has dtype {series.dtype}, not Int64"
+    if series.isna().any():
+        return f"has {int(series.isna().sum())} missing values"
+    if dtype == "str":
+        ok = pd.api.types.is_string_dtype(series.dtype) and series.map(type).eq(str).all()
+        return None if ok else f"has dtype {series.dtype}, not str"
+    if dtype == "list[str]":
+        ok = series.dtype == object and series.map(_is_str_sequence).all()
+        return None if ok else "holds values that are not sequences of str"
+    return None if series.dtype == np.dtype(dtype) else f"has dtype {series.dtype}, not {dtype}"
+
+
+def _is_str_sequence(value: object) -> bool:
+    # Parquet gives back np.ndarray for list cells, so accept any non-string sequence.
+    is_sequence = isinstance(value, np.ndarray | Sequence) and not isinstance(value, str)
+    return is_sequence and all(isinstance(item, str) for item in value)

@@ -1,0 +1,43 @@
+"""TAPO's rewards (SPEC 1): format, translation (chrF++ / XCOMET) and reasoning (math_verify).
+
+Pure functions of strings: ``B`` completions (and ``B`` references / answers) in, ``B``
+floats out; deterministic, and they never raise on malformed model output (it scores 0).
+"""
+
+from creditflow.rewards.format import (
+    TRANSLATION_CLOSE,
+    TRANSLATION_OPEN,
+    extract_translation,
+    format_reward,
+    translation_segment_end,
+)
+from creditflow.rewards.reasoning import (
+    extract_boxed_answer,
+    normalize_thousands,
+    reasoning_reward,
+)
+from creditflow.rewards.registry import REWARD_FUNCTIONS, RewardFunction, get_reward_function
+from creditflow.rewards.translation import (
+    DEFAULT_XCOMET_MODEL,
+    TRANSLATION_METRICS,
+    chrf_plus_plus,
+    translation_reward,
+)
+
+__all__ = [
+    "DEFAULT_XCOMET_MODEL",
+    "REWARD_FUNCTIONS",
+    "TRANSLATION_CLOSE",
+    "TRANSLATION_METRICS",
+    "TRANSLATION_OPEN",
+    "RewardFunction",
+    "chrf_plus_plus",
+    "extract_boxed_answer",
+    "extract_translation",
+    "format_reward",
+    "get_reward_function",
+    "normalize_thousands",
+    "reasoning_reward",
+    "translation_reward",
+    "translation_segment_end",
+]

@@ -1,0 +1,167 @@
+import numpy as np
+import pytest
+import torch
+import transformers
+from kedro.io import DataCatalog, Version
+from kedro.io.core import DatasetError
+
+from creditflow.datasets import HFModelDataset, HFTokenizerDataset, resolve_pretrained_class
+from creditflow.models import train_bpe_tokenizer
+
+V1, V2 = "2026-01-01T00.00.00.000Z", "2026-01-02T00.00.00.000Z"
+EAGER = {"attn_implementation": "eager"}  # the saved models are eager; same kernel -> same bits
+
+
+def _logits(model, input_ids):
+    with torch.no_grad():
+        return model(input_ids).logits  # (B, T, V)
+
+
+def test_versions_coexist_and_load_picks_the_latest(tmp_path, model_a, model_b, input_ids):
+    path = str(tmp_path / "policy")
+    HFModelDataset(path, version=Version(None, V1)).save(model_a)
+    HFModelDataset(path, version=Version(None, V2)).save(model_b)
+
+    for version in (V1, V2):
+        saved = tmp_path / "policy" / version / "policy"
+        files = {p.name for p in saved.iterdir()}
+        assert "model.safetensors" in files and "config.json" in files
+        assert not [f for f in files if f.endswith((".bin", ".pkl", ".pt", ".pth"))]
+
+    latest = HFModelDataset(path, version=Version(None, None), load_args=EAGER)
+    assert latest.exists()
+    assert latest.list_versions(full_path=False) == [V2, V1]
+    assert torch.equal(_logits(latest.load(), input_ids), _logits(model_b, input_ids))
+    pinned = HFModelDataset(path, version=Version(V1, None), load_args=EAGER)
+    assert torch.equal(_logits(pinned.load(), input_ids), _logits(model_a, input_ids))
+    assert not torch.equal(_logits(model_a, input_ids), _logits(model_b, input_ids))
+
+
+def test_saving_the_same_version_twice_is_refused(tmp_path, model_a):
+    dataset = HFModelDataset(str(tmp_path / "policy"), version=Version(None, V1))
+    dataset.save(model_a)
+    with pytest.raises(DatasetError, match="must not exist"):
+        HFModelDataset(str(tmp_path / "policy"), version=Version(None, V1)).save(model_a)
+
+
+def test_unversioned_round_trip_and_exists(tmp_path, model_a, input_ids):
+    dataset = HFModelDataset(str(tmp_path / "policy"), load_args=EAGER)
+    assert not dataset.exists()
+    dataset.save(model_a)
+    assert dataset.exists() and (tmp_path / "policy" / "model.safetensors").is_file()
+    assert torch.equal(_logits(dataset.load(), input_ids), _logits(model_a, input_ids))
+
+
+def test_load_args_reach_from_pretrained(tmp_path, model_a):
+    HFModelDataset(str(tmp_path / "policy")).save(model_a)
+    loaded = HFModelDataset(str(tmp_path / "policy"), load_args={"dtype": "bfloat16"}).load()
+    assert {p.dtype for p in loaded.parameters()} == {torch.bfloat16}
+
+
+def test_model_class_may_be_a_dotted_path(tmp_path, model_a, input_ids):
+    HFModelDataset(str(tmp_path / "policy")).save(model_a)
+    dataset = HFModelDataset(
+        str(tmp_path / "policy"),
+        load_args=EAGER,
+        model_class="transformers.models.qwen2.modeling_qwen2.Qwen2ForCausalLM",
+    )
+    loaded = dataset.load()
+    assert type(loaded) is transformers.Qwen2ForCausalLM
+    assert torch.equal(_logits(loaded, input_ids), _logits(model_a, input_ids))
+
+
+def test_class_names_resolve_or_fail_listing_the_valid_forms():
+    assert resolve_pretrained_class("AutoModelForImageTextToText") is (
+        transformers.AutoModelForImageTextToText
+    )
+    assert resolve_pretrained_class("transformers.AutoProcessor") is transformers.AutoProcessor
+    for bad in ("AutoModelForEverything", "transformers.nope.Model", "math.sqrt"):
+        with pytest.raises(ValueError, match="AutoModelForCausalLM"):
+            resolve_pretrained_class(bad)
+    with pytest.raises(ValueError, match="not a class with from_pretrained"):
+        HFModelDataset("data/06_models/x", model_class="AutoModelForEverything")
+
+
+def test_remote_filepaths_are_refused():
+    with pytest.raises(DatasetError, match="needs a local filepath"):
+        HFModelDataset("s3://bucket/policy")
+
+
+def test_a_save_without_safetensors_is_refused(tmp_path):
+    class PickleOnlyModel:
+        def save_pretrained(self, directory):
+            (tmp_path / "policy").mkdir()
+            (tmp_path / "policy" / "pytorch_model.bin").write_bytes(b"pickle")
+
+    with pytest.raises(DatasetError, match="no \\*.safetensors"):
+        HFModelDataset(str(tmp_path / "policy")).save(PickleOnlyModel())
+
+
+def test_tokenizer_versioned_round_trip(tmp_path, tokenizer):
+    path = str(tmp_path / "tokenizer")
+    HFTokenizerDataset(path, version=Version(None, V1)).save(tokenizer)
+    loaded = HFTokenizerDataset(path, version=Version(None, None)).load()
+    text = "<translation>Wie viele Eier?</translation> 珍妮特 \\boxed{2,125} e\u0301"
+    assert loaded.encode(text) == tokenizer.encode(text)
+    assert loaded.decode(loaded.encode(text), skip_special_tokens=True) == text
+    assert (loaded.pad_token_id, loaded.eos_token_id, loaded.bos_token) == (0, 2, None)
+    assert loaded.padding_side == "left"
+    assert loaded.chat_template == tokenizer.chat_template
+    assert loaded.get_vocab() == tokenizer.get_vocab()
+
+
+def test_tokenizer_load_args_reach_from_pretrained(tmp_path, tokenizer):
+    HFTokenizerDataset(str(tmp_path / "tok")).save(tokenizer)
+    loaded = HFTokenizerDataset(str(tmp_path / "tok"), load_args={"padding_side": "right"}).load()
+    assert loaded.padding_side == "right"
+
+
+def test_processor_round_trip_through_auto_processor(tmp_path):
+    tokenizer = train_bpe_tokenizer(
+        ["a cover image of a cat"] * 5, vocab_size=300, special_tokens=["<image>"]
+    )
+    image_processor = transformers.CLIPImageProcessor(
+        size={"shortest_edge": 28}, crop_size={"height": 28, "width": 28}
+    )
+    processor = transformers.LlavaProcessor(
+        image_processor=image_processor, tokenizer=tokenizer, patch_size=14, image_token="<image>"
+    )
+    dataset = HFTokenizerDataset(str(tmp_path / "processor"), processor_class="AutoProcessor")
+    dataset.save(processor)
+    loaded = dataset.load()
+    assert type(loaded) is transformers.LlavaProcessor
+    image = np.arange(40 * 40 * 3, dtype=np.uint8).reshape(40, 40, 3)
+    inputs = {"text": ["<image> a cat"], "images": [image], "return_tensors": "pt"}
+    expected, actual = processor(**inputs), loaded(**inputs)
+    # A 28x28 crop with 14x14 patches -> 4 image tokens in place of "<image>".
+    assert actual["input_ids"][0].tolist().count(tokenizer.convert_tokens_to_ids("<image>")) == 4
+    assert torch.equal(actual["input_ids"], expected["input_ids"])
+    assert torch.equal(actual["pixel_values"], expected["pixel_values"])
+
+
+def test_catalog_yaml_config_saves_and_loads_versioned_artifacts(
+    tmp_path, tokenizer, model_a, input_ids
+):
+    config = {
+        "policy_checkpoint": {
+            "type": "creditflow.datasets.HFModelDataset",
+            "filepath": str(tmp_path / "06_models" / "policy"),
+            "versioned": True,
+            "load_args": EAGER,
+        },
+        "policy_tokenizer": {
+            "type": "creditflow.datasets.HFTokenizerDataset",
+            "filepath": str(tmp_path / "06_models" / "tokenizer"),
+            "versioned": True,
+        },
+    }
+    catalog = DataCatalog.from_config(config, save_version=V1)
+    assert not catalog.exists("policy_checkpoint")
+    catalog.save("policy_checkpoint", model_a)
+    catalog.save("policy_tokenizer", tokenizer)
+    assert (tmp_path / "06_models" / "policy" / V1 / "policy" / "model.safetensors").is_file()
+
+    fresh = DataCatalog.from_config(config)  # a later run: load the latest version
+    model, tok = fresh.load("policy_checkpoint"), fresh.load("policy_tokenizer")
+    assert torch.equal(_logits(model, input_ids), _logits(model_a, input_ids))
+    assert tok.encode("\\boxed{13}") == tokenizer.encode("\\boxed{13}")

@@ -1,0 +1,117 @@
+"""Kedro slice tests of data_ingest and checks of its catalog entries and parameters."""
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from kedro.config import OmegaConfigLoader
+from kedro.io import DataCatalog, MemoryDataset
+from kedro.runner import SequentialRunner
+
+from creditflow.ingest import check_frame, load_mathvision
+from creditflow.ingest.schemas import (
+    MATH_TEXT_SCHEMA,
+    MOVIELENS_ITEMS_SCHEMA,
+    MOVIELENS_RATINGS_SCHEMA,
+    VISUAL_SCHEMA,
+)
+from creditflow.pipelines.data_ingest import create_pipeline
+
+# Dataset -> (schema, rows on the real shared data).
+EXPECTED = {
+    "mgsm_problems": (MATH_TEXT_SCHEMA, 2000),  # 250 problems x 8 languages
+    "gsm8k_train_problems": (MATH_TEXT_SCHEMA, 7473),
+    "gsm8k_test_problems": (MATH_TEXT_SCHEMA, 923),
+    "mathvision_problems": (VISUAL_SCHEMA, 208),
+    "tabmwp_problems": (VISUAL_SCHEMA, 210),
+    "movielens_ratings": (MOVIELENS_RATINGS_SCHEMA, 71282),
+    "movielens_items": (MOVIELENS_ITEMS_SCHEMA, 9742),
+}
+
+pytestmark = pytest.mark.filterwarnings("ignore:register_new_resolver:UserWarning")
+
+
+def _conf(project_root: Path, key: str) -> dict:
+    loader = OmegaConfigLoader(str(project_root / "conf"), base_env="base", default_run_env="local")
+    return loader[key]
+
+
+def _run(pipeline, params: dict) -> dict[str, object]:
+    """Run ``pipeline`` on MemoryDatasets and return its outputs' data."""
+    catalog = DataCatalog(
+        {"params:data_ingest": MemoryDataset(params)}
+        | {name: MemoryDataset() for name in pipeline.outputs()}
+    )
+    SequentialRunner().run(pipeline, catalog)
+    return {name: catalog.load(name) for name in pipeline.outputs()}
+
+
+@pytest.fixture
+def params(project_root: Path, shared_data: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
+    """The project's own data_ingest parameters, run from the project root like kedro run."""
+    monkeypatch.chdir(project_root)
+    return _conf(project_root, "parameters")["data_ingest"]
+
+
+@pytest.mark.slow  # a whole pipeline, though only ~2 s
+def test_pipeline_ingests_every_source_with_its_schema(params: dict) -> None:
+    outputs = _run(create_pipeline(), params)
+    assert set(outputs) == set(EXPECTED)
+    for name, (schema, rows) in EXPECTED.items():
+        check_frame(outputs[name], schema)
+        assert len(outputs[name]) == rows, name
+    tabmwp = outputs["tabmwp_problems"]
+    assert tabmwp["image_path"].str.startswith("../shared/data/tabmwp_numeric300/tables/").all()
+    assert outputs["movielens_ratings"].dtypes.astype(str).to_dict() == {
+        "user_id": "int64",
+        "item_id": "int64",
+        "rating": "float64",
+        "timestamp": "int64",
+    }
+    assert str(outputs["movielens_items"]["year"].dtype) == "Int64"
+    mgsm = outputs["mgsm_problems"]
+    assert not mgsm.duplicated(["id", "language"]).any()
+
+
+def test_capped_slice_of_the_visual_nodes(params: dict) -> None:
+    pipeline = create_pipeline().only_nodes_with_tags("visual")
+    assert pipeline.outputs() == {"mathvision_problems", "tabmwp_problems"}
+    outputs = _run(pipeline, params | {"max_rows_per_source": 3})
+    assert outputs["mathvision_problems"]["id"].tolist() == [f"mathvision-{i}" for i in (4, 5, 6)]
+    # problems_shared.json lines 2, 40 and 73 open pids 385, 462 and 604.
+    assert outputs["tabmwp_problems"]["id"].tolist() == ["tabmwp-385", "tabmwp-462", "tabmwp-604"]
+    for name in pipeline.outputs():
+        check_frame(outputs[name], VISUAL_SCHEMA)
+
+
+def test_node_rejects_bad_parameters(params: dict) -> None:
+    pipeline = create_pipeline().only_nodes("ingest_tabmwp_problems")
+    with pytest.raises(ValueError, match=r"unknown parameter\(s\) \['max_row'\]"):
+        _run(pipeline, params | {"max_row": 3})
+
+
+def test_catalog_declares_every_output_as_a_versioned_primary_parquet(project_root: Path) -> None:
+    catalog = _conf(project_root, "catalog")
+    assert create_pipeline().outputs() == set(EXPECTED)
+    for name in EXPECTED:
+        assert catalog[name] == {
+            "type": "pandas.ParquetDataset",
+            "filepath": f"data/03_primary/{name}.parquet",
+            "versioned": True,
+        }
+
+
+def test_versioned_catalog_entry_saves_and_loads(
+    project_root: Path, shared_data: Path, tmp_path: Path
+) -> None:
+    entry = _conf(project_root, "catalog")["mathvision_problems"]
+    entry = entry | {"filepath": str(tmp_path / entry["filepath"])}
+    catalog = DataCatalog.from_config({"mathvision_problems": entry})
+    frame = load_mathvision(shared_data / "mathvision_testmini", max_rows=20)
+    catalog.save("mathvision_problems", frame)
+    loaded = catalog.load("mathvision_problems")
+    check_frame(loaded, VISUAL_SCHEMA)
+    # list[str] cells come back as numpy arrays (see schemas.py).
+    pd.testing.assert_frame_equal(loaded.assign(choices=loaded["choices"].map(list)), frame)
+    versions = list((tmp_path / "data/03_primary/mathvision_problems.parquet").iterdir())
+    assert len(versions) == 1 and (versions[0] / "mathvision_problems.parquet").is_file()
