@@ -1,12 +1,18 @@
-"""Kedro catalog datasets for creditflow's heavy artifacts (checkpoints, tokenizers).
+"""Kedro catalog datasets for creditflow's heavy artifacts (models, tokenizers, checkpoints).
 
 Used from ``conf/base/catalog.yml`` as ``type: creditflow.datasets.HFModelDataset``.
 """
 
+from creditflow.datasets.checkpoints import CheckpointDirectoryDataset
 from creditflow.datasets.hf_artifacts import (
     HFModelDataset,
     HFTokenizerDataset,
     resolve_pretrained_class,
 )
 
-__all__ = ["HFModelDataset", "HFTokenizerDataset", "resolve_pretrained_class"]
+__all__ = [
+    "CheckpointDirectoryDataset",
+    "HFModelDataset",
+    "HFTokenizerDataset",
+    "resolve_pretrained_class",
+]

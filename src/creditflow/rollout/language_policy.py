@@ -1,0 +1,170 @@
+"""A GRPO policy around any ``transformers`` causal LM and its tokenizer.
+
+Shape symbols: B sequences, P prompt tokens (left-padded), T completion tokens (right-padded),
+V vocabulary. Sampling uses ``model.generate``; log-probs are recomputed with one forward pass
+per batch over ``[prompt, completion]`` keeping only the completion logits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from creditflow.algorithms import topp_entropy
+from creditflow.rollout.batch import RolloutBatch
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    """How completions are drawn. ``temperature`` also divides the logits when log-probs are
+    recomputed, so old and new log-probs describe the distribution that was sampled from."""
+
+    max_new_tokens: int = 64
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    entropy_top_p: float = 0.95  # ToR's top-p for the reasoning-token entropy (SPEC section 2)
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+
+
+def completion_mask_from_eos(completion_ids: torch.Tensor, eos_ids: list[int]) -> torch.Tensor:
+    """(B, T) float mask: 1 up to and including the first EOS of each row, all 1 when none.
+
+    completion_ids: (B, T) long.
+    """
+    is_eos = torch.isin(completion_ids, torch.tensor(eos_ids, device=completion_ids.device))
+    T = completion_ids.shape[1]
+    positions = torch.arange(T, device=completion_ids.device).expand_as(completion_ids)
+    first_eos = torch.where(is_eos, positions, torch.full_like(positions, T)).min(dim=1).values
+    return (positions <= first_eos.unsqueeze(1)).float()
+
+
+class LanguagePolicy:
+    """Samples and scores completions of a causal LM for chat-formatted prompts.
+
+    Args:
+        model: a ``transformers`` causal LM (``AutoModelForCausalLM``-like).
+        tokenizer: its tokenizer; must have a pad token and a chat template (or ``use_chat_template=False``).
+        sampling: generation settings.
+        use_chat_template: wrap each prompt as a user turn with ``apply_chat_template``.
+    """
+
+    def __init__(
+        self, model, tokenizer, sampling: SamplingSettings, use_chat_template: bool = True
+    ):
+        if tokenizer.pad_token_id is None:
+            raise ValueError(
+                "the tokenizer has no pad token; set tokenizer.pad_token before training"
+            )
+        self.module = model
+        self.tokenizer = tokenizer
+        self.sampling = sampling
+        self.use_chat_template = use_chat_template
+        eos = model.generation_config.eos_token_id
+        if eos is None:
+            eos = tokenizer.eos_token_id
+        self.eos_ids = [eos] if isinstance(eos, int) else list(eos)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.module.parameters()).device
+
+    def format_prompt(self, prompt: str) -> str:
+        if not self.use_chat_template:
+            return prompt
+        return self.tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
+        )
+
+    def encode_prompts(self, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Left-padded (B, P) ids and mask for the chat-formatted prompts."""
+        self.tokenizer.padding_side = "left"
+        enc = self.tokenizer(
+            [self.format_prompt(p) for p in prompts],
+            return_tensors="pt",
+            padding=True,
+            add_special_tokens=False,
+        )
+        return enc["input_ids"].to(self.device), enc["attention_mask"].to(self.device)
+
+    @torch.no_grad()
+    def sample(
+        self, prompts: list[str], group_size: int, with_entropy: bool = False
+    ) -> RolloutBatch:
+        """Draw ``group_size`` completions per prompt; rows of one prompt are consecutive.
+        ``old_logp`` (and ``entropy`` when asked) come from one extra forward pass."""
+        prompt_ids, prompt_mask = self.encode_prompts(prompts)
+        prompt_ids = prompt_ids.repeat_interleave(group_size, dim=0)  # (B, P)
+        prompt_mask = prompt_mask.repeat_interleave(group_size, dim=0)  # (B, P)
+        was_training = self.module.training
+        self.module.eval()
+        s = self.sampling
+        output = self.module.generate(
+            input_ids=prompt_ids,
+            attention_mask=prompt_mask,
+            do_sample=True,
+            temperature=s.temperature,
+            top_p=s.top_p,
+            top_k=s.top_k,
+            max_new_tokens=s.max_new_tokens,
+            pad_token_id=self.tokenizer.pad_token_id,
+            eos_token_id=self.eos_ids,
+        )
+        self.module.train(was_training)
+        completion_ids = output[:, prompt_ids.shape[1] :]  # (B, T)
+        completion_mask = completion_mask_from_eos(completion_ids, self.eos_ids)  # (B, T)
+        completion_ids = completion_ids.masked_fill(
+            completion_mask == 0, self.tokenizer.pad_token_id
+        )
+        texts = self.tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
+        batch = RolloutBatch(
+            prompt_ids=prompt_ids,
+            prompt_mask=prompt_mask,
+            completion_ids=completion_ids,
+            completion_mask=completion_mask,
+            old_logp=torch.empty(0),
+            completion_texts=texts,
+            prompt_index=torch.arange(len(prompts)).repeat_interleave(group_size),
+            group_size=group_size,
+        )
+        batch.old_logp, batch.entropy = self.completion_logprobs(batch, with_entropy)
+        return batch
+
+    def completion_logits(self, batch: RolloutBatch) -> torch.Tensor:
+        """(B, T, V) temperature-scaled logits that predict each completion token."""
+        input_ids = torch.cat([batch.prompt_ids, batch.completion_ids], dim=1)  # (B, P+T)
+        attention_mask = torch.cat([batch.prompt_mask, batch.completion_mask.long()], dim=1)
+        # Positions count real tokens only, as generate() does for left-padded prompts;
+        # without this the recomputed log-probs drift from the sampling ones.
+        position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
+        T = batch.completion_ids.shape[1]
+        out = self.module(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            logits_to_keep=T + 1,
+            **batch.extras,
+        )
+        return out.logits[:, :-1, :].float() / self.sampling.temperature  # (B, T, V)
+
+    def completion_logprobs(
+        self, batch: RolloutBatch, with_entropy: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(B, T) log-probs of the completion tokens (with grad when enabled), and on request the
+        (B, T) top-p entropy of the next-token distribution (no grad)."""
+        logits = self.completion_logits(batch)  # (B, T, V)
+        token_logits = logits.gather(-1, batch.completion_ids.unsqueeze(-1)).squeeze(-1)  # (B, T)
+        # logsumexp avoids a second (B, T, V) tensor that log_softmax + gather would make.
+        logp = token_logits - torch.logsumexp(logits, dim=-1)  # (B, T)
+        entropy = None
+        if with_entropy:
+            entropy = topp_entropy(logits.detach(), top_p=self.sampling.entropy_top_p)
+        return logp, entropy

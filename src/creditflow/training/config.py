@@ -1,0 +1,142 @@
+"""Typed, validated training configuration built from Kedro parameters.
+
+Every field is documented once, here; ``conf/base/parameters_*.yml`` only sets values.
+Validation runs before any model is built so a broken config fails in seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+AGG_MODES = ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm")
+KL_KINDS = ("k1", "k3")
+
+
+class ConfigError(ValueError):
+    """A training configuration that cannot work; the message says which key to fix."""
+
+
+@dataclass
+class GRPOConfig:
+    """GRPO engine settings (SPEC section 0).
+
+    steps: rollout/update rounds.
+    prompts_per_step: distinct prompts per round; the rollout batch is B = prompts_per_step * group_size.
+    group_size: G, completions per prompt.
+    num_iterations: optimisation passes over each rollout batch (1 = strictly on-policy).
+    minibatch_size: sequences per optimizer step (must divide B); None = the whole batch.
+    learning_rate, weight_decay, max_grad_norm, warmup_steps: AdamW, clipping and a linear
+        warm-up (in optimizer steps) followed by cosine decay to 0.
+    clip_low, clip_high: PPO ratio clip range [1 - clip_low, 1 + clip_high].
+    beta: KL coefficient to the frozen reference (the initial policy); 0 loads no reference.
+    kl: KL estimator, one of KL_KINDS.
+    agg: loss aggregation, one of AGG_MODES.
+    max_new_tokens, temperature, top_p, top_k: sampling.
+    entropy_top_p: top-p for the per-token entropy (ToR reasoning tokens).
+    advantage: {"name": strategy, ...strategy options} (see training.strategies.ADVANTAGE_STRATEGIES).
+    token_weights: {"name": strategy, ...options} (see training.strategies.TOKEN_WEIGHT_STRATEGIES).
+    rewards: reward name -> weight; the weighted sum is the scalar reward of ``grpo``.
+    seed: seeds prompt order, sampling and tie-breaking.
+    checkpoint_every: save a resumable checkpoint every N steps (0 = only at the end).
+    keep_checkpoints: how many checkpoints to keep on disk.
+    log_samples_every: record sample completions every N steps; samples_per_log: how many.
+    """
+
+    steps: int = 20
+    prompts_per_step: int = 8
+    group_size: int = 8
+    num_iterations: int = 1
+    minibatch_size: int | None = None
+    learning_rate: float = 1e-4
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    warmup_steps: int = 2
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    beta: float = 0.0
+    kl: str = "k3"
+    agg: str = "seq-mean-token-mean"
+    max_new_tokens: int = 64
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    entropy_top_p: float = 0.95
+    advantage: dict[str, Any] = field(default_factory=lambda: {"name": "grpo"})
+    token_weights: dict[str, Any] = field(default_factory=lambda: {"name": "uniform"})
+    rewards: dict[str, float] = field(default_factory=lambda: {"reasoning": 1.0})
+    seed: int = 0
+    checkpoint_every: int = 10
+    keep_checkpoints: int = 2
+    log_samples_every: int = 5
+    samples_per_log: int = 4
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any]) -> GRPOConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(params) - known)
+        if unknown:
+            raise ConfigError(
+                f"unknown GRPO parameter(s) {unknown}; valid keys are {sorted(known)}"
+            )
+        config = cls(**params)
+        config.validate()
+        return config
+
+    @property
+    def rollout_batch_size(self) -> int:
+        return self.prompts_per_step * self.group_size
+
+    def validate(self) -> None:
+        # Imported here: strategies import this module for the config type.
+        from creditflow.training.strategies import (  # noqa: PLC0415 - import cycle
+            ADVANTAGE_STRATEGIES,
+            TOKEN_WEIGHT_STRATEGIES,
+        )
+
+        def need(condition: bool, message: str) -> None:
+            if not condition:
+                raise ConfigError(message)
+
+        for name in ("steps", "prompts_per_step", "group_size", "num_iterations", "max_new_tokens"):
+            need(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}")
+        need(
+            self.group_size >= 2,
+            f"group_size must be >= 2 for group-relative advantages, got {self.group_size}",
+        )
+        B = self.rollout_batch_size
+        if self.minibatch_size is not None:
+            need(
+                self.minibatch_size >= 1 and B % self.minibatch_size == 0,
+                f"minibatch_size ({self.minibatch_size}) must divide the rollout batch "
+                f"prompts_per_step * group_size = {B}; pick a divisor of {B} or null",
+            )
+        need(self.learning_rate > 0, f"learning_rate must be > 0, got {self.learning_rate}")
+        need(0 <= self.clip_low < 1, f"clip_low must be in [0, 1), got {self.clip_low}")
+        need(self.clip_high >= 0, f"clip_high must be >= 0, got {self.clip_high}")
+        need(self.beta >= 0, f"beta must be >= 0, got {self.beta}")
+        need(self.kl in KL_KINDS, f"kl must be one of {list(KL_KINDS)}, got {self.kl!r}")
+        need(self.agg in AGG_MODES, f"agg must be one of {list(AGG_MODES)}, got {self.agg!r}")
+        need(self.temperature > 0, f"temperature must be > 0, got {self.temperature}")
+        need(0 < self.top_p <= 1, f"top_p must be in (0, 1], got {self.top_p}")
+        need(
+            0 < self.entropy_top_p <= 1,
+            f"entropy_top_p must be in (0, 1], got {self.entropy_top_p}",
+        )
+        need(bool(self.rewards), "rewards must name at least one reward with a weight")
+        for label, spec, table in (
+            ("advantage", self.advantage, ADVANTAGE_STRATEGIES),
+            ("token_weights", self.token_weights, TOKEN_WEIGHT_STRATEGIES),
+        ):
+            need(
+                isinstance(spec, dict) and "name" in spec,
+                f"{label} must be a mapping with a 'name' key, got {spec!r}",
+            )
+            need(
+                spec["name"] in table,
+                f"unknown {label} strategy {spec['name']!r}; valid: {sorted(table)}",
+            )
+            table[spec["name"]].validate(spec, self)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

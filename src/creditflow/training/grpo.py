@@ -1,0 +1,306 @@
+"""The GRPO training loop: rollouts -> rewards -> advantages -> token weights -> clipped updates.
+
+Reads top to bottom: ``setup`` (optimizer, schedule, resume), ``train`` (one ``step`` per
+rollout batch), ``save``. Credit assignment is chosen by name in ``training.strategies``; the
+loss is ``algorithms.policy_loss`` (SPEC section 0).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+from transformers import get_cosine_schedule_with_warmup
+
+from creditflow.algorithms import policy_loss
+from creditflow.rollout.batch import Policy, RolloutBatch
+from creditflow.training.checkpoint import CheckpointStore
+from creditflow.training.config import GRPOConfig
+from creditflow.training.strategies import (
+    ADVANTAGE_STRATEGIES,
+    TOKEN_WEIGHT_STRATEGIES,
+    sign_conflict_metric,
+    weighted_reward,
+)
+
+logger = logging.getLogger(__name__)
+
+# (completions, prompt_index (B,)) -> reward name -> (B,) rewards
+RewardFn = Callable[[list[str], torch.Tensor], dict[str, torch.Tensor]]
+
+
+@dataclass
+class GRPOResult:
+    """What a run produced: one metrics row per step and a few sample completions."""
+
+    history: list[dict[str, float]] = field(default_factory=list)
+    samples: list[dict[str, Any]] = field(default_factory=list)
+
+
+def step_seed(seed: int, step: int, salt: int = 0) -> int:
+    """A distinct, reproducible seed for each (run seed, step) so a resumed run draws exactly
+    what an uninterrupted one would."""
+    return (seed * 1_000_003 + step * 7919 + salt) % (2**31 - 1)
+
+
+class GRPOTrainer:
+    """Trains ``policy`` with GRPO on ``prompts`` using ``reward_fn``.
+
+    Args:
+        policy: satisfies ``rollout.Policy`` (sample + completion_logprobs + module).
+        prompts: the prompt objects ``policy.sample`` accepts (strings for language policies).
+        reward_fn: maps the completions of a rollout batch to named (B,) rewards.
+        config: validated ``GRPOConfig``.
+        checkpoints: where resumable checkpoints go; None disables them.
+        reference: a frozen copy of the policy for the KL term; built from ``policy`` when
+            ``config.beta > 0`` and none is given, never loaded when ``beta == 0``.
+        progress: show a progress bar.
+    """
+
+    def __init__(
+        self,
+        policy: Policy,
+        prompts: Sequence[Any],
+        reward_fn: RewardFn,
+        config: GRPOConfig,
+        checkpoints: CheckpointStore | None = None,
+        reference: Policy | None = None,
+        progress: bool = True,
+    ):
+        config.validate()
+        if len(prompts) < 1:
+            raise ValueError("no prompts to train on")
+        self.policy = policy
+        self.prompts = list(prompts)
+        self.reward_fn = reward_fn
+        self.config = config
+        self.checkpoints = checkpoints
+        self.progress = progress
+        self.reference = reference
+        if config.beta > 0 and reference is None:
+            self.reference = copy.deepcopy(policy)
+            self.reference.module.requires_grad_(False).eval()
+        self.advantage = ADVANTAGE_STRATEGIES[config.advantage["name"]]
+        self.token_weights = TOKEN_WEIGHT_STRATEGIES[config.token_weights["name"]]
+        self.result = GRPOResult()
+        self.start_step = 0
+        self._setup_optimizer()
+        self._resume()
+
+    # ------------------------------------------------------------------ setup
+    def optimizer_steps_per_rollout(self) -> int:
+        B = self.config.rollout_batch_size
+        minibatch = self.config.minibatch_size or B
+        return self.config.num_iterations * (B // minibatch)
+
+    def _setup_optimizer(self) -> None:
+        c = self.config
+        params = [p for p in self.policy.module.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=c.learning_rate, weight_decay=c.weight_decay)
+        total = c.steps * self.optimizer_steps_per_rollout()
+        self.scheduler = get_cosine_schedule_with_warmup(
+            self.optimizer, num_warmup_steps=min(c.warmup_steps, total), num_training_steps=total
+        )
+
+    def _resume(self) -> None:
+        if self.checkpoints is None or (path := self.checkpoints.latest()) is None:
+            return
+        state = self.checkpoints.load(path, self.policy.module)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.result = GRPOResult(history=state["history"], samples=state["samples"])
+        self.start_step = state["step"]
+
+    # ------------------------------------------------------------------ train
+    def train(self) -> GRPOResult:
+        c = self.config
+        if self.start_step >= c.steps:
+            logger.info(
+                "checkpoint already at step %d of %d: nothing to train", self.start_step, c.steps
+            )
+            return self.result
+        bar = tqdm(
+            range(self.start_step, c.steps),
+            initial=self.start_step,
+            total=c.steps,
+            desc=f"GRPO[{c.advantage['name']}/{c.token_weights['name']}]",
+            disable=not self.progress,
+        )
+        for step in bar:
+            metrics = self.step(step)
+            self.result.history.append(metrics)
+            bar.set_postfix(
+                reward=f"{metrics['reward/total']:.3f}", kl=f"{metrics['actor/kl']:.3g}"
+            )
+            done = step + 1
+            if self.checkpoints is not None and (
+                done == c.steps or (c.checkpoint_every and done % c.checkpoint_every == 0)
+            ):
+                self.save(done)
+        return self.result
+
+    def step(self, step: int) -> dict[str, float]:
+        """One rollout batch and its updates; returns the step's namespaced metrics."""
+        c = self.config
+        torch.manual_seed(step_seed(c.seed, step))
+        t0 = time.perf_counter()
+        batch = self.rollout(step)
+        t_rollout = time.perf_counter() - t0
+
+        rewards = self.reward_fn(batch.completion_texts, batch.prompt_index)  # name -> (B,)
+        advantages, adv_metrics = self.advantage.compute(
+            c.advantage, rewards, batch, self.policy, c
+        )  # (B, T)
+        weight_context = {"generator": torch.Generator().manual_seed(step_seed(c.seed, step, 1))}
+        weights, weight_metrics = self.token_weights.compute(
+            c.token_weights, batch, self.policy, weight_context
+        )  # (B, T)
+        ref_logp = None
+        if c.beta > 0:
+            with torch.no_grad():
+                ref_logp, _ = self.reference.completion_logprobs(batch)  # (B, T)
+        t1 = time.perf_counter()
+        update_metrics = self.update(step, batch, advantages, weights, ref_logp)
+        t_update = time.perf_counter() - t1
+
+        mask = batch.completion_mask
+        metrics: dict[str, float] = {"step": float(step + 1)}
+        total = weighted_reward(rewards, c.rewards)
+        metrics["reward/total"] = total.mean().item()
+        metrics["reward/total_std"] = total.std().item() if total.numel() > 1 else 0.0
+        for name, values in rewards.items():
+            metrics[f"reward/{name}"] = values.mean().item()
+        metrics.update(
+            sign_conflict_metric(
+                rewards,
+                batch.group_size,
+                c.advantage.get("translation_reward", "translation"),
+                c.advantage.get("reasoning_reward", "reasoning"),
+            )
+        )
+        metrics.update(adv_metrics)
+        metrics.update(weight_metrics)
+        metrics.update(update_metrics)
+        if batch.entropy is not None:
+            metrics["actor/entropy"] = (
+                (batch.entropy * mask).sum() / mask.sum().clamp(min=1)
+            ).item()
+        metrics["completion/length"] = mask.sum(dim=1).mean().item()
+        metrics["lr"] = self.scheduler.get_last_lr()[0]
+        metrics["time/rollout_s"] = t_rollout
+        metrics["time/update_s"] = t_update
+        metrics["time/step_s"] = time.perf_counter() - t0
+        self._record_samples(step, batch, rewards)
+        return metrics
+
+    def rollout(self, step: int) -> RolloutBatch:
+        """Draw ``prompts_per_step`` prompts (seeded by step) and G completions for each."""
+        c = self.config
+        generator = torch.Generator().manual_seed(step_seed(c.seed, step, 2))
+        picked = torch.randperm(len(self.prompts), generator=generator)[: c.prompts_per_step]
+        if (
+            len(picked) < c.prompts_per_step
+        ):  # fewer prompts than a step needs: draw with replacement
+            picked = torch.randint(len(self.prompts), (c.prompts_per_step,), generator=generator)
+        batch = self.policy.sample(
+            [self.prompts[i] for i in picked.tolist()], c.group_size, with_entropy=True
+        )
+        batch.prompt_index = picked.repeat_interleave(c.group_size)
+        return batch
+
+    def update(
+        self,
+        step: int,
+        batch: RolloutBatch,
+        advantages: torch.Tensor,
+        weights: torch.Tensor,
+        ref_logp: torch.Tensor | None,
+    ) -> dict[str, float]:
+        """``num_iterations`` passes of clipped-surrogate updates over shuffled minibatches."""
+        c = self.config
+        B = batch.batch_size
+        minibatch = c.minibatch_size or B
+        generator = torch.Generator().manual_seed(step_seed(c.seed, step, 3))
+        sums: dict[str, float] = {}
+        n_updates = 0
+        self.policy.module.train()
+        for _ in range(c.num_iterations):
+            order = torch.randperm(B, generator=generator)
+            for start in range(0, B, minibatch):
+                rows = order[start : start + minibatch]
+                metrics = self.optimizer_step(
+                    batch.select(rows),
+                    advantages[rows],
+                    weights[rows],
+                    None if ref_logp is None else ref_logp[rows],
+                )
+                for key, value in metrics.items():
+                    sums[key] = sums.get(key, 0.0) + value
+                n_updates += 1
+        return {key: value / n_updates for key, value in sums.items()}
+
+    def optimizer_step(
+        self,
+        batch: RolloutBatch,
+        advantages: torch.Tensor,
+        weights: torch.Tensor,
+        ref_logp: torch.Tensor | None,
+    ) -> dict[str, float]:
+        """Forward, ``policy_loss``, backward, clip, step, on one minibatch."""
+        c = self.config
+        logp, _ = self.policy.completion_logprobs(batch)  # (b, T)
+        loss, metrics = policy_loss(
+            logp,
+            batch.old_logp,
+            advantages,
+            batch.completion_mask,
+            weights=weights,
+            clip_low=c.clip_low,
+            clip_high=c.clip_high,
+            agg=c.agg,
+            ref_logp=ref_logp,
+            beta=c.beta,
+            kl=c.kl,
+            max_len=c.max_new_tokens,
+        )
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.module.parameters(), c.max_grad_norm)
+        self.optimizer.step()
+        self.scheduler.step()
+        return {"actor/loss": loss.item(), "actor/grad_norm": float(grad_norm), **metrics}
+
+    def _record_samples(
+        self, step: int, batch: RolloutBatch, rewards: dict[str, torch.Tensor]
+    ) -> None:
+        c = self.config
+        if c.log_samples_every <= 0 or step % c.log_samples_every != 0:
+            return
+        for row in range(min(c.samples_per_log, batch.batch_size)):
+            sample = {
+                "step": step + 1,
+                "prompt_index": int(batch.prompt_index[row]),
+                "completion": batch.completion_texts[row],
+            }
+            sample.update({f"reward/{k}": float(v[row]) for k, v in rewards.items()})
+            self.result.samples.append(sample)
+
+    # ------------------------------------------------------------------ save
+    def save(self, step: int) -> None:
+        self.checkpoints.save(
+            step,
+            self.policy.module,
+            {
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(),
+                "history": self.result.history,
+                "samples": self.result.samples,
+                "config": self.config.to_dict(),
+            },
+        )

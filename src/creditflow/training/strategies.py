@@ -1,0 +1,131 @@
+"""Credit-assignment strategies, chosen by name from two small tables.
+
+Advantage strategies turn per-completion rewards into (B, T) token advantages; token-weight
+strategies give the (B, T) weights ``w`` of the loss (SPEC section 0). Adding a method means
+adding a row here, not a branch in the training loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from creditflow.algorithms import (
+    group_zscore,
+    segment_token_advantages,
+    sign_conflict_rate,
+    tapo_advantages,
+)
+from creditflow.rollout.batch import RolloutBatch
+from creditflow.training.segments import REASONING, translation_segment_ids
+
+if TYPE_CHECKING:
+    from creditflow.training.config import GRPOConfig
+
+Metrics = dict[str, float]
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """A named strategy: ``compute`` does the work, ``validate`` checks its options up front."""
+
+    compute: Callable[..., tuple[torch.Tensor, Metrics]]
+    validate: Callable[[dict[str, Any], GRPOConfig], None]
+
+
+def _no_options(spec: dict[str, Any], config: GRPOConfig) -> None:
+    extra = sorted(set(spec) - {"name"})
+    if extra:
+        raise ValueError(f"strategy {spec['name']!r} takes no options, got {extra}")
+
+
+def weighted_reward(rewards: dict[str, torch.Tensor], weights: dict[str, float]) -> torch.Tensor:
+    """(B,) sum of weight * reward over the configured rewards."""
+    return sum(weight * rewards[name] for name, weight in weights.items())
+
+
+# ---------------------------------------------------------------- advantages
+def grpo_advantages(
+    spec: dict[str, Any],
+    rewards: dict[str, torch.Tensor],
+    batch: RolloutBatch,
+    policy: Any,
+    config: GRPOConfig,
+) -> tuple[torch.Tensor, Metrics]:
+    """Trajectory-level GRPO: zscore of the weighted reward sum on every token. -> (B, T)"""
+    total = weighted_reward(rewards, config.rewards)  # (B,)
+    adv = group_zscore(total, batch.group_size)  # (B,)
+    token_adv = adv.unsqueeze(1) * batch.completion_mask  # (B, T)
+    return token_adv, {"adv/abs_mean": adv.abs().mean().item()}
+
+
+def _validate_tapo(spec: dict[str, Any], config: GRPOConfig) -> None:
+    allowed = {"name", "alpha", "translation_reward", "reasoning_reward"}
+    extra = sorted(set(spec) - allowed)
+    if extra:
+        raise ValueError(f"tapo advantage takes {sorted(allowed)}, got unknown {extra}")
+    alpha = spec.get("alpha", 0.5)
+    if not 0.0 <= float(alpha) <= 1.0:
+        raise ValueError(f"advantage.alpha must be in [0, 1], got {alpha}")
+
+
+def tapo_token_advantages(
+    spec: dict[str, Any],
+    rewards: dict[str, torch.Tensor],
+    batch: RolloutBatch,
+    policy: Any,
+    config: GRPOConfig,
+) -> tuple[torch.Tensor, Metrics]:
+    """TAPO step-level advantages (SPEC section 1): translation tokens get
+    alpha*A_trans + (1-alpha)*A_reason, reasoning tokens A_reason. -> (B, T)"""
+    r_trans = rewards[spec.get("translation_reward", "translation")]  # (B,)
+    r_reason = rewards[spec.get("reasoning_reward", "reasoning")]  # (B,)
+    adv_trans, adv_reason = tapo_advantages(
+        r_trans, r_reason, batch.group_size, float(spec.get("alpha", 0.5))
+    )
+    # Column order follows the segment ids: TRANSLATION = 0, REASONING = 1.
+    segment_adv = torch.stack([adv_trans, adv_reason], dim=1)  # (B, 2)
+    segment_ids = translation_segment_ids(
+        batch.completion_ids, batch.completion_mask, batch.completion_texts, policy.tokenizer
+    )  # (B, T)
+    token_adv = segment_token_advantages(segment_adv, segment_ids)  # (B, T)
+    reasoning_tokens = (segment_ids == REASONING).float().sum()
+    return token_adv, {
+        "adv/abs_mean": token_adv.abs().sum().item()
+        / batch.completion_mask.sum().clamp(min=1).item(),
+        "adv/reasoning_token_frac": (
+            reasoning_tokens / batch.completion_mask.sum().clamp(min=1)
+        ).item(),
+    }
+
+
+ADVANTAGE_STRATEGIES: dict[str, Strategy] = {
+    "grpo": Strategy(grpo_advantages, _no_options),
+    "tapo": Strategy(tapo_token_advantages, _validate_tapo),
+}
+
+
+# ---------------------------------------------------------------- token weights
+def uniform_weights(
+    spec: dict[str, Any], batch: RolloutBatch, policy: Any, context: dict[str, Any]
+) -> tuple[torch.Tensor, Metrics]:
+    """Plain GRPO: every valid token weighs 1. -> (B, T)"""
+    return batch.completion_mask.clone(), {}
+
+
+TOKEN_WEIGHT_STRATEGIES: dict[str, Strategy] = {
+    "uniform": Strategy(uniform_weights, _no_options),
+}
+
+
+def sign_conflict_metric(
+    rewards: dict[str, torch.Tensor], group_size: int, translation: str, reasoning: str
+) -> Metrics:
+    """``adv/sign_conflict_rate`` (SPEC section 1) when both TAPO rewards are present."""
+    if translation not in rewards or reasoning not in rewards:
+        return {}
+    rate = sign_conflict_rate(rewards[translation], rewards[reasoning], group_size)
+    return {"adv/sign_conflict_rate": float(rate)}
