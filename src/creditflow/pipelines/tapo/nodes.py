@@ -44,10 +44,12 @@ def train_tapo_tokenizer(tapo_train_tasks: pd.DataFrame, params: dict[str, Any])
         return load_tokenizer(params["policy"]["name_or_path"])
     texts = [tapo_prompt(q) for q in tapo_train_tasks["question"]]
     texts += _sft_targets(tapo_train_tasks)
+    settings = params["tokenizer"]
     return train_bpe_tokenizer(
         texts,
-        params["tokenizer"]["vocab_size"],
-        special_tokens=params["tokenizer"]["special_tokens"],
+        settings["vocab_size"],
+        special_tokens=settings["special_tokens"],
+        model_max_length=settings["model_max_length"],
     )
 
 
