@@ -36,3 +36,8 @@ lint: $(STAMP)
 format: $(STAMP)
 	$(BIN)/ruff check --fix src tests benchmarks
 	$(BIN)/ruff format src tests benchmarks
+
+# Static kedro-viz site of the pipelines in build/ (git-ignored): open it with
+# `python -m http.server -d build`, or run the live app with `kedro viz run` instead.
+viz: $(STAMP)
+	$(BIN)/kedro viz build

@@ -2,11 +2,12 @@
 from the Kedro defaults. For further information, including these default values, see
 https://docs.kedro.org/en/stable/configure/configuration_basics/#configuration"""
 
-# Instantiated project hooks.
-# For example, after creating a hooks.py and defining a ProjectHooks class there, do
-# from creditflow.hooks import ProjectHooks
+# Instantiated project hooks (docs/reproducibility.md): a JSON manifest per run in
+# data/08_reporting/run_manifests/, and MLflow tracking configured by params:tracking.
+from creditflow.hooks import MlflowTrackingHook, RunManifestHook  # noqa: E402
+
 # Hooks are executed in a Last-In-First-Out (LIFO) order.
-# HOOKS = (ProjectHooks(),)
+HOOKS = (RunManifestHook(), MlflowTrackingHook())
 
 # Installed plugins for which to disable hook auto-registration.
 # DISABLE_HOOKS_FOR_PLUGINS = ("kedro-viz",)

@@ -69,7 +69,7 @@ def create_pipeline(**kwargs) -> Pipeline:
                     f"tapo_checkpoints_{strategy}",
                     PARAMS,
                 ],
-                [f"tapo_policy_{strategy}", f"tapo_metrics_{strategy}", f"tapo_samples_{strategy}"],
+                [f"tapo_policy_{strategy}", f"tapo_{strategy}_metrics", f"tapo_samples_{strategy}"],
                 name=f"train_tapo_policy_{strategy}",
             ),
             Node(
@@ -95,7 +95,7 @@ def create_pipeline(**kwargs) -> Pipeline:
             PARAMS,
             "tapo_results_sft",
             *(f"tapo_results_{s}" for s in STRATEGIES),
-            *(f"tapo_metrics_{s}" for s in STRATEGIES),
+            *(f"tapo_{s}_metrics" for s in STRATEGIES),
         ],
         ["tapo_comparison", "tapo_reward_curves"],
         name="compare_tapo_strategies",

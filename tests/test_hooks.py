@@ -1,0 +1,275 @@
+"""RunManifestHook: manifests of tiny versioned runs, through Kedro's hook manager and runner,
+and of a real ``KedroSession`` run of the project (conf copied into tmp_path)."""
+
+import json
+import platform
+import shutil
+import subprocess
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+import torch
+from kedro.framework.hooks.manager import _create_hook_manager
+from kedro.framework.session import KedroSession
+from kedro.framework.startup import bootstrap_project
+from kedro.io import DataCatalog
+from kedro.pipeline import Node, Pipeline
+from kedro.runner import SequentialRunner
+from mlflow.tracking import MlflowClient
+
+from creditflow.hooks import (
+    MANIFEST_DIR,
+    RunManifestHook,
+    find_seeds,
+    git_state,
+    package_versions,
+)
+
+pytestmark = pytest.mark.filterwarnings("ignore:register_new_resolver:UserWarning")
+
+SAVE_VERSION = "2026-01-02T03.04.05.678Z"
+OLD, NEW = "2025-01-01T00.00.00.000Z", "2025-06-01T00.00.00.000Z"
+PARAMETERS = {
+    "tiny": {"scale": 3, "seed": 7, "sampler": {"data_seed": 11}},
+    # Not an input of the tiny pipeline: neither it nor its seed belongs in the manifest.
+    "unused": {"seed": 99},
+}
+
+
+def run_like_session(
+    hooks: list[Any],
+    pipeline: Pipeline,
+    catalog: DataCatalog,
+    parameters: dict[str, Any],
+    project_path: Path,
+    run_id: str = SAVE_VERSION,
+) -> None:
+    """Call the hooks in the order ``KedroSession.run`` does (kedro/framework/session/session.py).
+
+    The hook manager checks each hook implementation's argument names against Kedro's specs.
+    """
+    manager = _create_hook_manager()
+    for hook in hooks:
+        manager.register(hook)
+    catalog["parameters"] = parameters
+    for name, value in parameters.items():
+        catalog[f"params:{name}"] = value
+    manager.hook.after_catalog_created(
+        catalog=catalog,
+        conf_catalog={},
+        conf_creds={},
+        parameters=parameters,
+        save_version=run_id,
+        load_versions={},
+    )
+    run_params = {"run_id": run_id, "project_path": project_path.as_posix(), "env": "local"}
+    manager.hook.before_pipeline_run(run_params=run_params, pipeline=pipeline, catalog=catalog)
+    try:
+        result = SequentialRunner().run(pipeline, catalog, manager, run_id=run_id)
+    except Exception as error:
+        manager.hook.on_pipeline_error(
+            error=error, run_params=run_params, pipeline=pipeline, catalog=catalog
+        )
+        raise
+    manager.hook.after_pipeline_run(
+        run_params=run_params, run_result=result, pipeline=pipeline, catalog=catalog
+    )
+
+
+def scale_table(table: pd.DataFrame, lookup: pd.DataFrame, params: dict) -> pd.DataFrame:
+    return table.assign(x=table["x"] * params["scale"] + lookup["offset"].sum())
+
+
+def summarise(table: pd.DataFrame) -> float:
+    return float(table["x"].sum())
+
+
+def explode(table: pd.DataFrame) -> float:
+    raise RuntimeError(f"boom after reading {len(table)} rows")
+
+
+TINY = Pipeline(
+    [
+        Node(scale_table, ["raw_table", "lookup_table", "params:tiny"], "scaled_table"),
+        Node(summarise, "scaled_table", "summary"),
+    ]
+)
+
+
+def _write_version(root: Path, name: str, version: str, frame: pd.DataFrame) -> None:
+    path = root / f"{name}.csv" / version / f"{name}.csv"
+    path.parent.mkdir(parents=True)
+    frame.to_csv(path, index=False)
+
+
+def _catalog(data: Path, load_versions: dict[str, str]) -> DataCatalog:
+    config = {
+        name: {
+            "type": "pandas.CSVDataset",
+            "filepath": str(data / f"{name}.csv"),
+            "versioned": True,
+        }
+        for name in ("raw_table", "lookup_table", "scaled_table")
+    }
+    return DataCatalog.from_config(config, load_versions=load_versions, save_version=SAVE_VERSION)
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A clean git work tree (manifests under data/ are git-ignored, as in the real repo)."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / ".gitignore").write_text("data/\n")
+    git = ["git", "-C", str(project), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", ".gitignore"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "init"], check=True)
+    return project
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> Path:
+    """Two versions of each input table; the newer raw_table would give other outputs."""
+    data = tmp_path / "data"
+    _write_version(data, "raw_table", OLD, pd.DataFrame({"x": [1, 2]}))
+    _write_version(data, "raw_table", NEW, pd.DataFrame({"x": [100, 200]}))
+    _write_version(data, "lookup_table", OLD, pd.DataFrame({"offset": [1000]}))
+    _write_version(data, "lookup_table", NEW, pd.DataFrame({"offset": [1, -1]}))
+    return data
+
+
+def _manifest(project: Path, run_id: str = SAVE_VERSION) -> dict[str, Any]:
+    return json.loads((project / MANIFEST_DIR / f"{run_id}.json").read_text())
+
+
+def test_manifest_of_a_versioned_run(project: Path, data: Path) -> None:
+    catalog = _catalog(data, load_versions={"raw_table": OLD})
+    run_like_session([RunManifestHook()], TINY, catalog, PARAMETERS, project)
+
+    # raw_table pinned to OLD: x = [1, 2] * 3 + (1 - 1) (lookup_table unpinned -> NEW).
+    scaled = catalog.load("scaled_table")
+    assert scaled["x"].tolist() == [3, 6]
+    manifest = _manifest(project)
+    assert manifest["run_id"] == SAVE_VERSION == manifest["save_version"]
+    assert manifest["status"] == "completed" and manifest["error"] is None
+    csv = "CSVDataset"
+    assert manifest["datasets"] == {
+        "loaded": {
+            "raw_table": {"type": csv, "version": OLD},
+            "lookup_table": {"type": csv, "version": NEW},
+            "scaled_table": {"type": csv, "version": SAVE_VERSION},
+        },
+        "saved": {
+            "scaled_table": {"type": csv, "version": SAVE_VERSION},
+            "summary": {"type": "MemoryDataset", "version": None},
+        },
+    }
+    assert manifest["parameters"] == {"tiny": PARAMETERS["tiny"]}
+    assert manifest["seeds"] == {"tiny.seed": 7, "tiny.sampler.data_seed": 11}
+    head = subprocess.run(
+        ["git", "-C", str(project), "rev-parse", "HEAD"], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    assert manifest["git"] == {"commit": head, "dirty": False}
+    packages = manifest["packages"]
+    assert packages["python"] == platform.python_version()
+    assert packages["kedro"] == metadata.version("kedro")
+    assert packages["torch"] == torch.__version__
+    assert set(packages) >= {"transformers", "kedro-datasets", "accelerate", "numpy", "pandas"}
+    assert manifest["device"]["type"] == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert manifest["started_at"] <= manifest["finished_at"]
+    assert manifest["run_params"]["project_path"] == project.as_posix()
+
+
+def test_failed_run_gets_a_manifest_and_a_reused_hook_starts_afresh(
+    project: Path, data: Path
+) -> None:
+    hook = RunManifestHook()
+    run_like_session([hook], TINY, _catalog(data, {}), PARAMETERS, project)
+    failing = Pipeline([Node(explode, "raw_table", "never_saved")])
+    with pytest.raises(RuntimeError, match="boom after reading 2 rows"):
+        run_like_session([hook], failing, _catalog(data, {}), PARAMETERS, project, run_id="r2")
+
+    manifest = _manifest(project, "r2")
+    assert manifest["status"] == "failed"
+    assert manifest["error"] == "RuntimeError: boom after reading 2 rows"
+    # Only what the second run touched: the first run's loads and saves are not carried over.
+    assert manifest["datasets"] == {
+        "loaded": {"raw_table": {"type": "CSVDataset", "version": NEW}},
+        "saved": {},
+    }
+    assert manifest["parameters"] == {} and manifest["seeds"] == {}
+    assert _manifest(project)["status"] == "completed"
+
+
+def test_git_state_clean_dirty_and_absent(project: Path, tmp_path: Path, monkeypatch) -> None:
+    assert git_state(project)["dirty"] is False
+    (project / "new_module.py").write_text("")  # untracked, not ignored: code that may run
+    state = git_state(project)
+    assert state["dirty"] is True and len(state["commit"]) == 40
+    outside = tmp_path / "not_a_repo"
+    outside.mkdir()
+    assert git_state(outside) == {"commit": None, "dirty": None}
+    monkeypatch.setenv("PATH", "")  # no git executable at all
+    assert git_state(project) == {"commit": None, "dirty": None}
+
+
+def test_find_seeds_walks_mappings_only() -> None:
+    params = {
+        "seed": 0,
+        "train": {"seed": 1, "lr": 0.1, "rollout": {"sampling_seed": 2, "seeds": [3, 4]}},
+        "eval": {"seeded": True, "reseed": 5},
+    }
+    # "seeds" and "seeded" are not seed names; "reseed" does not end in "_seed".
+    assert find_seeds(params) == {"seed": 0, "train.seed": 1, "train.rollout.sampling_seed": 2}
+
+
+def test_package_versions_report_missing_distributions(monkeypatch) -> None:
+    monkeypatch.setattr("creditflow.hooks.MANIFEST_PACKAGES", ("numpy", "no-such-dist-xyz"))
+    assert package_versions() == {
+        "python": platform.python_version(),
+        "numpy": metadata.version("numpy"),
+        "no-such-dist-xyz": None,
+    }
+
+
+def test_session_run_of_the_project_writes_manifest_and_mlflow_run(
+    project_root: Path, shared_data: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """One data_ingest node through ``KedroSession`` with the hooks of settings.py.
+
+    The project's conf is copied to tmp_path, so the session's project path (where relative
+    catalog paths, manifests and mlruns/ resolve) is tmp_path and the repo stays untouched.
+    """
+    for name in ("conf/base", "pyproject.toml"):
+        copy = shutil.copytree if (project_root / name).is_dir() else shutil.copy
+        copy(project_root / name, tmp_path / name)
+    (tmp_path / "conf/local").mkdir()
+    (tmp_path / "src").mkdir()  # bootstrap_project checks it; the package is installed
+    monkeypatch.chdir(tmp_path)  # kedro-viz's run hooks write .viz/ under the cwd's project
+    bootstrap_project(tmp_path)
+    overrides = {"data_ingest": {"max_rows_per_source": 3, "shared_data_dir": str(shared_data)}}
+    with KedroSession.create(project_path=tmp_path, runtime_params=overrides) as session:
+        run_id = session.session_id
+        session.run(pipeline_names=["data_ingest"], node_names=["ingest_mathvision_problems"])
+
+    manifest = _manifest(tmp_path, run_id)
+    assert manifest["status"] == "completed"
+    assert manifest["parameters"]["data_ingest"]["max_rows_per_source"] == 3
+    assert manifest["run_params"]["node_names"] == ["ingest_mathvision_problems"]
+    assert manifest["datasets"]["saved"] == {
+        "mathvision_problems": {"type": "ParquetDataset", "version": run_id}
+    }
+    saved = tmp_path / "data/03_primary/mathvision_problems.parquet" / run_id
+    assert len(pd.read_parquet(saved / "mathvision_problems.parquet")) == 3
+    assert not any(run_id in str(path) for path in (project_root / "data").rglob("*"))
+
+    # MlflowTrackingHook, enabled by conf/base/parameters_tracking.yml, filed the same run.
+    client = MlflowClient((tmp_path / "mlruns").as_uri())
+    experiment = client.get_experiment_by_name("creditflow")
+    (run,) = client.search_runs([experiment.experiment_id])
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["kedro.run_id"] == run_id
+    assert run.data.params["data_ingest.max_rows_per_source"] == "3"
