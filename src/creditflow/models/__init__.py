@@ -1,4 +1,4 @@
-"""The model layer: a locally trained tokenizer, a tiny Qwen2 builder and the policy loader.
+"""The model layer: a locally trained tokenizer, tiny Qwen2 / Qwen2.5-VL builders, policy loaders.
 
 Shape symbols: ``B`` sequences, ``T`` tokens, ``V`` vocabulary.
 """
@@ -18,6 +18,20 @@ from creditflow.models.tokenizer import (
     load_tokenizer,
     train_bpe_tokenizer,
 )
+from creditflow.models.vision import (
+    IMAGE_PAD_TOKEN,
+    VISION_TOKENS,
+    VL_CHAT_TEMPLATE,
+    ImageOnlyQwen2_5_VLProcessor,
+    build_tiny_processor,
+    build_tiny_qwen2_5_vl,
+    load_vl_policy,
+    sequence_forward_inputs,
+    text_only_prompt_inputs,
+    train_vl_tokenizer,
+    vision_token_ids,
+    vl_prompt_inputs,
+)
 
 __all__ = [
     "ATTN_IMPLEMENTATIONS",
@@ -31,4 +45,16 @@ __all__ = [
     "load_policy",
     "load_tokenizer",
     "train_bpe_tokenizer",
+    "IMAGE_PAD_TOKEN",
+    "VISION_TOKENS",
+    "VL_CHAT_TEMPLATE",
+    "ImageOnlyQwen2_5_VLProcessor",
+    "build_tiny_processor",
+    "build_tiny_qwen2_5_vl",
+    "load_vl_policy",
+    "sequence_forward_inputs",
+    "text_only_prompt_inputs",
+    "train_vl_tokenizer",
+    "vision_token_ids",
+    "vl_prompt_inputs",
 ]
