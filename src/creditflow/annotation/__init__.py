@@ -1,0 +1,29 @@
+"""Item annotators for the experience model (SPEC 3.1): the schema, a measuring heuristic and a VLM client."""
+
+from creditflow.annotation.base import ANNOTATORS, Annotator, build_annotator
+from creditflow.annotation.heuristic import HeuristicAnnotator
+from creditflow.annotation.openai_backend import OpenAIAnnotator
+from creditflow.annotation.schema import (
+    ANNOTATION_COLUMNS,
+    DIMENSIONS,
+    ITEM_COLUMNS,
+    SCHEMA_DESCRIPTION,
+    Annotation,
+    AnnotationParseError,
+    parse_annotation,
+)
+
+__all__ = [
+    "ANNOTATION_COLUMNS",
+    "ANNOTATORS",
+    "DIMENSIONS",
+    "ITEM_COLUMNS",
+    "SCHEMA_DESCRIPTION",
+    "Annotation",
+    "AnnotationParseError",
+    "Annotator",
+    "HeuristicAnnotator",
+    "OpenAIAnnotator",
+    "build_annotator",
+    "parse_annotation",
+]

@@ -1,0 +1,220 @@
+"""The item-annotation schema y of SPEC 3.1 and the tolerant parser of annotator output.
+
+An annotation is one flat JSON object::
+
+    {
+        "sharpness": 4,
+        "exposure": 3,
+        "noise": 5,
+        "title_informativeness": 2,
+        "relevance": 4,
+        "overall": 3.6,
+        "analysis": "The cover is sharp ...",
+    }
+
+Each dimension is an integer score from 1 (worst) to 5 (best experience; a ``noise`` of 5 means
+a clean image), ``overall`` a number in [1, 5] and ``analysis`` the non-empty reasoning text.
+The same JSON is what an annotator writes, what the ExpModel learns to generate in SFT
+(SPEC 3.2), and what :func:`parse_annotation` reads back.
+
+This module also fixes the frame every annotator returns (``ANNOTATION_COLUMNS``) and the item
+fields an annotator may read (``ITEM_COLUMNS``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+import pandas as pd
+
+DIMENSIONS = ("sharpness", "exposure", "noise", "title_informativeness", "relevance")
+SCORE_MIN, SCORE_MAX = 1, 5
+STATUSES = ("ok", "failed")
+
+# An annotator sees only these fields; the hidden true_* columns of the synthetic catalogue
+# (creditflow.tasks.reranking) never reach it.
+ITEM_COLUMNS = ("item_id", "category", "title", "image_png")
+ANNOTATION_COLUMNS = (
+    "item_id",
+    "status",
+    "overall",
+    *DIMENSIONS,
+    "analysis",
+    "raw_text",
+    "attempts",
+    "error",
+)
+
+DIMENSION_MEANINGS: Mapping[str, str] = MappingProxyType(
+    {
+        "sharpness": "is the cover in focus (5) or blurry (1)",
+        "exposure": "is the cover well exposed (5) or too dark / washed out (1)",
+        "noise": "is the cover clean (5) or grainy with pixel noise (1)",
+        "title_informativeness": "does the title say concretely what the video shows (5) "
+        "or is it vague / click-bait (1)",
+        "relevance": "does the item stay on its topic (5) or mix in unrelated content (1)",
+    }
+)
+SCHEMA_DESCRIPTION = (
+    "Answer with one JSON object and nothing else, with these keys:\n"
+    + "".join(f'- "{d}": integer 1-5, {DIMENSION_MEANINGS[d]}\n' for d in DIMENSIONS)
+    + '- "overall": number 1-5, the overall viewing experience\n'
+    + '- "analysis": a few sentences explaining the scores\n'
+)
+
+_FENCE = re.compile(r"```[A-Za-z0-9_-]*\s*\n?(.*?)```", re.DOTALL)
+
+
+class AnnotationParseError(ValueError):
+    """Annotator output that holds no valid annotation; the message says what was wrong."""
+
+
+@dataclass(frozen=True)
+class Annotation:
+    """One item's scores (integers 1-5 per ``DIMENSIONS``), overall score and analysis text."""
+
+    scores: Mapping[str, int]
+    overall: float
+    analysis: str
+
+    def __post_init__(self) -> None:
+        _validate_fields({**self.scores, "overall": self.overall, "analysis": self.analysis})
+        object.__setattr__(
+            self, "scores", MappingProxyType({d: self.scores[d] for d in DIMENSIONS})
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Flat dict in schema order: dimensions, ``overall``, ``analysis``."""
+        return {**self.scores, "overall": self.overall, "analysis": self.analysis}
+
+    def to_json(self) -> str:
+        """The canonical JSON text of the annotation; ``parse_annotation`` reads it back."""
+        return json.dumps(self.to_dict(), ensure_ascii=False)
+
+
+def parse_annotation(text: str) -> Annotation:
+    """Extract and validate the annotation JSON object from model output.
+
+    Tolerates leading or trailing prose and Markdown code fences: fenced blocks are tried
+    first, then the whole text; in each, the first ``{`` from which a JSON object decodes is
+    taken. Keys outside the schema are ignored.
+
+    Raises:
+        AnnotationParseError: no JSON object in the text, a key missing, a score not an
+            integer in [1, 5], ``overall`` not a number in [1, 5] or ``analysis`` empty.
+
+    >>> parse_annotation(
+    ...     'Sure! {"sharpness": 4, "exposure": 3, "noise": 5, "title_informativeness": 2, '
+    ...     '"relevance": 4, "overall": 3.5, "analysis": "Sharp but dim."}'
+    ... ).overall
+    3.5
+    """
+    if not isinstance(text, str):
+        raise AnnotationParseError(f"expected the model output as str, got {type(text).__name__}")
+    payload = _first_json_object(text)
+    _validate_fields(payload)
+    return Annotation(
+        scores={d: int(payload[d]) for d in DIMENSIONS},
+        overall=float(payload["overall"]),
+        analysis=payload["analysis"].strip(),
+    )
+
+
+def _first_json_object(text: str) -> dict[str, Any]:
+    decoder = json.JSONDecoder()
+    for block in [*_FENCE.findall(text), text]:
+        for start in (m.start() for m in re.finditer(r"\{", block)):
+            try:
+                value, _ = decoder.raw_decode(block, start)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(value, dict):
+                return value
+    preview = text.strip().replace("\n", " ")[:120]
+    raise AnnotationParseError(f"no JSON object found in the model output: {preview!r}")
+
+
+def _validate_fields(payload: Mapping[str, Any]) -> None:
+    missing = [k for k in (*DIMENSIONS, "overall", "analysis") if k not in payload]
+    if missing:
+        raise AnnotationParseError(
+            f"annotation is missing keys {missing}; expected {[*DIMENSIONS, 'overall', 'analysis']}"
+        )
+    for dim in DIMENSIONS:
+        value = payload[dim]
+        # JSON has one number type: 4.0 is the integer 4, 4.5 is not a score.
+        is_integral = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+        if isinstance(value, bool) or not is_integral or not SCORE_MIN <= value <= SCORE_MAX:
+            raise AnnotationParseError(
+                f"{dim} must be an integer in [{SCORE_MIN}, {SCORE_MAX}], got {value!r}"
+            )
+    overall = payload["overall"]
+    if (
+        isinstance(overall, bool)
+        or not isinstance(overall, int | float)
+        or not math.isfinite(overall)
+        or not SCORE_MIN <= overall <= SCORE_MAX
+    ):
+        raise AnnotationParseError(
+            f"overall must be a number in [{SCORE_MIN}, {SCORE_MAX}], got {overall!r}"
+        )
+    analysis = payload["analysis"]
+    if not isinstance(analysis, str) or not analysis.strip():
+        raise AnnotationParseError(f"analysis must be a non-empty string, got {analysis!r}")
+
+
+# --- the frame every annotator returns ------------------------------------------------------------
+
+
+def visible_items(items: pd.DataFrame) -> pd.DataFrame:
+    """Keep only ``ITEM_COLUMNS`` (a copy), so no annotator can read hidden columns."""
+    missing = [c for c in ITEM_COLUMNS if c not in items.columns]
+    if missing:
+        raise ValueError(
+            f"items is missing columns {missing}; an annotator needs {list(ITEM_COLUMNS)}"
+        )
+    return items.loc[:, list(ITEM_COLUMNS)].reset_index(drop=True).copy()
+
+
+def ok_row(item_id: Any, annotation: Annotation, raw_text: str, attempts: int) -> dict[str, Any]:
+    """Row of an annotated item."""
+    return {
+        "item_id": item_id,
+        "status": "ok",
+        "overall": annotation.overall,
+        **annotation.scores,
+        "analysis": annotation.analysis,
+        "raw_text": raw_text,
+        "attempts": attempts,
+        "error": None,
+    }
+
+
+def failed_row(item_id: Any, raw_text: str | None, attempts: int, error: str) -> dict[str, Any]:
+    """Row of an item no attempt could annotate: no scores are invented, they stay missing."""
+    return {
+        "item_id": item_id,
+        "status": "failed",
+        "overall": math.nan,
+        **dict.fromkeys(DIMENSIONS, None),
+        "analysis": None,
+        "raw_text": raw_text,
+        "attempts": attempts,
+        "error": error,
+    }
+
+
+def annotations_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """Rows -> frame with ``ANNOTATION_COLUMNS``; scores nullable ``Int64``, ``overall`` float."""
+    frame = pd.DataFrame(rows, columns=list(ANNOTATION_COLUMNS))
+    frame["overall"] = frame["overall"].astype("float64")
+    for dim in DIMENSIONS:
+        frame[dim] = frame[dim].astype("Int64")
+    frame["attempts"] = frame["attempts"].astype("int64")
+    return frame

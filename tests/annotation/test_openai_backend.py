@@ -1,0 +1,270 @@
+"""OpenAI-compatible annotator against a real HTTP server on loopback with scripted replies."""
+
+import base64
+import json
+import threading
+import time
+from collections import defaultdict
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pandas as pd
+import pytest
+
+from creditflow.annotation.openai_backend import OpenAIAnnotator
+from creditflow.annotation.schema import ANNOTATION_COLUMNS, DIMENSIONS
+
+GOOD = {
+    "sharpness": 4,
+    "exposure": 3,
+    "noise": 5,
+    "title_informativeness": 2,
+    "relevance": 4,
+    "overall": 3.6,
+    "analysis": "Sharp, a little dark.",
+}
+GOOD_TEXT = "Here you go:\n```json\n" + json.dumps(GOOD) + "\n```"
+MALFORMED = '{"sharpness": 4, "exposure": '
+TIMEOUT_S = 0.3
+
+
+class ScriptedServer(ThreadingHTTPServer):
+    """Replies to each title with the next step of its script (the last step repeats).
+
+    Steps: ("text", content) -> 200 with that message content; ("status", code); ("sleep",
+    seconds, content) -> wait, then 200; ("body", bytes) -> 200 with a raw body.
+    """
+
+    daemon_threads = True
+
+    def __init__(self, scripts):
+        super().__init__(("127.0.0.1", 0), ScriptedHandler)
+        self.scripts = scripts
+        self.requests = []  # (path, headers, body) in arrival order
+        self.calls = defaultdict(int)
+        self.lock = threading.Lock()
+        self.in_flight = 0
+        self.max_in_flight = 0
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def requests_for(self, title: str) -> int:
+        return sum(title_of(body) == title for _, _, body in self.requests)
+
+
+def title_of(body: dict) -> str:
+    text = body["messages"][0]["content"][0]["text"]
+    return next(line[len("Title: ") :] for line in text.splitlines() if line.startswith("Title: "))
+
+
+class ScriptedHandler(BaseHTTPRequestHandler):
+    def log_message(self, *args):  # keep the test output clean
+        pass
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        server = self.server
+        with server.lock:
+            server.requests.append((self.path, dict(self.headers), body))
+            title = title_of(body)
+            script = server.scripts[title]
+            step = script[min(server.calls[title], len(script) - 1)]
+            server.calls[title] += 1
+            server.in_flight += 1
+            server.max_in_flight = max(server.max_in_flight, server.in_flight)
+        try:
+            self.reply(step)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up (timeout): nobody is listening any more
+        finally:
+            with server.lock:
+                server.in_flight -= 1
+
+    def reply(self, step):
+        kind = step[0]
+        if kind == "status":
+            self.send(step[1], b'{"error": "scripted"}')
+            return
+        if kind == "sleep":
+            time.sleep(step[1])
+            step = ("text", step[2])
+        if kind == "body":
+            self.send(200, step[1])
+            return
+        completion = {"choices": [{"message": {"role": "assistant", "content": step[1]}}]}
+        self.send(200, json.dumps(completion).encode())
+
+    def send(self, code, payload: bytes):
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+
+@pytest.fixture
+def serve():
+    servers = []
+
+    def start(scripts):
+        server = ScriptedServer(scripts)
+        # A short poll interval keeps shutdown() (and so each test) fast.
+        threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True).start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def items_for(titles, catalogue) -> pd.DataFrame:
+    rows = catalogue.head(len(titles)).copy()
+    rows["title"] = titles
+    return rows.reset_index(drop=True)
+
+
+SCRIPTS = {
+    "valid": [("text", GOOD_TEXT)],
+    "malformed then valid": [("text", MALFORMED), ("text", GOOD_TEXT)],
+    "500 then valid": [("status", 500), ("text", GOOD_TEXT)],
+    "slow then valid": [("sleep", 3 * TIMEOUT_S, GOOD_TEXT), ("text", GOOD_TEXT)],
+    "always malformed": [("text", "I think it is a nice video, 4/5.")],
+    "bad envelope then valid": [("body", b"<html>oops</html>"), ("text", GOOD_TEXT)],
+    "not found": [("status", 404)],
+}
+
+
+def make(server, tmp_path, **options) -> OpenAIAnnotator:
+    settings = dict(
+        model="qwen-vl-test",
+        api_key="secret-token",
+        max_concurrency=4,
+        timeout_s=TIMEOUT_S,
+        max_retries=2,
+        backoff_s=0.01,
+        cache_dir=tmp_path / "cache",
+    )
+    return OpenAIAnnotator(server.base_url, **{**settings, **options})
+
+
+def test_scripted_failures_and_recoveries(serve, tmp_path, catalogue):
+    server = serve(SCRIPTS)
+    items = items_for(list(SCRIPTS), catalogue)
+    frame = make(server, tmp_path).annotate(items).set_index("item_id")
+    assert tuple(frame.reset_index().columns) == ANNOTATION_COLUMNS
+    by_title = dict(zip(items["title"], items["item_id"], strict=True))
+
+    def row(title):
+        return frame.loc[by_title[title]]
+
+    expected_attempts = {
+        "valid": 1,
+        "malformed then valid": 2,
+        "500 then valid": 2,
+        "slow then valid": 2,
+        "bad envelope then valid": 2,
+    }
+    for title, attempts in expected_attempts.items():
+        assert row(title)["status"] == "ok", (title, row(title)["error"])
+        assert row(title)["attempts"] == attempts, title
+        assert [row(title)[d] for d in DIMENSIONS] == [GOOD[d] for d in DIMENSIONS]
+        assert row(title)["overall"] == GOOD["overall"] and row(title)["raw_text"] == GOOD_TEXT
+        assert server.requests_for(title) == attempts
+    failed = row("always malformed")
+    assert failed["status"] == "failed" and failed["attempts"] == 3  # 1 + max_retries
+    assert failed["raw_text"] == "I think it is a nice video, 4/5."
+    assert "unparsable output" in failed["error"] and "no JSON object" in failed["error"]
+    assert failed[list(DIMENSIONS)].isna().all() and pd.isna(failed["overall"])
+    # A 404 cannot be fixed by asking again.
+    assert row("not found")["status"] == "failed" and row("not found")["attempts"] == 1
+    assert "HTTP 404" in row("not found")["error"]
+
+
+def test_request_carries_image_model_and_key(serve, tmp_path, catalogue):
+    server = serve({"valid": [("text", GOOD_TEXT)]})
+    items = items_for(["valid"], catalogue)
+    make(server, tmp_path).annotate(items)
+    ((path, headers, body),) = server.requests
+    assert path == "/v1/chat/completions"
+    assert body["model"] == "qwen-vl-test"
+    assert headers["Authorization"] == "Bearer secret-token"
+    text_part, image_part = body["messages"][0]["content"]
+    assert text_part["type"] == "text" and "Category: " + items["category"][0] in text_part["text"]
+    assert '"title_informativeness"' in text_part["text"]  # the schema instructions
+    assert image_part["type"] == "image_url"
+    prefix = "data:image/png;base64,"
+    url = image_part["image_url"]["url"]
+    assert url.startswith(prefix)
+    assert base64.b64decode(url[len(prefix) :]) == items["image_png"][0]
+
+
+def test_cache_serves_reruns_without_requests(serve, tmp_path, catalogue):
+    server = serve(
+        {
+            "valid": [("text", GOOD_TEXT)],
+            "500 then valid": [("status", 500), ("text", GOOD_TEXT)],
+            "always malformed": [("text", MALFORMED)],
+        }
+    )
+    items = items_for(["valid", "500 then valid", "always malformed"], catalogue)
+    first = make(server, tmp_path).annotate(items)
+    assert first["status"].tolist() == ["ok", "ok", "failed"]
+    assert len(list((tmp_path / "cache").glob("*.json"))) == 2  # failures are not cached
+    n_before = len(server.requests)
+
+    second = make(server, tmp_path).annotate(items)
+    new_titles = [title_of(body) for _, _, body in server.requests[n_before:]]
+    assert new_titles == ["always malformed"] * 3  # only the failure is asked again
+    assert second["attempts"].tolist() == [0, 0, 3]
+    cols = ["status", "overall", *DIMENSIONS, "analysis", "raw_text"]
+    pd.testing.assert_frame_equal(second.loc[:1, cols], first.loc[:1, cols])
+
+    # Another model is another cache key; without an api_key no Authorization header is sent.
+    make(server, tmp_path, model="other-model", api_key=None).annotate(items.head(1))
+    _, headers, body = server.requests[-1]
+    assert title_of(body) == "valid" and body["model"] == "other-model"
+    assert "Authorization" not in headers
+
+
+def test_concurrency_is_bounded(serve, tmp_path, catalogue):
+    titles = [f"item {i}" for i in range(6)]
+    server = serve({t: [("sleep", 0.1, GOOD_TEXT)] for t in titles})
+    frame = make(server, tmp_path, max_concurrency=2, cache_dir=None).annotate(
+        items_for(titles, catalogue)
+    )
+    assert (frame["status"] == "ok").all()
+    assert server.max_in_flight == 2
+
+
+def test_backoff_is_exponential_and_deterministic(serve, tmp_path, catalogue):
+    server = serve({"always malformed": [("text", MALFORMED)]})
+    annotator = make(server, tmp_path, max_retries=3, backoff_s=0.01)
+    sleeps = []
+    annotator.sleep = sleeps.append
+    frame = annotator.annotate(items_for(["always malformed"], catalogue))
+    assert frame["attempts"].tolist() == [4]
+    assert sleeps == [0.01, 0.02, 0.04]
+
+
+def test_unreachable_server_fails_without_raising(tmp_path, catalogue):
+    with ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler) as closed:
+        port = closed.server_address[1]  # bound then closed: nothing listens there
+    annotator = OpenAIAnnotator(
+        f"http://127.0.0.1:{port}/v1/", "m", timeout_s=TIMEOUT_S, max_retries=1, backoff_s=0.0
+    )
+    assert annotator.url == f"http://127.0.0.1:{port}/v1/chat/completions"
+    frame = annotator.annotate(items_for(["valid"], catalogue))
+    assert frame["status"].tolist() == ["failed"] and frame["attempts"].tolist() == [2]
+    assert "connection failed" in frame["error"][0]
+
+
+def test_rejects_bad_settings():
+    with pytest.raises(ValueError, match="placeholders"):
+        OpenAIAnnotator("http://x", "m", prompt_template="Rate {item}")
+    with pytest.raises(ValueError, match="max_concurrency"):
+        OpenAIAnnotator("http://x", "m", max_concurrency=0)
+    with pytest.raises(ValueError, match="timeout_s"):
+        OpenAIAnnotator("http://x", "m", timeout_s=0)
