@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from transformers import GenerationConfig
 
 from creditflow.algorithms import topp_entropy
 from creditflow.rollout.batch import RolloutBatch
@@ -107,18 +108,27 @@ class LanguagePolicy:
         was_training = self.module.training
         self.module.eval()
         s = self.sampling
-        output = self.module.generate(
-            input_ids=prompt_ids,
-            attention_mask=prompt_mask,
-            do_sample=True,
-            temperature=s.temperature,
-            top_p=s.top_p,
-            top_k=s.top_k,
-            max_new_tokens=s.max_new_tokens,
-            pad_token_id=self.tokenizer.pad_token_id,
-            eos_token_id=self.eos_ids,
-        )
-        self.module.train(was_training)
+        # generate() fills every option a call leaves unset from the checkpoint's
+        # generation_config (Qwen2.5-Instruct ships repetition_penalty=1.05); those would sample
+        # from another distribution than the one completion_logprobs scores, so the call sees
+        # an empty one and only the options below.
+        saved_config = self.module.generation_config
+        self.module.generation_config = GenerationConfig()
+        try:
+            output = self.module.generate(
+                input_ids=prompt_ids,
+                attention_mask=prompt_mask,
+                do_sample=True,
+                temperature=s.temperature,
+                top_p=s.top_p,
+                top_k=s.top_k,
+                max_new_tokens=s.max_new_tokens,
+                pad_token_id=self.tokenizer.pad_token_id,
+                eos_token_id=self.eos_ids,
+            )
+        finally:
+            self.module.generation_config = saved_config
+            self.module.train(was_training)
         completion_ids = output[:, prompt_ids.shape[1] :]  # (B, T)
         completion_mask = completion_mask_from_eos(completion_ids, self.eos_ids)  # (B, T)
         completion_ids = completion_ids.masked_fill(

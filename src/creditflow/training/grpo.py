@@ -3,6 +3,12 @@
 Reads top to bottom: ``setup`` (optimizer, schedule, resume), ``train`` (one ``step`` per
 rollout batch), ``save``. Credit assignment is chosen by name in ``training.strategies``; the
 loss is ``algorithms.policy_loss`` (SPEC section 0).
+
+Data parallelism (optional, through ``accelerate``): every process draws its own share of the
+step's prompts, samples and scores them, and computes its loss on its own rows; DDP averages
+the gradients, so all processes take the same optimizer step. Metrics are averaged across
+processes (reward metrics are computed on the gathered rewards) and only the main process
+records samples and writes checkpoints.
 """
 
 from __future__ import annotations
@@ -10,9 +16,10 @@ from __future__ import annotations
 import copy
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from tqdm.auto import tqdm
@@ -21,13 +28,16 @@ from transformers import get_cosine_schedule_with_warmup
 from creditflow.algorithms import policy_loss
 from creditflow.rollout.batch import Policy, RolloutBatch
 from creditflow.training.checkpoint import CheckpointStore
-from creditflow.training.config import GRPOConfig
+from creditflow.training.config import ConfigError, GRPOConfig
 from creditflow.training.strategies import (
     ADVANTAGE_STRATEGIES,
     TOKEN_WEIGHT_STRATEGIES,
     sign_conflict_metric,
     weighted_reward,
 )
+
+if TYPE_CHECKING:
+    from accelerate import Accelerator
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +59,11 @@ def step_seed(seed: int, step: int, salt: int = 0) -> int:
     return (seed * 1_000_003 + step * 7919 + salt) % (2**31 - 1)
 
 
+# Process r samples with step_seed(..., salt=RANK_SALT * r): process 0 keeps the
+# single-process seed, the others draw independent completions.
+RANK_SALT = 1000
+
+
 class GRPOTrainer:
     """Trains ``policy`` with GRPO on ``prompts`` using ``reward_fn``.
 
@@ -60,7 +75,10 @@ class GRPOTrainer:
         checkpoints: where resumable checkpoints go; None disables them.
         reference: a frozen copy of the policy for the KL term; built from ``policy`` when
             ``config.beta > 0`` and none is given, never loaded when ``beta == 0``.
-        progress: show a progress bar.
+        progress: show a progress bar (main process only).
+        accelerator: an ``accelerate.Accelerator`` for multi-process data parallelism (DDP);
+            None runs in this process alone. ``config.prompts_per_step`` and
+            ``config.minibatch_size`` stay global counts, split evenly across processes.
     """
 
     def __init__(
@@ -72,10 +90,15 @@ class GRPOTrainer:
         checkpoints: CheckpointStore | None = None,
         reference: Policy | None = None,
         progress: bool = True,
+        accelerator: Accelerator | None = None,
     ):
         config.validate()
         if len(prompts) < 1:
             raise ValueError("no prompts to train on")
+        self.accelerator = accelerator
+        self.num_processes = 1 if accelerator is None else accelerator.num_processes
+        self.process_index = 0 if accelerator is None else accelerator.process_index
+        _check_divisible_across_processes(config, self.num_processes)
         self.policy = policy
         self.prompts = list(prompts)
         self.reward_fn = reward_fn
@@ -92,6 +115,11 @@ class GRPOTrainer:
         self.start_step = 0
         self._setup_optimizer()
         self._resume()
+        self._prepare_distributed()
+
+    @property
+    def is_main_process(self) -> bool:
+        return self.accelerator is None or self.accelerator.is_main_process
 
     # ------------------------------------------------------------------ setup
     def optimizer_steps_per_rollout(self) -> int:
@@ -117,6 +145,21 @@ class GRPOTrainer:
         self.result = GRPOResult(history=state["history"], samples=state["samples"])
         self.start_step = state["step"]
 
+    def _prepare_distributed(self) -> None:
+        """Wrap the model in DDP and the optimizer for the accelerator (after resuming, so every
+        process starts from the same loaded state). ``policy.module`` stays the bare model:
+        ``generate`` and saving need it; only the update's forward runs through the wrapper."""
+        self._train_module = self.policy.module
+        if self.accelerator is None:
+            return
+        # The scheduler stays unprepared: accelerate's scheduler wrapper steps once per process
+        # per call (it assumes a sharded dataloader), which would compress the schedule.
+        self._train_module, self.optimizer = self.accelerator.prepare(
+            self.policy.module, self.optimizer
+        )
+        if self.reference is not None:
+            self.reference.module.to(self.accelerator.device)
+
     # ------------------------------------------------------------------ train
     def train(self) -> GRPOResult:
         c = self.config
@@ -130,7 +173,7 @@ class GRPOTrainer:
             initial=self.start_step,
             total=c.steps,
             desc=f"GRPO[{c.advantage['name']}/{c.token_weights['name']}]",
-            disable=not self.progress,
+            disable=not (self.progress and self.is_main_process),
         )
         for step in bar:
             metrics = self.step(step)
@@ -148,7 +191,7 @@ class GRPOTrainer:
     def step(self, step: int) -> dict[str, float]:
         """One rollout batch and its updates; returns the step's namespaced metrics."""
         c = self.config
-        torch.manual_seed(step_seed(c.seed, step))
+        torch.manual_seed(step_seed(c.seed, step, RANK_SALT * self.process_index))
         t0 = time.perf_counter()
         batch = self.rollout(step)
         t_rollout = time.perf_counter() - t0
@@ -157,7 +200,12 @@ class GRPOTrainer:
         advantages, adv_metrics = self.advantage.compute(
             c.advantage, rewards, batch, self.policy, c
         )  # (B, T)
-        weight_context = {"generator": torch.Generator().manual_seed(step_seed(c.seed, step, 1))}
+        # The generator is seeded alike on every process, so a strategy that gathers batch-global
+        # statistics through the accelerator breaks ties identically everywhere.
+        weight_context = {
+            "generator": torch.Generator().manual_seed(step_seed(c.seed, step, 1)),
+            "accelerator": self.accelerator,
+        }
         weights, weight_metrics = self.token_weights.compute(
             c.token_weights, batch, self.policy, weight_context
         )  # (B, T)
@@ -171,19 +219,24 @@ class GRPOTrainer:
 
         mask = batch.completion_mask
         metrics: dict[str, float] = {"step": float(step + 1)}
-        total = weighted_reward(rewards, c.rewards)
+        # Reward metrics describe the whole rollout batch: every process's rewards, gathered
+        # (groups stay intact: each process holds whole groups).
+        all_rewards = self._gather(rewards)
+        total = weighted_reward(all_rewards, c.rewards)
         metrics["reward/total"] = total.mean().item()
         metrics["reward/total_std"] = total.std().item() if total.numel() > 1 else 0.0
-        for name, values in rewards.items():
+        for name, values in all_rewards.items():
             metrics[f"reward/{name}"] = values.mean().item()
         metrics.update(
             sign_conflict_metric(
-                rewards,
+                all_rewards,
                 batch.group_size,
                 c.advantage.get("translation_reward", "translation"),
                 c.advantage.get("reasoning_reward", "reasoning"),
             )
         )
+        # These, and lr, are the same on every process; the rest are averaged across them.
+        global_keys = {*metrics, "lr"}
         metrics.update(adv_metrics)
         metrics.update(weight_metrics)
         metrics.update(update_metrics)
@@ -197,10 +250,11 @@ class GRPOTrainer:
         metrics["time/update_s"] = t_update
         metrics["time/step_s"] = time.perf_counter() - t0
         self._record_samples(step, batch, rewards)
-        return metrics
+        return self._mean_over_processes(metrics, skip=global_keys)
 
     def rollout(self, step: int) -> RolloutBatch:
-        """Draw ``prompts_per_step`` prompts (seeded by step) and G completions for each."""
+        """Draw ``prompts_per_step`` prompts (seeded by step) and G completions for each; with
+        several processes, each samples its own contiguous share of the step's prompts."""
         c = self.config
         generator = torch.Generator().manual_seed(step_seed(c.seed, step, 2))
         picked = torch.randperm(len(self.prompts), generator=generator)[: c.prompts_per_step]
@@ -208,6 +262,9 @@ class GRPOTrainer:
             len(picked) < c.prompts_per_step
         ):  # fewer prompts than a step needs: draw with replacement
             picked = torch.randint(len(self.prompts), (c.prompts_per_step,), generator=generator)
+        # Every process draws the same global `picked` (same seed), then keeps its share.
+        share = c.prompts_per_step // self.num_processes
+        picked = picked[self.process_index * share : (self.process_index + 1) * share]
         batch = self.policy.sample(
             [self.prompts[i] for i in picked.tolist()], c.group_size, with_entropy=True
         )
@@ -222,10 +279,11 @@ class GRPOTrainer:
         weights: torch.Tensor,
         ref_logp: torch.Tensor | None,
     ) -> dict[str, float]:
-        """``num_iterations`` passes of clipped-surrogate updates over shuffled minibatches."""
+        """``num_iterations`` passes of clipped-surrogate updates over shuffled minibatches
+        (``minibatch_size / num_processes`` rows of this process's batch each)."""
         c = self.config
         B = batch.batch_size
-        minibatch = c.minibatch_size or B
+        minibatch = B if c.minibatch_size is None else c.minibatch_size // self.num_processes
         generator = torch.Generator().manual_seed(step_seed(c.seed, step, 3))
         sums: dict[str, float] = {}
         n_updates = 0
@@ -252,9 +310,18 @@ class GRPOTrainer:
         weights: torch.Tensor,
         ref_logp: torch.Tensor | None,
     ) -> dict[str, float]:
-        """Forward, ``policy_loss``, backward, clip, step, on one minibatch."""
+        """Forward, ``policy_loss``, backward, clip, step, on one minibatch (this process's rows).
+
+        With several processes DDP averages the per-process gradients. That equals the gradient
+        of the loss over the global minibatch for ``seq-mean-token-mean`` and
+        ``seq-mean-token-sum-norm`` (every process holds the same number of sequences), but not
+        exactly for ``token-mean``: each process divides by its own token count, so the result
+        weighs the processes' tokens by 1 / (num_processes * local_tokens) instead of
+        1 / global_tokens.
+        """
         c = self.config
-        logp, _ = self.policy.completion_logprobs(batch)  # (b, T)
+        with self._ddp_forward():
+            logp, _ = self.policy.completion_logprobs(batch)  # (b, T)
         loss, metrics = policy_loss(
             logp,
             batch.old_logp,
@@ -270,17 +337,54 @@ class GRPOTrainer:
             max_len=c.max_new_tokens,
         )
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.module.parameters(), c.max_grad_norm)
+        if self.accelerator is None:
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(
+                self.policy.module.parameters(), c.max_grad_norm
+            )
+        else:
+            self.accelerator.backward(loss)  # DDP all-reduces (averages) the gradients here
+            grad_norm = self.accelerator.clip_grad_norm_(
+                self.policy.module.parameters(), c.max_grad_norm
+            )
         self.optimizer.step()
         self.scheduler.step()
         return {"actor/loss": loss.item(), "actor/grad_norm": float(grad_norm), **metrics}
+
+    @contextmanager
+    def _ddp_forward(self) -> Iterator[None]:
+        """Route the policy's forward through the DDP wrapper, whose backward hooks average the
+        gradients across processes; a no-op in a single process."""
+        bare = self.policy.module
+        self.policy.module = self._train_module
+        try:
+            yield
+        finally:
+            self.policy.module = bare
+
+    def _gather(self, rewards: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """name -> (B * num_processes,) rewards of every process, in process order."""
+        if self.accelerator is None:
+            return rewards
+        device = self.accelerator.device
+        return {k: self.accelerator.gather(v.to(device)).cpu() for k, v in rewards.items()}
+
+    def _mean_over_processes(self, metrics: dict[str, float], skip: set[str]) -> dict[str, float]:
+        """``metrics`` with every key not in ``skip`` averaged across processes."""
+        if self.accelerator is None:
+            return metrics
+        keys = [k for k in metrics if k not in skip]  # same order on every process
+        values = torch.tensor(
+            [metrics[k] for k in keys], dtype=torch.float64, device=self.accelerator.device
+        )
+        means = self.accelerator.reduce(values, reduction="mean").tolist()
+        return {**metrics, **dict(zip(keys, means, strict=True))}
 
     def _record_samples(
         self, step: int, batch: RolloutBatch, rewards: dict[str, torch.Tensor]
     ) -> None:
         c = self.config
-        if c.log_samples_every <= 0 or step % c.log_samples_every != 0:
+        if not self.is_main_process or c.log_samples_every <= 0 or step % c.log_samples_every != 0:
             return
         for row in range(min(c.samples_per_log, batch.batch_size)):
             sample = {
@@ -293,14 +397,34 @@ class GRPOTrainer:
 
     # ------------------------------------------------------------------ save
     def save(self, step: int) -> None:
-        self.checkpoints.save(
-            step,
-            self.policy.module,
-            {
-                "optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict(),
-                "history": self.result.history,
-                "samples": self.result.samples,
-                "config": self.config.to_dict(),
-            },
+        """Write a checkpoint from the main process (every process holds the same weights and
+        optimizer state); the others wait until it is complete."""
+        if self.is_main_process:
+            self.checkpoints.save(
+                step,
+                self.policy.module,
+                {
+                    "optimizer": self.optimizer.state_dict(),
+                    "scheduler": self.scheduler.state_dict(),
+                    "history": self.result.history,
+                    "samples": self.result.samples,
+                    "config": self.config.to_dict(),
+                },
+            )
+        if self.accelerator is not None:
+            self.accelerator.wait_for_everyone()
+
+
+def _check_divisible_across_processes(config: GRPOConfig, num_processes: int) -> None:
+    """Fail before training when the global batch cannot be split evenly across processes."""
+    if config.prompts_per_step % num_processes:
+        raise ConfigError(
+            f"prompts_per_step ({config.prompts_per_step}) is the global number of prompts per "
+            f"step and must be divisible by the number of processes ({num_processes}); "
+            f"use a multiple of {num_processes}"
+        )
+    if config.minibatch_size is not None and config.minibatch_size % num_processes:
+        raise ConfigError(
+            f"minibatch_size ({config.minibatch_size}) is global and must be divisible by the "
+            f"number of processes ({num_processes}); use a multiple of {num_processes} or null"
         )

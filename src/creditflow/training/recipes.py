@@ -19,6 +19,7 @@ from creditflow.training.config import ConfigError, GRPOConfig
 from creditflow.training.evaluation import TextRewards
 from creditflow.training.grpo import GRPOResult, GRPOTrainer
 from creditflow.training.sft import SFTConfig, train_sft
+from creditflow.training.strategies import ADVANTAGE_STRATEGIES
 
 logger = logging.getLogger(__name__)
 
@@ -35,13 +36,22 @@ def merge_overrides(base: dict[str, Any], overrides: dict[str, Any] | None) -> d
 
 
 def build_grpo_config(grpo_params: dict[str, Any], reward_names: Sequence[str]) -> GRPOConfig:
-    """A validated ``GRPOConfig`` whose rewards all exist in ``reward_names``."""
+    """A validated ``GRPOConfig`` whose rewards, weighted or read by the advantage strategy
+    (TAPO's ``translation_reward`` / ``reasoning_reward``), all exist in ``reward_names``."""
     config = GRPOConfig.from_params(dict(grpo_params))
     unknown = sorted(set(config.rewards) - set(reward_names))
     if unknown:
         raise ConfigError(
             f"rewards {unknown} are weighted but not computed; computed rewards are "
             f"{sorted(reward_names)} (add them to 'reward_functions' or drop the weight)"
+        )
+    advantage = ADVANTAGE_STRATEGIES[config.advantage["name"]]
+    unread = sorted(advantage.reward_names(config.advantage) - set(reward_names))
+    if unread:
+        raise ConfigError(
+            f"advantage {config.advantage['name']!r} reads rewards {unread} that are not "
+            f"computed; computed rewards are {sorted(reward_names)} (add them to "
+            f"'reward_functions' or fix the advantage's *_reward options)"
         )
     return config
 

@@ -59,11 +59,12 @@ def build_sft_examples(
     use_chat_template: bool = True,
 ) -> list[tuple[list[int], list[int]]]:
     """(input_ids, labels) per example: the chat-formatted prompt, then target + EOS; labels are
-    IGNORE_INDEX on the prompt so only the completion is learned (issue 3, ``train_sft``)."""
+    IGNORE_INDEX on the prompt so only the completion is learned (issue 3, ``train_sft``).
+    Raises ValueError when truncation to ``max_length`` leaves an example no target token."""
     if len(prompts) != len(targets):
         raise ValueError(f"{len(prompts)} prompts but {len(targets)} targets")
     examples = []
-    for prompt, target in zip(prompts, targets, strict=True):
+    for index, (prompt, target) in enumerate(zip(prompts, targets, strict=True)):
         text = prompt
         if use_chat_template:
             text = tokenizer.apply_chat_template(
@@ -75,6 +76,13 @@ def build_sft_examples(
         ]
         ids = (prompt_ids + target_ids)[:max_length]
         labels = ([IGNORE_INDEX] * len(prompt_ids) + target_ids)[:max_length]
+        if len(prompt_ids) >= max_length:
+            # A batch of such examples has no labelled token: the mean NLL is 0/0 = NaN and
+            # one NaN step destroys the weights.
+            raise ValueError(
+                f"example {index}: the prompt alone has {len(prompt_ids)} tokens, so "
+                f"max_length={max_length} leaves no target token; raise sft max_length"
+            )
         examples.append((ids, labels))
     return examples
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -20,26 +20,27 @@ from creditflow.algorithms import (
     tapo_advantages,
 )
 from creditflow.rollout.batch import RolloutBatch
+from creditflow.training.config import ConfigError, GRPOConfig
 from creditflow.training.segments import REASONING, translation_segment_ids
-
-if TYPE_CHECKING:
-    from creditflow.training.config import GRPOConfig
 
 Metrics = dict[str, float]
 
 
 @dataclass(frozen=True)
 class Strategy:
-    """A named strategy: ``compute`` does the work, ``validate`` checks its options up front."""
+    """A named strategy: ``compute`` does the work, ``validate`` checks its options up front,
+    ``reward_names`` lists the rewards it reads beyond ``config.rewards`` (checked against the
+    computed ones before training)."""
 
     compute: Callable[..., tuple[torch.Tensor, Metrics]]
     validate: Callable[[dict[str, Any], GRPOConfig], None]
+    reward_names: Callable[[dict[str, Any]], set[str]] = lambda spec: set()
 
 
 def _no_options(spec: dict[str, Any], config: GRPOConfig) -> None:
     extra = sorted(set(spec) - {"name"})
     if extra:
-        raise ValueError(f"strategy {spec['name']!r} takes no options, got {extra}")
+        raise ConfigError(f"strategy {spec['name']!r} takes no options, got {extra}")
 
 
 def weighted_reward(rewards: dict[str, torch.Tensor], weights: dict[str, float]) -> torch.Tensor:
@@ -66,10 +67,17 @@ def _validate_tapo(spec: dict[str, Any], config: GRPOConfig) -> None:
     allowed = {"name", "alpha", "translation_reward", "reasoning_reward"}
     extra = sorted(set(spec) - allowed)
     if extra:
-        raise ValueError(f"tapo advantage takes {sorted(allowed)}, got unknown {extra}")
+        raise ConfigError(f"tapo advantage takes {sorted(allowed)}, got unknown {extra}")
     alpha = spec.get("alpha", 0.5)
     if not 0.0 <= float(alpha) <= 1.0:
-        raise ValueError(f"advantage.alpha must be in [0, 1], got {alpha}")
+        raise ConfigError(f"advantage.alpha must be in [0, 1], got {alpha}")
+
+
+def _tapo_reward_names(spec: dict[str, Any]) -> set[str]:
+    return {
+        spec.get("translation_reward", "translation"),
+        spec.get("reasoning_reward", "reasoning"),
+    }
 
 
 def tapo_token_advantages(
@@ -104,11 +112,17 @@ def tapo_token_advantages(
 
 ADVANTAGE_STRATEGIES: dict[str, Strategy] = {
     "grpo": Strategy(grpo_advantages, _no_options),
-    "tapo": Strategy(tapo_token_advantages, _validate_tapo),
+    "tapo": Strategy(tapo_token_advantages, _validate_tapo, _tapo_reward_names),
 }
 
 
 # ---------------------------------------------------------------- token weights
+# A token-weight strategy is called as compute(spec, batch, policy, context). ``context`` holds
+# "generator" (a torch.Generator seeded per step, identically on every process, for tie-breaking)
+# and "accelerator" (None in a single process). With several processes ``batch`` is this
+# process's share only: a strategy that needs batch-global statistics, such as ToR's top
+# fraction of all valid tokens of the rollout batch (SPEC section 2), must gather its scores
+# with context["accelerator"].gather(...) before choosing the threshold.
 def uniform_weights(
     spec: dict[str, Any], batch: RolloutBatch, policy: Any, context: dict[str, Any]
 ) -> tuple[torch.Tensor, Metrics]:

@@ -1,0 +1,116 @@
+"""A broken configuration fails before any model is built or sampled, naming the key to fix."""
+
+import types
+
+import pytest
+import torch
+
+from creditflow.training import ConfigError, GRPOConfig, GRPOTrainer
+from creditflow.training.recipes import build_grpo_config
+
+REWARDS = ["format", "translation", "reasoning"]
+VALID = {
+    "steps": 2,
+    "prompts_per_step": 4,
+    "group_size": 4,
+    "rewards": {"reasoning": 1.0},
+}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key"),
+    [
+        ({"group_size": 1}, "group_size"),
+        ({"minibatch_size": 5}, "minibatch_size"),  # B = 4 * 4 = 16
+        ({"advantage": {"name": "tapo", "alpha": 1.5}}, "advantage.alpha"),
+        ({"advantage": {"name": "ppo"}}, "advantage"),
+        ({"token_weights": {"name": "tor"}}, "token_weights"),
+        ({"advantage": "grpo"}, "advantage"),
+        ({"agg": "token-sum"}, "agg"),
+        ({"kl": "k2"}, "kl"),
+        ({"beta": -0.1}, "beta"),
+        ({"clip_low": 1.0}, "clip_low"),
+        ({"top_p": 0.0}, "top_p"),
+        ({"steps": 0}, "steps"),
+        ({"rewards": {}}, "rewards"),
+        ({"learning_rate": 0.0}, "learning_rate"),
+        ({"lr": 1e-3}, "lr"),  # unknown key
+    ],
+)
+def test_bad_grpo_parameters_name_the_key(overrides, key):
+    with pytest.raises(ConfigError, match=key):
+        build_grpo_config({**VALID, **overrides}, REWARDS)
+
+
+def test_messages_say_how_to_fix_it():
+    with pytest.raises(ConfigError) as error:
+        build_grpo_config({**VALID, "minibatch_size": 5}, REWARDS)
+    assert "pick a divisor of 16" in str(error.value)
+    with pytest.raises(ConfigError) as error:
+        build_grpo_config({**VALID, "advantage": {"name": "ppo"}}, REWARDS)
+    assert "['grpo', 'tapo']" in str(error.value)
+    with pytest.raises(ConfigError) as error:
+        build_grpo_config({**VALID, "lr": 1e-3}, REWARDS)
+    assert "learning_rate" in str(error.value), "lists the valid keys"
+
+
+def test_unknown_reward_name_fails_in_build_grpo_config():
+    with pytest.raises(ConfigError, match=r"\['chrf'\].*reward_functions"):
+        build_grpo_config({**VALID, "rewards": {"chrf": 1.0}}, REWARDS)
+
+
+def test_rewards_read_by_the_advantage_must_be_computed():
+    params = {
+        **VALID,
+        "advantage": {"name": "tapo", "translation_reward": "comet"},
+        "rewards": {"reasoning": 1.0},
+    }
+    with pytest.raises(ConfigError, match=r"\['comet'\].*translation_reward|reward_functions"):
+        build_grpo_config(params, REWARDS)
+    # The defaults (translation, reasoning) must be computed too.
+    with pytest.raises(ConfigError, match="translation"):
+        build_grpo_config({**VALID, "advantage": {"name": "tapo"}}, ["reasoning"])
+    assert build_grpo_config({**VALID, "advantage": {"name": "tapo"}}, REWARDS).advantage == {
+        "name": "tapo"
+    }
+
+
+class _NeverSamples:
+    """A policy that fails the test if the trainer ever gets as far as sampling."""
+
+    module = torch.nn.Linear(2, 2)
+
+    def sample(self, *args, **kwargs):
+        raise AssertionError("sampled before the config was checked")
+
+    completion_logprobs = sample
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key"),
+    [({"group_size": 1}, "group_size"), ({"minibatch_size": 3}, "minibatch_size")],
+)
+def test_trainer_checks_its_config_before_training(overrides, key):
+    config = GRPOConfig(**{**VALID, **overrides})  # built directly: not validated yet
+    with pytest.raises(ConfigError, match=key):
+        GRPOTrainer(_NeverSamples(), ["p"], lambda c, i: {}, config, progress=False)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key"),
+    [({"prompts_per_step": 3}, "prompts_per_step"), ({"minibatch_size": 3}, "minibatch_size")],
+)
+def test_global_batch_must_split_evenly_across_processes(overrides, key):
+    """prompts_per_step and minibatch_size are global counts, split across processes."""
+    config = GRPOConfig(**{**VALID, "group_size": 3, **overrides})  # B = 9 or 12
+    config.validate()  # fine for one process
+    two_processes = types.SimpleNamespace(num_processes=2, process_index=0, is_main_process=True)
+    with pytest.raises(ConfigError, match=f"{key}.*number of processes \\(2\\)"):
+        GRPOTrainer(
+            _NeverSamples(),
+            ["p"],
+            lambda c, i: {},
+            config,
+            progress=False,
+            accelerator=two_processes,
+        )

@@ -1,0 +1,107 @@
+"""Recipes and evaluation helpers: parameter overrides, reward binding, greedy decoding, and a
+whole (tiny) GRPO recipe run."""
+
+import copy
+
+import pandas as pd
+import pytest
+import torch
+
+from creditflow.rollout import LanguagePolicy, SamplingSettings
+from creditflow.training import CheckpointStore, GRPOConfig
+from creditflow.training.evaluation import (
+    TextRewards,
+    evaluate_text_policy,
+    greedy_completions,
+    score_completions,
+)
+from creditflow.training.recipes import merge_overrides, run_grpo
+
+
+def test_merge_overrides_merges_mappings_one_level_and_replaces_rewards():
+    base = {"steps": 3, "advantage": {"name": "grpo"}, "rewards": {"a": 1.0, "b": 1.0}}
+    merged = merge_overrides(base, {"steps": 5, "advantage": {"alpha": 0.5}, "rewards": {"b": 2.0}})
+    assert merged == {
+        "steps": 5,
+        "advantage": {"name": "grpo", "alpha": 0.5},
+        "rewards": {"b": 2.0},  # rewards are replaced whole, so a strategy can drop one
+    }
+    assert base["advantage"] == {"name": "grpo"}, "the base is not modified"
+    assert merge_overrides(base, None) == base
+
+
+def test_text_rewards_score_each_row_against_its_prompt():
+    rewards = TextRewards(["format", "reasoning"], ["Q0", "Q1"], ["3", "7"])
+    out = rewards(
+        ["<translation>Q1</translation> \\boxed{7}", "no tags \\boxed{3}", "\\boxed{3}"],
+        torch.tensor([1, 1, 0]),
+    )
+    # Row 0 answers prompt 1 (gold 7): format 1, correct. Row 1 answers prompt 1 with 3:
+    # wrong, no tags. Row 2 answers prompt 0 (gold 3): correct, no tags.
+    assert out["format"].tolist() == [1.0, 0.0, 0.0]
+    assert out["reasoning"].tolist() == [1.0, 0.0, 1.0]
+    with pytest.raises(ValueError, match="bleu"):
+        TextRewards(["bleu"], [], [])
+    table = score_completions(["\\boxed{3}"], ["Q0"], ["3"], ["reasoning"])
+    assert list(table.columns) == ["reward/reasoning"]
+    assert table["reward/reasoning"].tolist() == [1.0]
+
+
+def test_greedy_completions_do_not_depend_on_the_batching(make_model, tapo_tokenizer, tapo_prompts):
+    policy = LanguagePolicy(make_model(), tapo_tokenizer, SamplingSettings(max_new_tokens=6))
+    prompts = ["Hi", *tapo_prompts[:3]]  # different lengths: left padding inside a batch
+    together = greedy_completions(policy, prompts, batch_size=4)
+    alone = greedy_completions(policy, prompts, batch_size=1)
+    assert together == alone
+    assert len(together) == 4
+
+
+def test_evaluate_text_policy_table(make_model, tapo_tokenizer, tapo_tasks, tapo_prompts):
+    table = evaluate_text_policy(
+        make_model(),
+        tapo_tokenizer,
+        tapo_prompts[:3],
+        list(tapo_tasks["question_en"][:3]),
+        list(tapo_tasks["answer"][:3]),
+        ["format", "translation"],
+        max_new_tokens=4,
+    )
+    assert isinstance(table, pd.DataFrame)
+    assert list(table.columns) == ["reward/format", "reward/translation", "completion"]
+    assert len(table) == 3
+
+
+@pytest.mark.slow
+def test_run_grpo_trains_a_copy_and_checkpoints_by_fingerprint(
+    make_format_model, tapo_tokenizer, format_prompts, tmp_path
+):
+    model = make_format_model()  # closes the tag about half the time: translation rewards vary
+    initial = copy.deepcopy(model.state_dict())
+    config = GRPOConfig.from_params(
+        {
+            "steps": 1,
+            "prompts_per_step": 4,
+            "group_size": 4,
+            "max_new_tokens": 16,
+            "rewards": {"translation": 1.0},
+            "learning_rate": 1e-2,
+            "warmup_steps": 0,
+        }
+    )
+    trained, result = run_grpo(
+        model,
+        tapo_tokenizer,
+        format_prompts,
+        format_prompts,
+        ["5", "5", "3", "8"],
+        config,
+        ["translation"],
+        CheckpointStore(tmp_path),
+    )
+    assert result.history[0]["reward/total_std"] > 0
+    assert trained is not model
+    assert all(torch.equal(v, initial[k]) for k, v in model.state_dict().items())
+    assert any(not torch.equal(v, initial[k]) for k, v in trained.state_dict().items())
+    assert len(result.history) == 1
+    (run_dir,) = tmp_path.iterdir()  # one run, keyed by the fingerprint of its inputs
+    assert CheckpointStore(run_dir).latest().name == "step-000001"
