@@ -30,7 +30,7 @@ SMALLEST = {
             "num_key_value_heads": 1,
         }
     },
-    "sft": {"steps": 3, "batch_size": 4, "warmup_steps": 1},
+    "sft": {"steps": 3, "batch_size": 4, "warmup_steps": 1, "max_length": 1024},
     "grpo": {
         "steps": 2,
         "prompts_per_step": 2,
