@@ -6,11 +6,15 @@ from creditflow.rollout.language_policy import (
     SamplingSettings,
     completion_mask_from_eos,
 )
+from creditflow.rollout.reranker_policy import RerankerPolicy, format_ranking, parse_rankings
 
 __all__ = [
     "LanguagePolicy",
     "Policy",
+    "RerankerPolicy",
     "RolloutBatch",
     "SamplingSettings",
     "completion_mask_from_eos",
+    "format_ranking",
+    "parse_rankings",
 ]

@@ -1,0 +1,434 @@
+"""Generative reranker engine pieces: features, targets, teacher-forced pre-training, the
+page-level reward and evaluation (SPEC section 3, steps 4-5).
+
+Shape symbols: ``N`` sessions, ``B`` sampled pages, ``L`` candidates per session (the longest
+session; shorter ones are padded at the end), ``F`` features. ``mask`` is True on real
+candidates. Rankings map position -> candidate index (see ``models.reranker``).
+
+Features and targets read only what a production system logs (``candidates``,
+``logged_order``, ``labels``, ``clicks``, ``query_text``) and the item table's ``item_id``,
+``category`` and ``popularity``; the hidden ``true_quality`` is read by ``evaluate_rankings``
+alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from creditflow.algorithms import augmented_target, masked_mean, ndcg_at_k, page_reward, rank_gains
+from creditflow.models.reranker import PointerReranker, step_mask
+from creditflow.rollout.reranker_policy import parse_rankings
+from creditflow.tasks.reranking import (
+    FREQUENCY_BANDS,
+    LABEL_CLICKED,
+    LABEL_EXPOSED,
+    LABEL_UNEXPOSED,
+    category_vocabulary,
+)
+
+logger = logging.getLogger(__name__)
+
+# Columns of the last axis of ``session_features``; each is 0 on padding.
+FEATURE_NAMES = (
+    "exp_score",  # s_exp of the candidate (0 when no scores are given)
+    "exp_rank_gain",  # (L - rank) / L of s_exp within the session: the y^s gain of SPEC 3.5
+    "log_popularity_z",  # log(popularity), z-scored over the item table
+    "category_match",  # 1 when the item's category is the one the query's words name
+    "logged_position",  # position in the logged order / (L - 1)
+    "logged_reciprocal_rank",  # 1 / (position + 1): the position bias of the logged page
+    "label_clicked",  # one-hot of the logged label C / E / U
+    "label_exposed",
+    "label_unexposed",
+)
+_LABEL_COLUMN = {LABEL_CLICKED: 0, LABEL_EXPOSED: 1, LABEL_UNEXPOSED: 2}
+
+
+# ---------------------------------------------------------------- session tensors
+def _pad(rows: Sequence[Sequence], fill: float | bool, dtype: torch.dtype) -> torch.Tensor:
+    """``(N, L)`` tensor of ragged rows, right-padded with ``fill`` to the longest."""
+    length = max((len(r) for r in rows), default=0)
+    out = torch.full((len(rows), length), fill, dtype=dtype)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.as_tensor(list(row), dtype=dtype)
+    return out
+
+
+@dataclass(frozen=True)
+class LoggedSessions:
+    """The logged feedback of ``N`` sessions as padded tensors.
+
+    mask: ``(N, L)`` bool, True on real candidates.
+    clicks: ``(N, L)`` float 0/1 per candidate (the business gains of ``R_old``).
+    unexposed: ``(N, L)`` bool, True on candidates labelled ``U``.
+    logged_order: ``(N, L)`` long, position -> candidate; padding slots follow the real
+        candidates in index order, so every row is a ranking in the ``models.reranker`` layout.
+    """
+
+    mask: torch.Tensor
+    clicks: torch.Tensor
+    unexposed: torch.Tensor
+    logged_order: torch.Tensor
+
+
+def logged_sessions(sessions: pd.DataFrame) -> LoggedSessions:
+    """Padded tensors of the ``clicks``, ``labels`` and ``logged_order`` columns."""
+    lengths = [len(c) for c in sessions["candidates"]]
+    L = max(lengths, default=0)
+    mask = _pad([[1] * n for n in lengths], 0, torch.bool)
+    orders = [
+        list(o) + list(range(n, L)) for o, n in zip(sessions["logged_order"], lengths, strict=True)
+    ]
+    return LoggedSessions(
+        mask=mask.view(len(lengths), L),
+        clicks=_pad(list(sessions["clicks"]), 0.0, torch.float32).view(len(lengths), L),
+        unexposed=_pad(
+            [[label == LABEL_UNEXPOSED for label in labels] for labels in sessions["labels"]],
+            False,
+            torch.bool,
+        ).view(len(lengths), L),
+        logged_order=_pad(orders, 0, torch.long).view(len(lengths), L),
+    )
+
+
+def _query_categories(query_texts: Sequence[str], categories: Sequence[str]) -> list[str | None]:
+    """The category most of a query's words belong to (the first word's on ties), None if no
+    word is a topical word of any category."""
+    word_category = {w: c for c in categories for w in category_vocabulary(c)}
+    out = []
+    for text in query_texts:
+        named = [word_category[w] for w in text.split() if w in word_category]
+        out.append(max(named, key=named.count) if named else None)
+    return out
+
+
+def session_features(
+    sessions: pd.DataFrame, item_table: pd.DataFrame, exp_scores: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Candidate features of every session (columns ``FEATURE_NAMES``), never the true quality.
+
+    Args:
+        sessions: frame with ``candidates``, ``logged_order``, ``labels`` and ``query_text``
+            (``tasks.reranking.generate_sessions``).
+        item_table: catalogue with ``item_id``, ``category`` and ``popularity`` (other columns,
+            hidden ones included, are not read).
+        exp_scores: ``(N, L)`` experience scores ``s_exp`` aligned with the padded candidates;
+            None leaves both score features 0 (e.g. the click-only baseline).
+
+    Returns:
+        ``(features (N, L, F) float32, mask (N, L) bool)``.
+    """
+    logs = logged_sessions(sessions)
+    N, L = logs.mask.shape
+    if exp_scores is not None and tuple(exp_scores.shape) != (N, L):
+        raise ValueError(
+            f"exp_scores must have shape (N, L) = {(N, L)}, got {tuple(exp_scores.shape)}"
+        )
+    items = item_table.set_index("item_id")
+    log_popularity = np.log(items["popularity"].to_numpy(dtype=np.float64))
+    spread = log_popularity.std()
+    pop_z = pd.Series(
+        (log_popularity - log_popularity.mean()) / (spread if spread > 0 else 1.0),
+        index=items.index,
+    )
+    categories = sorted(items["category"].unique())
+    query_category = _query_categories(list(sessions["query_text"]), categories)
+
+    candidates = list(sessions["candidates"])
+    popularity = _pad([pop_z.loc[list(c)].tolist() for c in candidates], 0.0, torch.float32)
+    match = _pad(
+        [
+            [float(cat == q) for cat in items["category"].loc[list(c)]]
+            for c, q in zip(candidates, query_category, strict=True)
+        ],
+        0.0,
+        torch.float32,
+    )
+    position = logs.logged_order.argsort(dim=1).float()  # (N, L) candidate -> logged position
+    label_one_hot = torch.zeros(N, L, len(_LABEL_COLUMN))
+    for i, row in enumerate(sessions["labels"]):
+        for j, label in enumerate(row):
+            if label not in _LABEL_COLUMN:
+                raise ValueError(
+                    f"session row {i} has label {label!r}; valid labels: {sorted(_LABEL_COLUMN)}"
+                )
+            label_one_hot[i, j, _LABEL_COLUMN[label]] = 1.0
+
+    if exp_scores is None:
+        score = gain = torch.zeros(N, L)
+    else:
+        score = exp_scores.float()
+        # Padding ranks last so the real candidates' gains do not depend on it.
+        gain = rank_gains(score.masked_fill(~logs.mask, float("-inf")))
+    lengths = logs.mask.sum(dim=1, keepdim=True).float()  # (N, 1)
+    columns = [
+        score,
+        gain,
+        popularity.view(N, L),
+        match.view(N, L),
+        position / (lengths - 1).clamp(min=1),
+        1.0 / (position + 1.0),
+    ]
+    features = torch.cat([torch.stack(columns, dim=-1), label_one_hot], dim=-1)  # (N, L, F)
+    # where(), not a product: a padded score may be inf or NaN and 0 * inf is NaN.
+    return torch.where(logs.mask.unsqueeze(-1), features, 0.0), logs.mask
+
+
+# ---------------------------------------------------------------- pre-training targets
+def click_first_order(clicked: torch.Tensor, logged_order: torch.Tensor) -> torch.Tensor:
+    """Baseline target: the clicked candidates in logged order, then the rest in logged order.
+
+    Args:
+        clicked: ``(N, L)`` bool, True on clicked candidates (label ``C``).
+        logged_order: ``(N, L)`` long, position -> candidate.
+
+    Returns:
+        ``(N, L)`` long ranking (position -> candidate).
+
+    >>> click_first_order(torch.tensor([[False, True, True]]), torch.tensor([[2, 0, 1]]))
+    tensor([[2, 1, 0]])
+    """
+    if clicked.shape != logged_order.shape or clicked.dim() != 2:
+        raise ValueError(
+            f"clicked and logged_order must both have shape (N, L), got "
+            f"{tuple(clicked.shape)} and {tuple(logged_order.shape)}"
+        )
+    logged_order = logged_order.long()
+    clicked_by_position = clicked.bool().gather(1, logged_order).to(torch.uint8)  # (N, L)
+    # A stable sort on the clicked flag keeps the logged order inside each group.
+    by_click = clicked_by_position.argsort(dim=1, descending=True, stable=True)
+    return logged_order.gather(1, by_click)
+
+
+def augmented_targets(
+    clicked: torch.Tensor, exp_scores: torch.Tensor, mask: torch.Tensor
+) -> torch.Tensor:
+    """``y_aug`` (SPEC 3.4, ``algorithms.augmented_target``) of padded sessions: padding slots
+    get score ``-inf`` so they come last, in index order (stable ties), as the reranker
+    expects.
+
+    clicked, exp_scores, mask: ``(N, L)``. Returns ``(N, L)`` long rankings.
+    """
+    scores = exp_scores.float().masked_fill(~mask.bool(), float("-inf"))
+    return augmented_target(clicked.bool() & mask.bool(), scores)
+
+
+# ---------------------------------------------------------------- pre-training
+def teacher_forcing_nll(
+    model: PointerReranker, features: torch.Tensor, mask: torch.Tensor, targets: torch.Tensor
+) -> torch.Tensor:
+    """Scalar mean negative log-likelihood per counted step of ``targets`` (SPEC 3.4).
+
+    features: ``(N, L, F)``; mask: ``(N, L)`` bool; targets: ``(N, L)`` long rankings. Padding
+    steps are forced and excluded from the mean.
+    """
+    logp = model.log_probs_of(features, mask, targets)  # (N, L)
+    return masked_mean(-logp, step_mask(mask.bool()))
+
+
+def pretrain_reranker(
+    model: PointerReranker,
+    features: torch.Tensor,
+    mask: torch.Tensor,
+    targets: torch.Tensor,
+    steps: int,
+    batch_size: int,
+    lr: float,
+    seed: int,
+    progress: bool = False,
+) -> list[dict[str, float]]:
+    """Teacher-forced pre-training of the reranker on target rankings (SPEC 3, step 4).
+
+    Each step draws ``batch_size`` sessions without replacement (reshuffled every epoch),
+    minimises ``teacher_forcing_nll`` with AdamW and leaves the model in eval mode.
+
+    Args:
+        model: the reranker, trained in place.
+        features: ``(N, L, F)`` float candidate features.
+        mask: ``(N, L)`` bool, True on real candidates.
+        targets: ``(N, L)`` long rankings, e.g. ``augmented_targets`` (y_aug) or
+            ``click_first_order`` (the baseline).
+        steps: optimizer steps (>= 1).
+        batch_size: sessions per step (>= 1; capped at N).
+        lr: AdamW learning rate (> 0).
+        seed: seeds the session order.
+        progress: show a progress bar.
+
+    Returns:
+        One row per step: ``{"step", "pretrain/nll"}``.
+    """
+    N = features.shape[0]
+    if steps < 1 or batch_size < 1 or not lr > 0:
+        raise ValueError(
+            f"need steps >= 1, batch_size >= 1, lr > 0; got {steps}, {batch_size}, {lr}"
+        )
+    if N < 1:
+        raise ValueError("no sessions to pre-train on")
+    if targets.shape != mask.shape or features.shape[:2] != mask.shape:
+        raise ValueError(
+            f"need features (N, L, F), mask (N, L), targets (N, L); got {tuple(features.shape)}, "
+            f"{tuple(mask.shape)}, {tuple(targets.shape)}"
+        )
+    device = next(model.parameters()).device
+    generator = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    batch_size = min(batch_size, N)
+    order, cursor = torch.randperm(N, generator=generator), 0
+    history = []
+    model.train()
+    for step in tqdm(range(steps), desc="pretrain reranker", disable=not progress):
+        if cursor + batch_size > N:  # a new epoch: every session once per pass
+            order, cursor = torch.randperm(N, generator=generator), 0
+        rows = order[cursor : cursor + batch_size]
+        cursor += batch_size
+        loss = teacher_forcing_nll(
+            model, features[rows].to(device), mask[rows].to(device), targets[rows].to(device)
+        )
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        history.append({"step": float(step + 1), "pretrain/nll": loss.item()})
+    model.eval()
+    logger.info(
+        "pre-trained the reranker for %d steps, final NLL %.4f", steps, history[-1]["pretrain/nll"]
+    )
+    return history
+
+
+# ---------------------------------------------------------------- page-level reward
+class PageReward:
+    """The page-level GRPO reward ``alpha * R_old + beta * nDCG@k(y, y^s)`` (SPEC 3.5), called
+    as the engine's ``RewardFn``.
+
+    Row ``i`` of the tensors belongs to prompt ``i`` of the trainer (``GRPOTrainer(policy,
+    prompts=list(range(N)), ...)`` with a ``RerankerPolicy`` over the same sessions). Sessions
+    must have all ``L`` candidates real: padding slots would take a share of the ``y^s`` gains.
+
+    Args:
+        business_gains: ``(N, L)`` logged-feedback gains per candidate (clicks: ``R_old`` is the
+            click nDCG@k).
+        exp_scores: ``(N, L)`` experience scores ``s_exp``; their rank gains define ``y^s``.
+        alpha: weight of ``R_old``.
+        beta: weight of the experience alignment.
+        k: nDCG cut-off (>= 1).
+
+    Returns (on call with ``(completions, prompt_index (B,))``): ``{"page", "r_old",
+    "exp_ndcg"}``, each ``(B,)``; ``r_old`` and ``exp_ndcg`` are ``page_reward`` with weights
+    (1, 0) and (0, 1), so ``page = alpha * r_old + beta * exp_ndcg``.
+    """
+
+    def __init__(
+        self,
+        business_gains: torch.Tensor,
+        exp_scores: torch.Tensor,
+        alpha: float,
+        beta: float,
+        k: int,
+    ):
+        if business_gains.dim() != 2 or business_gains.shape != exp_scores.shape:
+            raise ValueError(
+                f"business_gains and exp_scores must both have shape (N, L), got "
+                f"{tuple(business_gains.shape)} and {tuple(exp_scores.shape)}"
+            )
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        if not (math.isfinite(alpha) and math.isfinite(beta)):
+            raise ValueError(f"alpha and beta must be finite, got {alpha}, {beta}")
+        self.business_gains = business_gains.float()
+        self.exp_scores = exp_scores.float()
+        self.alpha, self.beta, self.k = float(alpha), float(beta), int(k)
+
+    def __call__(
+        self, completions: list[str], prompt_index: torch.Tensor
+    ) -> dict[str, torch.Tensor]:
+        rankings = parse_rankings(completions, self.business_gains.shape[1])  # (B, L)
+        rows = prompt_index.long().cpu()
+        gains, scores = self.business_gains[rows], self.exp_scores[rows]  # (B, L)
+        return {
+            "page": page_reward(rankings, gains, scores, self.alpha, self.beta, self.k),
+            "r_old": page_reward(rankings, gains, scores, 1.0, 0.0, self.k),
+            "exp_ndcg": page_reward(rankings, gains, scores, 0.0, 1.0, self.k),
+        }
+
+
+# ---------------------------------------------------------------- evaluation
+EVALUATION_METRICS = ("true_ndcg", "click_ndcg", "exp_ndcg", "unexposed_top_k_share")
+
+
+def evaluate_rankings(
+    rankings: torch.Tensor,
+    sessions: pd.DataFrame,
+    exp_scores: torch.Tensor | None,
+    k: int,
+) -> pd.DataFrame:
+    """Per-session quality of rankings against the hidden truth and the logs.
+
+    Args:
+        rankings: ``(N, L)`` long, position -> candidate (padding slots, if any, after the real
+            candidates).
+        sessions: the sessions ranked (``generate_sessions`` frame, incl. ``true_quality``).
+        exp_scores: ``(N, L)`` experience scores, or None to skip ``exp_ndcg``.
+        k: nDCG cut-off (>= 1).
+
+    Returns:
+        One row per session: ``session_id``, ``query_frequency_band``, ``true_ndcg`` (nDCG@k with
+        the hidden ``true_quality`` as gains: the experience actually delivered), ``click_ndcg``
+        (``R_old``, clicks as gains), ``exp_ndcg`` (against ``y^s`` of ``exp_scores``, as in the
+        reward) and ``unexposed_top_k_share`` (share of the top ``min(k, n)`` slots given to
+        never-exposed candidates).
+    """
+    logs = logged_sessions(sessions)
+    N, L = logs.mask.shape
+    if tuple(rankings.shape) != (N, L):
+        raise ValueError(f"rankings must have shape (N, L) = {(N, L)}, got {tuple(rankings.shape)}")
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    rankings = rankings.long()
+    truth = _pad(list(sessions["true_quality"]), 0.0, torch.float32).view(N, L)
+    frame = {
+        "session_id": sessions["session_id"].to_numpy(),
+        "query_frequency_band": sessions["query_frequency_band"].to_numpy(),
+        "true_ndcg": ndcg_at_k(truth.gather(1, rankings), k, ideal_gains=truth),
+        "click_ndcg": ndcg_at_k(logs.clicks.gather(1, rankings), k, ideal_gains=logs.clicks),
+    }
+    if exp_scores is not None:
+        scores = exp_scores.float().masked_fill(~logs.mask, float("-inf"))
+        # Padding gets no gain: it must not enter the ideal DCG.
+        gains = rank_gains(scores).masked_fill(~logs.mask, 0.0)
+        frame["exp_ndcg"] = ndcg_at_k(gains.gather(1, rankings), k, ideal_gains=gains)
+    top = torch.arange(L) < torch.minimum(logs.mask.sum(dim=1, keepdim=True), torch.tensor(k))
+    unexposed_on_top = logs.unexposed.gather(1, rankings) & top
+    frame["unexposed_top_k_share"] = unexposed_on_top.sum(dim=1) / top.sum(dim=1).clamp(min=1)
+    return pd.DataFrame({name: _numpy(v) for name, v in frame.items()})
+
+
+def _numpy(values: torch.Tensor | np.ndarray) -> np.ndarray:
+    return values.numpy() if isinstance(values, torch.Tensor) else np.asarray(values)
+
+
+def summarise_by_band(per_session: pd.DataFrame) -> pd.DataFrame:
+    """Mean of each metric of ``evaluate_rankings`` per query-frequency band, plus ``all``.
+
+    Returns a frame indexed by band (``head``, ``torso``, ``tail`` as present, then ``all``) with
+    the metric columns and ``sessions`` (the count).
+    """
+    metrics = [c for c in EVALUATION_METRICS if c in per_session.columns]
+    if not metrics or "query_frequency_band" not in per_session.columns:
+        raise ValueError(
+            "per_session must be an evaluate_rankings frame with query_frequency_band and at "
+            f"least one of {list(EVALUATION_METRICS)}"
+        )
+    grouped = per_session.groupby("query_frequency_band")[metrics]
+    bands = [b for b in FREQUENCY_BANDS if b in grouped.groups]
+    summary = grouped.mean().reindex(bands)
+    summary["sessions"] = per_session["query_frequency_band"].value_counts().reindex(bands)
+    overall = per_session[metrics].mean().to_frame("all").T
+    overall["sessions"] = len(per_session)
+    return pd.concat([summary, overall]).rename_axis("band")
