@@ -12,7 +12,7 @@ from creditflow.annotation import (
 
 
 def test_registry_builds_each_annotator():
-    assert set(ANNOTATORS) == {"heuristic", "openai"}
+    assert set(ANNOTATORS) == {"heuristic", "hf", "openai"}
     heuristic = build_annotator("heuristic")
     assert isinstance(heuristic, HeuristicAnnotator) and isinstance(heuristic, Annotator)
     client = build_annotator("openai", base_url="http://127.0.0.1:9", model="m", max_retries=0)
@@ -21,8 +21,8 @@ def test_registry_builds_each_annotator():
 
 
 def test_unknown_name_lists_valid_ones():
-    with pytest.raises(ValueError, match="unknown annotator 'hf'; valid: heuristic, openai"):
-        build_annotator("hf")
+    with pytest.raises(ValueError, match="unknown annotator 'vllm'; valid: heuristic, hf, openai"):
+        build_annotator("vllm")
 
 
 def test_options_reach_the_constructor():

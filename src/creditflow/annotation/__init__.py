@@ -1,7 +1,8 @@
-"""Item annotators for the experience model (SPEC 3.1): the schema, a measuring heuristic and a VLM client."""
+"""Item annotators for the experience model (SPEC 3.1): the schema, a measuring heuristic, VLM backends."""
 
 from creditflow.annotation.base import ANNOTATORS, Annotator, build_annotator
 from creditflow.annotation.heuristic import HeuristicAnnotator
+from creditflow.annotation.hf_backend import HFAnnotator
 from creditflow.annotation.openai_backend import OpenAIAnnotator
 from creditflow.annotation.schema import (
     ANNOTATION_COLUMNS,
@@ -22,6 +23,7 @@ __all__ = [
     "Annotation",
     "AnnotationParseError",
     "Annotator",
+    "HFAnnotator",
     "HeuristicAnnotator",
     "OpenAIAnnotator",
     "build_annotator",

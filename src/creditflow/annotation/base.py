@@ -16,6 +16,7 @@ from typing import Protocol, runtime_checkable
 import pandas as pd
 
 from creditflow.annotation.heuristic import HeuristicAnnotator
+from creditflow.annotation.hf_backend import HFAnnotator
 from creditflow.annotation.openai_backend import OpenAIAnnotator
 
 
@@ -31,6 +32,7 @@ class Annotator(Protocol):
 ANNOTATORS: Mapping[str, Callable[..., Annotator]] = MappingProxyType(
     {
         "heuristic": HeuristicAnnotator,
+        "hf": HFAnnotator,  # loads its model on the first annotate(), not here
         "openai": OpenAIAnnotator,
     }
 )
