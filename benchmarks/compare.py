@@ -1,0 +1,137 @@
+"""Run ``grpo_step.py`` for creditflow and TRL N times, alternately, and compare them.
+
+Each run is its own process (separate peak RSS, no shared caches). Runs alternate
+(creditflow, trl, creditflow, trl, ...) so that slow drift in machine load hits both alike.
+Prints one line per run, then the medians over the N runs and the ratio creditflow / TRL;
+``--out FILE`` also keeps every JSON record.
+
+Usage::
+
+    .venv/bin/python benchmarks/compare.py --model-dir DIR --repeat 3 -- \\
+        --group-size 8 --prompts 4 --max-new-tokens 64 --steps 5 --threads 2 --profile
+
+Everything after ``--`` is passed to every ``grpo_step.py`` run unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+GRPO_STEP = Path(__file__).with_name("grpo_step.py")
+IMPLS = ("creditflow", "trl")
+# (record key, column header, format): the medians printed for each implementation.
+SUMMARY_COLUMNS = (
+    ("s_per_step", "s/step (mean of run)", "{:.3f}"),
+    ("median_step_s", "s/step (median step)", "{:.3f}"),
+    ("cpu_s_per_step", "CPU s/step", "{:.3f}"),
+    ("tokens_per_s", "completion tok/s", "{:.0f}"),
+    ("peak_rss_mb", "peak RSS MB", "{:.0f}"),
+    ("warmup_s", "warm-up step s", "{:.2f}"),
+    ("load_s", "load s", "{:.2f}"),
+)
+
+
+def run_once(impl: str, model_dir: Path, step_args: Sequence[str]) -> dict[str, Any]:
+    """One ``grpo_step.py`` process; its last stdout line is the JSON record."""
+    command = [
+        sys.executable,
+        str(GRPO_STEP),
+        "--impl",
+        impl,
+        "--model-dir",
+        str(model_dir),
+        *step_args,
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"{' '.join(command)} failed ({done.returncode}):\n{done.stderr[-4000:]}"
+        )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def medians(records: list[dict[str, Any]]) -> dict[str, float]:
+    """Median over runs of each summary column, plus the median of all measured steps pooled."""
+    out = {key: statistics.median(r[key] for r in records) for key, _, _ in SUMMARY_COLUMNS}
+    pooled = [s for r in records for s in r["step_s"][r["warmup_steps"] :]]
+    out["pooled_median_step_s"] = statistics.median(pooled)
+    return out
+
+
+def summary_table(by_impl: dict[str, list[dict[str, Any]]]) -> str:
+    """A markdown table: one row per implementation, then the creditflow / TRL ratio."""
+    header = ["impl", *(title for _, title, _ in SUMMARY_COLUMNS)]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    stats = {impl: medians(records) for impl, records in by_impl.items()}
+    for impl, values in stats.items():
+        cells = [fmt.format(values[key]) for key, _, fmt in SUMMARY_COLUMNS]
+        lines.append(f"| {impl} | " + " | ".join(cells) + " |")
+    if all(impl in stats for impl in IMPLS):
+        ratios = [
+            "{:.2f}".format(stats["creditflow"][key] / stats["trl"][key])
+            for key, _, _ in SUMMARY_COLUMNS
+        ]
+        lines.append("| creditflow / TRL | " + " | ".join(ratios) + " |")
+    return "\n".join(lines)
+
+
+def profile_table(by_impl: dict[str, list[dict[str, Any]]]) -> str:
+    """Median seconds per step of each profiled phase (runs made with ``--profile``)."""
+    lines = []
+    for impl, records in by_impl.items():
+        phases = sorted({p for r in records for p in r.get("profile", {})})
+        if not phases:
+            continue
+        values = {p: statistics.median(r["profile"].get(p, 0.0) for r in records) for p in phases}
+        lines.append(f"{impl}: " + ", ".join(f"{p}={v:.3f}" for p, v in values.items()))
+    return "\n".join(lines)
+
+
+def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    split = argv.index("--") if "--" in argv else len(argv)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model-dir", type=Path, required=True)
+    parser.add_argument("--repeat", type=int, default=3, help="runs per implementation")
+    parser.add_argument("--impls", nargs="+", default=list(IMPLS), choices=IMPLS)
+    parser.add_argument("--out", type=Path, help="also write every JSON record here")
+    args = parser.parse_args(argv[:split])
+    if args.repeat < 1:
+        parser.error("--repeat must be >= 1")
+    return args, argv[split + 1 :]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args, step_args = parse_args(argv)
+    by_impl: dict[str, list[dict[str, Any]]] = {impl: [] for impl in args.impls}
+    log = sys.stdout
+    for repeat in range(args.repeat):
+        for impl in args.impls:
+            record = run_once(impl, args.model_dir, step_args)
+            by_impl[impl].append(record)
+            log.write(
+                f"run {repeat + 1}/{args.repeat} {impl:>10}: {record['s_per_step']:.3f} s/step, "
+                f"median step {record['median_step_s']:.3f} s, CPU {record['cpu_s_per_step']:.3f} s/step, "
+                f"{record['tokens_per_s']:.0f} tok/s, "
+                f"peak RSS {record['peak_rss_mb']:.0f} MB, load avg {record['loadavg_1m']:.2f}\n"
+            )
+            log.flush()
+            if args.out is not None:
+                with args.out.open("a", encoding="utf-8") as f:
+                    f.write(json.dumps(record) + "\n")
+    log.write("\n" + summary_table(by_impl) + "\n")
+    profile = profile_table(by_impl)
+    if profile:
+        log.write("\nmedian seconds per step by phase:\n" + profile + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
