@@ -15,7 +15,7 @@ export TOKENIZERS_PARALLELISM := false
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[dev]"
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[dev,bench]"
 	touch $(STAMP)
 
 install: $(STAMP)
