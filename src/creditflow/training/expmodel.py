@@ -1,0 +1,631 @@
+"""ExpModel training (SPEC section 3, steps 2-3): SFT on item annotations, then pairwise PFT.
+
+Stage I (SFT) teaches a small vision-language model to write an item's annotation y from its
+cover image and title: ``L_SFT = -sum_t log p(y_t | y_<t, x)`` over the annotation tokens only.
+Stage II (PFT) puts a scalar head on the SFT'd backbone (``creditflow.models.scorer.ExpScorer``)
+and trains it on ordered pairs (A > B) of candidates of long-tail queries with
+``pairwise_preference_loss``. ``score_items`` then gives every item its experience score
+``s_exp``, the input of the augmented targets and the page-level reward (SPEC 3.4-3.5).
+
+The prompt x is one user turn: the cover image, then ``EXPMODEL_PROMPT`` filled with the item's
+category and title (the annotator judges relevance against the category, so the model sees it
+too). The target y is the annotation as compact JSON with the analysis *first*, then the five
+dimension scores and ``overall`` (``expmodel_target``): the reasoning precedes the verdict, so a
+generated score is conditioned on the generated analysis; ``parse_annotation`` reads it back.
+
+Shape symbols: ``B`` sequences, ``T`` tokens (prompt + target, right-padded), ``N`` image
+patches of a batch, ``D`` patch width (1176 for Qwen2.5-VL), ``H`` hidden width.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import math
+from collections.abc import Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from PIL import Image
+from tqdm.auto import tqdm
+
+from creditflow.algorithms import pairwise_preference_loss
+from creditflow.annotation import DIMENSIONS
+from creditflow.models.scorer import ExpScorer
+from creditflow.models.vision import vl_prompt_inputs
+from creditflow.tasks.reranking import FREQUENCY_BANDS
+from creditflow.training.sft import IGNORE_INDEX
+
+logger = logging.getLogger(__name__)
+
+EXPMODEL_PROMPT = (
+    "Rate this item's cover and title for the viewing experience: write an analysis, then "
+    "1-5 scores, as JSON.\nCategory: {category}\nTitle: {title}"
+)
+ITEM_FIELDS = ("item_id", "category", "title", "image_png")
+PAIR_COLUMNS = ("pos_item", "neg_item", "session_id")
+SCORE_COLUMNS = ("item_id", "s_exp")
+# Annotated overall scores are rounded to 2 decimals (0.2 steps for the heuristic annotator):
+# a difference meant to equal the margin must not fall below it by float rounding.
+_MARGIN_TOLERANCE = 1e-9
+
+
+# --- prompts and targets ----------------------------------------------------------------------
+
+
+def expmodel_prompt(category: str, title: str) -> str:
+    """The text part of the ExpModel's user turn (the image comes before it)."""
+    return EXPMODEL_PROMPT.format(category=category, title=title)
+
+
+def expmodel_target(annotation: pd.Series | dict) -> str:
+    """SFT target of one ``status == "ok"`` annotation row: compact JSON, analysis first.
+
+    >>> row = {
+    ...     "analysis": "Sharp.",
+    ...     "sharpness": 5,
+    ...     "exposure": 4,
+    ...     "noise": 5,
+    ...     "title_informativeness": 3,
+    ...     "relevance": 4,
+    ...     "overall": 4.2,
+    ... }
+    >>> expmodel_target(row)
+    '{"analysis":"Sharp.","sharpness":5,"exposure":4,"noise":5,"title_informativeness":3,"relevance":4,"overall":4.2}'
+    """
+    payload = {"analysis": str(annotation["analysis"])}
+    payload.update({d: int(annotation[d]) for d in DIMENSIONS})
+    payload["overall"] = float(annotation["overall"])
+    return json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+
+
+def _decode_image(image_png: bytes) -> Image.Image:
+    with Image.open(io.BytesIO(image_png)) as image:
+        return image.convert("RGB")
+
+
+def _check_items(items_df: pd.DataFrame) -> None:
+    missing = [c for c in ITEM_FIELDS if c not in items_df.columns]
+    if missing:
+        raise ValueError(f"items_df is missing columns {missing}; need {list(ITEM_FIELDS)}")
+    if items_df["item_id"].duplicated().any():
+        raise ValueError("items_df has repeated item_id values; one row per item is needed")
+
+
+def ok_annotations(annotations_df: pd.DataFrame) -> pd.DataFrame:
+    """The ``status == "ok"`` rows: failed annotations have no scores to learn or compare."""
+    missing = [c for c in ("item_id", "status", "overall") if c not in annotations_df.columns]
+    if missing:
+        raise ValueError(f"annotations_df is missing columns {missing}")
+    return annotations_df[annotations_df["status"] == "ok"]
+
+
+# --- stage I: SFT -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VLExample:
+    """One SFT example, unpadded: ``input_ids``, ``labels`` and ``mm_token_type_ids`` are
+    ``T_i`` long; ``pixel_values`` ``(N_i, D)`` and ``image_grid_thw`` ``(1, 3)`` are the
+    processor's for this item's image."""
+
+    item_id: Any
+    input_ids: list[int]
+    labels: list[int]
+    mm_token_type_ids: list[int]
+    pixel_values: torch.Tensor
+    image_grid_thw: torch.Tensor
+
+
+def expmodel_sft_examples(
+    processor: Any,
+    items_df: pd.DataFrame,
+    annotations_df: pd.DataFrame,
+    max_length: int | None = None,
+) -> list[VLExample]:
+    """SFT examples of every item with an ``ok`` annotation, in ``items_df`` order.
+
+    Each example is the chat-formatted prompt (image placeholder expanded to its image tokens,
+    then the text, then the assistant header) followed by ``expmodel_target`` + eos. Labels are
+    ``IGNORE_INDEX`` on the whole prompt (image tokens included), so the loss covers exactly the
+    target tokens and the eos (SPEC 3.2: "loss on the analysis tokens only").
+
+    Args:
+        processor: a Qwen2.5-VL processor (``build_tiny_processor`` or a checkpoint's).
+        items_df: ``item_id, category, title, image_png`` (other columns are not read).
+        annotations_df: annotator output (``ANNOTATION_COLUMNS``); failed rows and items
+            without an annotation are skipped.
+        max_length: cap on ``T_i``; the target is cut from the right (its eos first). The
+            prompt is never cut (its image tokens must match the pixels).
+
+    Raises:
+        ValueError: no example is left, or a prompt alone reaches ``max_length``.
+    """
+    _check_items(items_df)
+    annotations = ok_annotations(annotations_df).drop_duplicates("item_id").set_index("item_id")
+    items = items_df[items_df["item_id"].isin(annotations.index)]
+    n_skipped = len(items_df) - len(items)
+    if n_skipped:
+        logger.info("SFT skips %d items without an ok annotation", n_skipped)
+    if items.empty:
+        raise ValueError("no item has an ok annotation: nothing to fine-tune on")
+    tokenizer = processor.tokenizer
+    examples = []
+    for item in items.itertuples(index=False):
+        prompt = vl_prompt_inputs(
+            processor, [expmodel_prompt(item.category, item.title)], [_decode_image(item.image_png)]
+        )
+        prompt_ids = prompt["input_ids"][0].tolist()
+        if max_length is not None and len(prompt_ids) >= max_length:
+            # No labelled token would be left: the mean NLL would be 0/0.
+            raise ValueError(
+                f"item {item.item_id}: the prompt alone has {len(prompt_ids)} tokens, so "
+                f"max_length={max_length} leaves no target token; raise max_length"
+            )
+        target = expmodel_target(annotations.loc[item.item_id])
+        target_ids = tokenizer(target, add_special_tokens=False)["input_ids"]
+        target_ids = target_ids + [tokenizer.eos_token_id]
+        if max_length is not None:
+            target_ids = target_ids[: max_length - len(prompt_ids)]
+        examples.append(
+            VLExample(
+                item_id=item.item_id,
+                input_ids=prompt_ids + target_ids,
+                labels=[IGNORE_INDEX] * len(prompt_ids) + target_ids,
+                mm_token_type_ids=prompt["mm_token_type_ids"][0].tolist() + [0] * len(target_ids),
+                pixel_values=prompt["pixel_values"],
+                image_grid_thw=prompt["image_grid_thw"],
+            )
+        )
+    return examples
+
+
+def collate_expmodel_sft(examples: Sequence[VLExample], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-pad a batch: ``input_ids``, ``attention_mask``, ``mm_token_type_ids``, ``labels``
+    ``(B, T)`` (pad: ``pad_id`` / 0 / 0 / ``IGNORE_INDEX``), ``pixel_values`` ``(N, D)`` (the
+    examples' patches in batch order) and ``image_grid_thw`` ``(B, 3)``.
+
+    Right padding is safe for the 3D rope positions: ``get_rope_index`` drops masked tokens
+    before it numbers the rest, so a row's positions do not depend on its padding.
+    """
+    if not examples:
+        raise ValueError("need at least one example")
+    width = max(len(e.input_ids) for e in examples)
+    batch_size = len(examples)
+    input_ids = torch.full((batch_size, width), pad_id, dtype=torch.long)
+    labels = torch.full((batch_size, width), IGNORE_INDEX, dtype=torch.long)
+    attention_mask = torch.zeros((batch_size, width), dtype=torch.long)
+    mm_token_type_ids = torch.zeros((batch_size, width), dtype=torch.long)
+    for row, example in enumerate(examples):
+        length = len(example.input_ids)
+        input_ids[row, :length] = torch.tensor(example.input_ids)
+        labels[row, :length] = torch.tensor(example.labels)
+        attention_mask[row, :length] = 1
+        mm_token_type_ids[row, :length] = torch.tensor(example.mm_token_type_ids)
+    return {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "mm_token_type_ids": mm_token_type_ids,
+        "labels": labels,
+        "pixel_values": torch.cat([e.pixel_values for e in examples]),  # (N, D)
+        "image_grid_thw": torch.cat([e.image_grid_thw for e in examples]),  # (B, 3)
+    }
+
+
+def expmodel_sft_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Mean next-token NLL over the tokens whose label is not ``IGNORE_INDEX``."""
+    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    logits = model(**inputs, use_cache=False).logits  # (B, T, V)
+    shift_logits = logits[:, :-1].float()  # (B, T-1, V): position t predicts token t+1
+    shift_labels = batch["labels"][:, 1:]  # (B, T-1)
+    return F.cross_entropy(
+        shift_logits.reshape(-1, shift_logits.shape[-1]),
+        shift_labels.reshape(-1),
+        ignore_index=IGNORE_INDEX,
+    )
+
+
+def train_expmodel_sft(
+    model: torch.nn.Module,
+    processor: Any,
+    items_df: pd.DataFrame,
+    annotations_df: pd.DataFrame,
+    steps: int = 200,
+    batch_size: int = 8,
+    lr: float = 1e-3,
+    seed: int = 0,
+    max_length: int | None = 1024,
+    *,
+    weight_decay: float = 0.0,
+    max_grad_norm: float = 1.0,
+    progress: bool = False,
+) -> tuple[torch.nn.Module, list[dict[str, float]]]:
+    """SPEC 3.2: fine-tune the VL ``model`` in place to write each item's annotation.
+
+    AdamW at a constant ``lr``, gradients clipped to ``max_grad_norm``; examples are drawn in
+    a seeded order, reshuffled every epoch.
+
+    Returns:
+        ``(model, history)``: the model in eval mode and one row per step with ``step``,
+        ``sft/loss`` and ``sft/target_tokens`` (labelled tokens in the batch).
+    """
+    _check_positive(steps=steps, batch_size=batch_size, lr=lr)
+    examples = expmodel_sft_examples(processor, items_df, annotations_df, max_length)
+    device = next(model.parameters()).device
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    order = _EpochSampler(len(examples), seed)
+    pad_id = processor.tokenizer.pad_token_id
+    history = []
+    model.train()
+    for step in tqdm(range(steps), desc="ExpModel SFT", disable=not progress):
+        batch = collate_expmodel_sft([examples[i] for i in order.take(batch_size)], pad_id)
+        batch = {k: v.to(device) for k, v in batch.items()}
+        loss = expmodel_sft_loss(model, batch)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+        optimizer.step()
+        history.append(
+            {
+                "step": float(step + 1),
+                "sft/loss": loss.item(),
+                "sft/target_tokens": float((batch["labels"] != IGNORE_INDEX).sum()),
+            }
+        )
+    logger.info(
+        "ExpModel SFT: %d steps on %d items, final loss %.4f",
+        steps,
+        len(examples),
+        history[-1]["sft/loss"],
+    )
+    return model.eval(), history
+
+
+# --- stage II: preference pairs and PFT ---------------------------------------------------------
+
+
+def preference_pairs(
+    sessions_df: pd.DataFrame,
+    annotations_df: pd.DataFrame,
+    margin: float = 1.0,
+    bands: Sequence[str] = ("tail",),
+    max_pairs: int | None = None,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """SPEC 3.3: ordered pairs (A > B) of candidates under long-tail queries.
+
+    Within each session whose ``query_frequency_band`` is in ``bands``, every ordered pair of
+    candidates with ok annotations and ``overall(A) - overall(B) >= margin`` is a pair
+    ``(pos_item=A, neg_item=B)``. A pair met in several sessions is kept once, with its first
+    ``session_id``. Above ``max_pairs`` a seeded uniform sample is kept.
+
+    Args:
+        sessions_df: ``generate_sessions`` frame (reads ``session_id``,
+            ``query_frequency_band``, ``candidates``).
+        annotations_df: annotator output; failed rows are ignored.
+        margin: least gap of annotated ``overall`` (1-5 scale), > 0 so ties never pair.
+        bands: which query bands to take pairs from, a subset of ``FREQUENCY_BANDS``.
+        max_pairs: cap on the number of pairs (None: all).
+        seed: seed of the sample.
+
+    Returns:
+        ``PAIR_COLUMNS`` (``pos_item, neg_item, session_id``), sorted by session, then
+        ``pos_item``, then ``neg_item``.
+    """
+    unknown = sorted(set(bands) - set(FREQUENCY_BANDS))
+    if unknown or not bands:
+        raise ValueError(f"unknown bands {unknown or list(bands)}; valid: {list(FREQUENCY_BANDS)}")
+    if not margin > 0:
+        raise ValueError(f"margin must be > 0 (0 would pair ties both ways), got {margin}")
+    if max_pairs is not None and max_pairs < 1:
+        raise ValueError(f"max_pairs must be >= 1 or None, got {max_pairs}")
+    overall = ok_annotations(annotations_df).drop_duplicates("item_id")
+    overall = dict(zip(overall["item_id"], overall["overall"], strict=True))
+    selected = sessions_df[sessions_df["query_frequency_band"].isin(bands)]
+    seen: set[tuple[Any, Any]] = set()
+    rows = []
+    for session in selected.sort_values("session_id").itertuples(index=False):
+        candidates = [c for c in dict.fromkeys(session.candidates) if c in overall]
+        scores = np.array([overall[c] for c in candidates], dtype=np.float64)  # (L',)
+        better = scores[:, None] - scores[None, :] >= margin - _MARGIN_TOLERANCE  # (L', L')
+        for i, j in zip(*np.nonzero(better), strict=True):
+            pair = (candidates[i], candidates[j])
+            if pair not in seen:
+                seen.add(pair)
+                rows.append((*pair, session.session_id))
+    pairs = pd.DataFrame(rows, columns=list(PAIR_COLUMNS))
+    if max_pairs is not None and len(pairs) > max_pairs:
+        keep = np.random.default_rng(seed).choice(len(pairs), size=max_pairs, replace=False)
+        pairs = pairs.iloc[np.sort(keep)]
+    return pairs.sort_values(["session_id", "pos_item", "neg_item"]).reset_index(drop=True)
+
+
+def pair_accuracy(s_pos: torch.Tensor, s_neg: torch.Tensor) -> float:
+    """Share of pairs ordered right, ties counted as half: ``mean(1[s+ > s-] + 0.5 * 1[s+ = s-])``.
+
+    Counting ties as half makes a constant scorer (the untrained ``ExpScorer``) exactly 0.5.
+
+    >>> pair_accuracy(torch.tensor([1.0, 0.0, 2.0]), torch.tensor([0.0, 0.0, 3.0]))
+    0.5
+    """
+    if s_pos.shape != s_neg.shape or s_pos.dim() != 1 or s_pos.numel() == 0:
+        raise ValueError(
+            f"s_pos and s_neg must both be (N,) with N >= 1, got {tuple(s_pos.shape)} "
+            f"and {tuple(s_neg.shape)}"
+        )
+    right = (s_pos > s_neg).double() + 0.5 * (s_pos == s_neg).double()
+    return float(right.mean())
+
+
+def train_expmodel_pft(
+    scorer: ExpScorer,
+    processor: Any,
+    items_df: pd.DataFrame,
+    pairs_df: pd.DataFrame,
+    steps: int = 200,
+    batch_size: int = 16,
+    lr: float = 1e-4,
+    lam: float = 0.01,
+    seed: int = 0,
+    heldout_fraction: float = 0.2,
+    *,
+    heldout_split: str = "items",
+    train_backbone: bool = True,
+    weight_decay: float = 0.0,
+    max_grad_norm: float = 1.0,
+    progress: bool = False,
+) -> tuple[ExpScorer, list[dict[str, float]], float]:
+    """SPEC 3.3: train ``scorer`` in place on ordered pairs with ``pairwise_preference_loss``.
+
+    Part of the pairs is held out (``heldout_split``) and scored after training. Each step
+    scores the ``2 * batch_size`` items of ``batch_size`` training pairs in one left-padded
+    forward.
+
+    Args:
+        scorer: ``ExpScorer`` on the SFT'd backbone.
+        processor: the ExpModel's processor.
+        items_df: ``item_id, category, title, image_png`` of every item in ``pairs_df``.
+        pairs_df: ``preference_pairs`` output (``pos_item``, ``neg_item``).
+        steps, batch_size, lr: AdamW optimizer steps, pairs per step, constant learning rate.
+        lam: weight of the centring term ``mean((s+ + s-)^2)``.
+        seed: held-out split and pair order.
+        heldout_fraction: share held out, in [0, 1); 0 gives no held-out metric.
+        heldout_split: what ``heldout_fraction`` is a share of (``HELDOUT_SPLITS``):
+            ``"items"`` (default) holds out items and evaluates on pairs of two unseen items,
+            dropping pairs that mix the two sides; this measures what ``s_exp`` is for, scoring
+            items without pairs. ``"pairs"`` holds out pairs; their items are mostly trained on
+            through other pairs, so it mostly measures how well the scores of seen items fit.
+        train_backbone: True trains every parameter; False only the head, the last decoder
+            layer and the final norm (``ExpScorer.parameters_to_train``), which skips the
+            backward pass through the vision tower: the fast option for smoke runs. Either
+            way, parameters the caller set to ``requires_grad=False`` stay frozen, and every
+            ``requires_grad`` flag is as it was on return.
+
+    Returns:
+        ``(scorer, history, heldout_accuracy)``: the scorer in eval mode; one row per step with
+        ``step``, ``pft/loss``, ``pft/accuracy`` (the batch's pairs) and ``pft/score_mean``;
+        ``pair_accuracy`` on the held-out pairs after training (NaN without held-out pairs).
+    """
+    _check_positive(steps=steps, batch_size=batch_size, lr=lr)
+    prompts = _ItemPrompts(items_df)
+    train_pairs, heldout_pairs = split_pairs(
+        pairs_df, heldout_fraction, seed, heldout_split, known_items=prompts.ids
+    )
+    # A parameter the caller froze stays frozen.
+    trainable = [p for p in scorer.parameters_to_train(train_backbone) if p.requires_grad]
+    if not trainable:
+        raise ValueError("no parameter to train: every chosen parameter has requires_grad=False")
+    optimizer = torch.optim.AdamW(trainable, lr=lr, weight_decay=weight_decay)
+    device = next(scorer.parameters()).device
+    order = _EpochSampler(len(train_pairs), seed)
+    pos_items = train_pairs["pos_item"].tolist()
+    neg_items = train_pairs["neg_item"].tolist()
+    history = []
+    scorer.train()
+    with _trainable_only(scorer, trainable):
+        for step in tqdm(range(steps), desc="ExpModel PFT", disable=not progress):
+            rows = order.take(batch_size)
+            batch_items = [pos_items[i] for i in rows] + [neg_items[i] for i in rows]
+            inputs = {k: v.to(device) for k, v in prompts.inputs(processor, batch_items).items()}
+            loss, metrics = _pft_loss(scorer, inputs, lam)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(trainable, max_grad_norm)
+            optimizer.step()
+            history.append({"step": float(step + 1), **metrics})
+    scorer.eval()
+
+    heldout_accuracy = math.nan
+    if not heldout_pairs.empty:
+        needed = pd.unique(heldout_pairs[["pos_item", "neg_item"]].to_numpy().ravel())
+        scores = score_items(scorer, processor, prompts.frame(needed), batch_size=2 * batch_size)
+        s_exp = scores.set_index("item_id")["s_exp"]
+        heldout_accuracy = pair_accuracy(
+            torch.tensor(s_exp.loc[heldout_pairs["pos_item"]].to_numpy()),
+            torch.tensor(s_exp.loc[heldout_pairs["neg_item"]].to_numpy()),
+        )
+    logger.info(
+        "ExpModel PFT: %d steps on %d pairs, final loss %.4f, held-out accuracy %.3f (%d pairs)",
+        steps,
+        len(train_pairs),
+        history[-1]["pft/loss"],
+        heldout_accuracy,
+        len(heldout_pairs),
+    )
+    return scorer, history, heldout_accuracy
+
+
+def _pft_loss(
+    scorer: ExpScorer, inputs: dict[str, torch.Tensor], lam: float
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """SPEC 3.3 loss of one batch whose first half of rows are the preferred items."""
+    scores = scorer(**inputs)  # (2b,)
+    n_pairs = scores.shape[0] // 2
+    s_pos, s_neg = scores[:n_pairs], scores[n_pairs:]  # (b,) each
+    loss = pairwise_preference_loss(s_pos, s_neg, lam)
+    metrics = {
+        "pft/loss": loss.item(),
+        "pft/accuracy": pair_accuracy(s_pos.detach(), s_neg.detach()),
+        "pft/score_mean": scores.detach().mean().item(),
+    }
+    return loss, metrics
+
+
+def split_pairs(
+    pairs_df: pd.DataFrame,
+    heldout_fraction: float,
+    seed: int,
+    heldout_split: str = "items",
+    known_items: Sequence[Any] | None = None,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``(train_pairs, heldout_pairs)`` of ``pairs_df`` by ``HELDOUT_SPLITS[heldout_split]``.
+
+    Raises:
+        ValueError: an unknown split, a fraction outside [0, 1), missing columns, items not
+            in ``known_items`` (when given) or no training pair left.
+    """
+    if heldout_split not in HELDOUT_SPLITS:
+        raise ValueError(
+            f"unknown heldout_split {heldout_split!r}; valid: {', '.join(sorted(HELDOUT_SPLITS))}"
+        )
+    if not 0.0 <= heldout_fraction < 1.0:
+        raise ValueError(f"heldout_fraction must lie in [0, 1), got {heldout_fraction}")
+    missing = [c for c in ("pos_item", "neg_item") if c not in pairs_df.columns]
+    if missing:
+        raise ValueError(f"pairs_df is missing columns {missing}; build it with preference_pairs")
+    if known_items is not None:
+        named = set(pairs_df["pos_item"]) | set(pairs_df["neg_item"])
+        unknown = sorted(named - set(known_items))
+        if unknown:
+            raise ValueError(f"pairs_df names items missing from items_df: {unknown[:10]}")
+    train_rows, heldout_rows = HELDOUT_SPLITS[heldout_split](
+        pairs_df, heldout_fraction, np.random.default_rng(seed)
+    )
+    train_pairs = pairs_df.iloc[np.sort(train_rows)].reset_index(drop=True)
+    heldout_pairs = pairs_df.iloc[np.sort(heldout_rows)].reset_index(drop=True)
+    if train_pairs.empty:
+        raise ValueError(f"no training pair left of {len(pairs_df)}: lower heldout_fraction")
+    return train_pairs, heldout_pairs
+
+
+@torch.inference_mode()
+def score_items(
+    scorer: ExpScorer, processor: Any, items_df: pd.DataFrame, batch_size: int = 32
+) -> pd.DataFrame:
+    """The experience score of every item: ``SCORE_COLUMNS`` (``item_id``, ``s_exp``) in
+    ``items_df`` order. Runs in eval mode (restored afterwards); batches are left-padded, and
+    the scorer pools the last real token, so a score does not depend on its batch beyond float
+    rounding."""
+    _check_positive(batch_size=batch_size)
+    prompts = _ItemPrompts(items_df)
+    device = next(scorer.parameters()).device
+    was_training = scorer.training
+    scorer.eval()
+    scores = []
+    try:
+        for start in range(0, len(prompts.ids), batch_size):
+            chunk = prompts.ids[start : start + batch_size]
+            inputs = {k: v.to(device) for k, v in prompts.inputs(processor, chunk).items()}
+            scores.append(scorer(**inputs).float().cpu())  # (b,)
+    finally:
+        scorer.train(was_training)
+    values = torch.cat(scores).numpy() if scores else np.zeros(0, dtype=np.float32)
+    return pd.DataFrame({"item_id": prompts.ids, "s_exp": values}, columns=list(SCORE_COLUMNS))
+
+
+# --- helpers ------------------------------------------------------------------------------------
+
+
+class _ItemPrompts:
+    """Decoded covers and prompt texts of ``items_df``, by ``item_id`` (decoded once)."""
+
+    def __init__(self, items_df: pd.DataFrame):
+        _check_items(items_df)
+        self._items = items_df.set_index("item_id", drop=False)
+        self.ids = items_df["item_id"].tolist()
+        self._texts = {
+            row.item_id: expmodel_prompt(row.category, row.title)
+            for row in items_df.itertuples(index=False)
+        }
+        self._images = {
+            row.item_id: _decode_image(row.image_png) for row in items_df.itertuples(index=False)
+        }
+
+    def inputs(self, processor: Any, item_ids: Sequence[Any]) -> dict[str, torch.Tensor]:
+        """Left-padded ``vl_prompt_inputs`` of ``item_ids`` (repeats allowed)."""
+        return vl_prompt_inputs(
+            processor, [self._texts[i] for i in item_ids], [self._images[i] for i in item_ids]
+        )
+
+    def frame(self, item_ids: Sequence[Any]) -> pd.DataFrame:
+        return self._items.loc[list(item_ids)].reset_index(drop=True)
+
+
+@contextmanager
+def _trainable_only(module: torch.nn.Module, trainable: Sequence[torch.nn.Parameter]):
+    """Only ``trainable`` require grad inside (no backward through the frozen rest, e.g. the
+    vision tower); every parameter's own ``requires_grad`` is restored on exit."""
+    chosen = {id(p) for p in trainable}
+    before = [(p, p.requires_grad) for p in module.parameters()]
+    for parameter, _ in before:
+        parameter.requires_grad_(id(parameter) in chosen)
+    try:
+        yield
+    finally:
+        for parameter, flag in before:
+            parameter.requires_grad_(flag)
+
+
+class _EpochSampler:
+    """Indices ``0..n-1`` in a seeded order, reshuffled every epoch, taken ``k`` at a time."""
+
+    def __init__(self, n: int, seed: int):
+        self._n = n
+        self._generator = torch.Generator().manual_seed(seed)
+        self._order: list[int] = []
+
+    def take(self, k: int) -> list[int]:
+        rows = []
+        while len(rows) < k:
+            if not self._order:
+                self._order = torch.randperm(self._n, generator=self._generator).tolist()
+            rows.append(self._order.pop())
+        return rows
+
+
+def _split_by_pairs(
+    pairs_df: pd.DataFrame, heldout_fraction: float, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """``round(heldout_fraction * n)`` random pairs held out; their items may also be trained on."""
+    permutation = rng.permutation(len(pairs_df))
+    n_heldout = round(heldout_fraction * len(pairs_df))
+    return permutation[n_heldout:], permutation[:n_heldout]
+
+
+def _split_by_items(
+    pairs_df: pd.DataFrame, heldout_fraction: float, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """``round(heldout_fraction * n_items)`` random items held out: a pair of two held-out items
+    is held out, a pair of two others trains, a mixed pair is dropped (it would leak)."""
+    items = pd.unique(pairs_df[["pos_item", "neg_item"]].to_numpy().ravel())
+    n_heldout = round(heldout_fraction * len(items))
+    heldout_items = set(items[rng.permutation(len(items))[:n_heldout]].tolist())
+    pos_out = pairs_df["pos_item"].isin(heldout_items).to_numpy()
+    neg_out = pairs_df["neg_item"].isin(heldout_items).to_numpy()
+    return np.flatnonzero(~pos_out & ~neg_out), np.flatnonzero(pos_out & neg_out)
+
+
+# How train_expmodel_pft holds pairs out: name -> (pairs, fraction, rng) -> (train, held-out) rows.
+HELDOUT_SPLITS = {"items": _split_by_items, "pairs": _split_by_pairs}
+
+
+def _check_positive(**values: float) -> None:
+    for name, value in values.items():
+        if not value > 0:
+            raise ValueError(f"{name} must be > 0, got {value}")
