@@ -24,7 +24,7 @@ VALID = {
         ({"minibatch_size": 5}, "minibatch_size"),  # B = 4 * 4 = 16
         ({"advantage": {"name": "tapo", "alpha": 1.5}}, "advantage.alpha"),
         ({"advantage": {"name": "ppo"}}, "advantage"),
-        ({"token_weights": {"name": "tor"}}, "token_weights"),
+        ({"token_weights": {"name": "tor_v2"}}, "token_weights"),
         ({"advantage": "grpo"}, "advantage"),
         ({"agg": "token-sum"}, "agg"),
         ({"kl": "k2"}, "kl"),

@@ -7,6 +7,7 @@ from creditflow.rollout.language_policy import (
     completion_mask_from_eos,
 )
 from creditflow.rollout.reranker_policy import RerankerPolicy, format_ranking, parse_rankings
+from creditflow.rollout.vision_policy import VisionLanguagePolicy, VisualPrompt, as_visual_prompt
 
 __all__ = [
     "LanguagePolicy",
@@ -14,6 +15,9 @@ __all__ = [
     "RerankerPolicy",
     "RolloutBatch",
     "SamplingSettings",
+    "VisionLanguagePolicy",
+    "VisualPrompt",
+    "as_visual_prompt",
     "completion_mask_from_eos",
     "format_ranking",
     "parse_rankings",

@@ -1,15 +1,17 @@
-"""Reward functions bound to a prompt table, and greedy evaluation of a language policy."""
+"""Reward functions bound to a prompt table, and greedy evaluation of a language or
+vision-language policy."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
 from creditflow.rewards import get_reward_function
-from creditflow.rollout import LanguagePolicy, SamplingSettings
+from creditflow.rollout import LanguagePolicy, SamplingSettings, VisionLanguagePolicy
 
 
 class TextRewards:
@@ -88,5 +90,25 @@ def evaluate_text_policy(
     ``completion`` and ``reward/<name>`` columns."""
     policy = LanguagePolicy(model, tokenizer, SamplingSettings(max_new_tokens=max_new_tokens))
     completions = greedy_completions(policy, prompts, batch_size=batch_size, progress=True)
+    scores = score_completions(completions, references, answers, reward_names)
+    return scores.assign(completion=completions)
+
+
+def evaluate_vl_policy(
+    model,
+    processor,
+    prompts: Sequence[Any],
+    references: Sequence[str],
+    answers: Sequence[str],
+    reward_names: Sequence[str],
+    max_new_tokens: int,
+    batch_size: int = 32,
+) -> pd.DataFrame:
+    """Greedy completions of image ``prompts`` (anything ``as_visual_prompt`` accepts) scored
+    with ``reward_names``: one row per prompt with ``completion`` and ``reward/<name>``."""
+    policy = VisionLanguagePolicy(model, processor, SamplingSettings(max_new_tokens=max_new_tokens))
+    completions: list[str] = []
+    for start in tqdm(range(0, len(prompts), batch_size), desc="eval"):
+        completions += policy.greedy(list(prompts[start : start + batch_size]))
     scores = score_completions(completions, references, answers, reward_names)
     return scores.assign(completion=completions)

@@ -1,4 +1,4 @@
-"""Recipes: the glue between Kedro nodes and the engine for a language policy.
+"""Recipes: the glue between Kedro nodes and the engine for a language or vision-language policy.
 
 A node passes its inputs and ``params:`` dict; a recipe validates the parameters first,
 then builds the policy, runs SFT or GRPO, and returns plain results (model, tables).
@@ -7,19 +7,28 @@ then builds the policy, runs SFT or GRPO, and returns plain results (model, tabl
 from __future__ import annotations
 
 import copy
+import hashlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import pandas as pd
+import torch
 
-from creditflow.rollout import LanguagePolicy, SamplingSettings
+from creditflow.rollout import (
+    LanguagePolicy,
+    SamplingSettings,
+    VisionLanguagePolicy,
+    as_visual_prompt,
+)
 from creditflow.training.checkpoint import CheckpointStore, state_fingerprint
 from creditflow.training.config import ConfigError, GRPOConfig
 from creditflow.training.evaluation import TextRewards
 from creditflow.training.grpo import GRPOResult, GRPOTrainer
 from creditflow.training.sft import SFTConfig, train_sft
 from creditflow.training.strategies import ADVANTAGE_STRATEGIES
+from creditflow.training.tor import train_vl_sft
 
 logger = logging.getLogger(__name__)
 
@@ -56,15 +65,22 @@ def build_grpo_config(grpo_params: dict[str, Any], reward_names: Sequence[str]) 
     return config
 
 
-def language_policy(model, tokenizer, config: GRPOConfig) -> LanguagePolicy:
-    sampling = SamplingSettings(
+def sampling_settings(config: GRPOConfig) -> SamplingSettings:
+    return SamplingSettings(
         max_new_tokens=config.max_new_tokens,
         temperature=config.temperature,
         top_p=config.top_p,
         top_k=config.top_k,
         entropy_top_p=config.entropy_top_p,
     )
-    return LanguagePolicy(model, tokenizer, sampling)
+
+
+def language_policy(model, tokenizer, config: GRPOConfig) -> LanguagePolicy:
+    return LanguagePolicy(model, tokenizer, sampling_settings(config))
+
+
+def vision_language_policy(model, processor, config: GRPOConfig) -> VisionLanguagePolicy:
+    return VisionLanguagePolicy(model, processor, sampling_settings(config))
 
 
 def run_sft(
@@ -97,6 +113,66 @@ def run_grpo(
     rewards = TextRewards(reward_names, references, answers)
     trainer = GRPOTrainer(
         language_policy(model, tokenizer, config), prompts, rewards, config, checkpoints
+    )
+    result = trainer.train()
+    return model.eval(), result
+
+
+# ---------------------------------------------------------------- vision-language (ToR)
+@contextmanager
+def torch_threads(n: int | None) -> Iterator[None]:
+    """Run the block with ``n`` intra-op CPU threads (``None``: leave torch's setting), then
+    restore the previous count. A tiny model's matmuls are far below what threading pays
+    off for; on a shared CPU the extra threads spin and a step takes 10x longer."""
+    if n is None:
+        yield
+        return
+    if n < 1:
+        raise ConfigError(f"torch_threads must be >= 1 or null, got {n}")
+    previous = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def run_vl_sft(
+    model, processor, prompts: Sequence[Any], targets: Sequence[str], sft_params: dict
+) -> tuple[Any, pd.DataFrame]:
+    """SFT a copy of a vision-language ``model`` on (image prompt, target) pairs; returns it and
+    the per-step metrics table. ``prompts`` are what ``as_visual_prompt`` accepts."""
+    config = SFTConfig.from_params(dict(sft_params))
+    model = copy.deepcopy(model)
+    visual = [as_visual_prompt(p) for p in prompts]  # decode every image once
+    policy = VisionLanguagePolicy(model, processor, SamplingSettings())
+    history = train_vl_sft(policy, visual, list(targets), config)
+    return model.eval(), pd.DataFrame(history)
+
+
+def run_vl_grpo(
+    model,
+    processor,
+    prompts: Sequence[Any],
+    references: Sequence[str],
+    answers: Sequence[str],
+    config: GRPOConfig,
+    reward_names: Sequence[str],
+    checkpoints: CheckpointStore | None,
+) -> tuple[Any, GRPOResult]:
+    """GRPO on a copy of a vision-language ``model`` (ToR when ``config.token_weights`` names
+    a ``tor*`` strategy); resumes from ``checkpoints`` when a run with the same starting
+    weights, prompts (texts and pixels) and config left one there."""
+    model = copy.deepcopy(model)
+    visual = [as_visual_prompt(p) for p in prompts]
+    if checkpoints is not None:
+        prompt_keys = [[p.text, hashlib.sha256(p.image.tobytes()).hexdigest()[:16]] for p in visual]
+        run_id = state_fingerprint(model, config.to_dict(), prompt_keys, list(answers))
+        checkpoints = checkpoints.subdirectory(run_id)
+        logger.info("GRPO checkpoints in %s", checkpoints.directory)
+    rewards = TextRewards(reward_names, references, answers)
+    trainer = GRPOTrainer(
+        vision_language_policy(model, processor, config), visual, rewards, config, checkpoints
     )
     result = trainer.train()
     return model.eval(), result

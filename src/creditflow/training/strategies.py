@@ -22,6 +22,7 @@ from creditflow.algorithms import (
 from creditflow.rollout.batch import RolloutBatch
 from creditflow.training.config import ConfigError, GRPOConfig
 from creditflow.training.segments import REASONING, translation_segment_ids
+from creditflow.training.tor import TOR_PRESETS, tor_weights, validate_tor
 
 Metrics = dict[str, float]
 
@@ -132,6 +133,9 @@ def uniform_weights(
 
 TOKEN_WEIGHT_STRATEGIES: dict[str, Strategy] = {
     "uniform": Strategy(uniform_weights, _no_options),
+    # ToR (SPEC section 2) and its ablations "tor_reasoning_only" (gamma_p = 0) and
+    # "tor_perception_only" (gamma_r = 0); options and presets in training.tor.
+    **{name: Strategy(tor_weights, validate_tor) for name in TOR_PRESETS},
 }
 
 

@@ -1,0 +1,241 @@
+"""Thin nodes of the ``tor`` pipeline; the work happens in creditflow.tasks/models/training."""
+
+from __future__ import annotations
+
+import logging
+import re
+import string
+from typing import Any
+
+import pandas as pd
+from matplotlib.figure import Figure
+from PIL import Image
+
+from creditflow.models import (
+    ImageOnlyQwen2_5_VLProcessor,
+    build_tiny_processor,
+    load_vl_policy,
+    train_vl_tokenizer,
+)
+from creditflow.pipelines.tor.report import summarise_tor_runs
+from creditflow.reporting import plot_reward_curves
+from creditflow.tasks.tor import format_tor_target, generate_tor_problems, tor_prompt
+from creditflow.training.checkpoint import CheckpointStore
+from creditflow.training.evaluation import evaluate_vl_policy
+from creditflow.training.recipes import (
+    build_grpo_config,
+    merge_overrides,
+    run_vl_grpo,
+    run_vl_sft,
+    torch_threads,
+)
+
+logger = logging.getLogger(__name__)
+
+# MATH-Vision questions point at their figure with "<image1>"; the image is the prompt's own.
+_IMAGE_TAG = re.compile(r"\s*<image\d*>\s*")
+
+
+def build_tor_tasks(params: dict[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Seeded synthetic visual problems: a training set and a held-out evaluation set (another
+    seed, with any picture that also occurs in training dropped)."""
+    tasks = params["tasks"]
+    common = {
+        "image_size": tasks["image_size"],
+        "kinds": tasks["kinds"],
+        "max_number": tasks["max_number"],
+    }
+    train = generate_tor_problems(tasks["n_train"], seed=params["seed"], **common)
+    evaluation = generate_tor_problems(tasks["n_eval"], seed=params["seed"] + 10_000, **common)
+    evaluation = evaluation[~evaluation["spec"].isin(set(train["spec"]))]
+    return train, evaluation.reset_index(drop=True)
+
+
+def train_tor_tokenizer(tor_train_tasks: pd.DataFrame, params: dict[str, Any]):
+    """The processor: a BPE tokenizer trained on the task text plus the vision tokens, with the
+    image processor (tiny policy), or the checkpoint's own processor."""
+    policy = params["policy"]
+    if policy["source"] != "tiny":
+        processor = ImageOnlyQwen2_5_VLProcessor.from_pretrained(policy["name_or_path"])
+        processor.tokenizer.padding_side = "left"
+        return processor
+    settings = params["tokenizer"]
+    texts = [tor_prompt(q) for q in tor_train_tasks["question"]] + _sft_targets(tor_train_tasks)
+    tokenizer = train_vl_tokenizer(
+        texts, settings["vocab_size"], model_max_length=settings["model_max_length"]
+    )
+    return build_tiny_processor(tokenizer, image_size=params["tasks"]["image_size"])
+
+
+def build_vl_policy(tor_processor, params: dict[str, Any]):
+    """The initial policy: a tiny Qwen2.5-VL from its config, or a pretrained checkpoint."""
+    model, _ = load_vl_policy(params["policy"], processor=tor_processor)
+    return model
+
+
+def sft_warmstart_tor(
+    tor_initial_policy, tor_processor, tor_train_tasks: pd.DataFrame, params: dict[str, Any]
+):
+    """SFT on gold reasoning + boxed answers, so the policy answers in the format before RL."""
+    with torch_threads(params["torch_threads"]):
+        model, metrics = run_vl_sft(
+            tor_initial_policy,
+            tor_processor,
+            _train_prompts(tor_train_tasks),
+            _sft_targets(tor_train_tasks),
+            params["sft"],
+        )
+    return model, _integer_steps(metrics)
+
+
+def train_tor_policy(
+    tor_sft_policy,
+    tor_processor,
+    tor_train_tasks: pd.DataFrame,
+    checkpoints: CheckpointStore,
+    params: dict[str, Any],
+    strategy: str,
+):
+    """GRPO from the warm start with one token-weight strategy of ``params['strategies']``."""
+    config = build_grpo_config(strategy_params(params, strategy), params["reward_functions"])
+    with torch_threads(params["torch_threads"]):
+        model, result = run_vl_grpo(
+            tor_sft_policy,
+            tor_processor,
+            _train_prompts(tor_train_tasks),
+            list(tor_train_tasks["question"]),
+            list(tor_train_tasks["answer"]),
+            config,
+            params["reward_functions"],
+            checkpoints,
+        )
+    metrics = _integer_steps(pd.DataFrame(result.history)).assign(strategy=strategy)
+    samples = pd.DataFrame(result.samples).assign(strategy=strategy)
+    return model, metrics, samples
+
+
+def evaluate_tor_policy(
+    model,
+    tor_processor,
+    tor_eval_tasks: pd.DataFrame,
+    tabmwp_problems: pd.DataFrame,
+    mathvision_problems: pd.DataFrame,
+    params: dict[str, Any],
+    label: str,
+) -> pd.DataFrame:
+    """Greedy answers on the held-out synthetic problems, TabMWP (question + table image) and
+    MATH-Vision testmini (choices in the prompt, letters compared through the boxed answer),
+    the real sets capped; one row per problem."""
+    evaluation = params["evaluation"]
+    problems, prompts = _evaluation_problems(
+        tor_eval_tasks, tabmwp_problems, mathvision_problems, evaluation
+    )
+    with torch_threads(params["torch_threads"]):
+        scored = evaluate_vl_policy(
+            model,
+            tor_processor,
+            prompts,
+            list(problems["prompt"]),
+            list(problems["answer"]),
+            params["reward_functions"],
+            max_new_tokens=evaluation["max_new_tokens"],
+            batch_size=evaluation["batch_size"],
+        )
+    return pd.concat([problems, scored], axis=1).assign(policy=label)
+
+
+def compare_tor_strategies(
+    params: dict[str, Any], *tables: pd.DataFrame, n_evaluations: int
+) -> tuple[pd.DataFrame, Figure]:
+    """The comparison table (accuracy per evaluation set, token-selection statistics, step
+    time) and the reward curves per strategy. ``tables`` holds ``n_evaluations`` evaluation
+    tables, then the training-metrics tables."""
+    evaluations = pd.concat(tables[:n_evaluations], ignore_index=True)
+    metrics = pd.concat(tables[n_evaluations:], ignore_index=True)
+    table = summarise_tor_runs(evaluations, metrics)
+    logger.info("ToR comparison:\n%s", table.to_string(index=False))
+    curves = ["reward/total", "tor/selected_frac", "actor/entropy", "completion/length"]
+    return table, plot_reward_curves(metrics, curves)
+
+
+def strategy_params(params: dict[str, Any], strategy: str) -> dict[str, Any]:
+    if strategy not in params["strategies"]:
+        raise ValueError(
+            f"unknown strategy {strategy!r}; parameters define {sorted(params['strategies'])}"
+        )
+    return merge_overrides(params["grpo"], params["strategies"][strategy])
+
+
+def choice_question(question: str, choices: list[str]) -> str:
+    """A visual question as the policy reads it: image tags dropped and, for multiple choice,
+    the options listed by letter with an instruction to answer with the letter.
+
+    >>> choice_question("Which one?\\n<image1>", ["A", "B", "C"])
+    'Which one?\\nChoices: A, B, C. Answer with the letter of the correct choice.'
+    >>> choice_question("Which is larger?", ["$1$", "$2$"])
+    'Which is larger?\\nChoices: (A) $1$ (B) $2$. Answer with the letter of the correct choice.'
+    """
+    text = _IMAGE_TAG.sub(" ", question).strip()
+    if not len(choices):
+        return text
+    letters = string.ascii_uppercase[: len(choices)]
+    if list(choices) == list(letters):  # the options are drawn in the picture
+        listed = ", ".join(letters)
+    else:
+        listed = " ".join(f"({letter}) {c}" for letter, c in zip(letters, choices, strict=True))
+    return f"{text}\nChoices: {listed}. Answer with the letter of the correct choice."
+
+
+def _evaluation_problems(
+    synthetic: pd.DataFrame,
+    tabmwp: pd.DataFrame,
+    mathvision: pd.DataFrame,
+    evaluation: dict[str, Any],
+) -> tuple[pd.DataFrame, list[tuple[str, bytes | Image.Image]]]:
+    """The evaluation table (dataset, id, prompt text, answer) and its (text, image) prompts."""
+    real = [
+        _real_problems(tabmwp, "tabmwp", evaluation["tabmwp_max"]),
+        _real_problems(mathvision, "mathvision", evaluation["mathvision_max"]),
+    ]
+    synthetic = synthetic.assign(dataset="synthetic", prompt=synthetic["question"])
+    columns = ["dataset", "id", "prompt", "answer"]
+    problems = pd.concat([synthetic[columns], *(r[columns] for r in real)], ignore_index=True)
+    images = list(synthetic["image_png"]) + [p for r in real for p in r["image_path"]]
+    prompts = [
+        (tor_prompt(text), _image(image))
+        for text, image in zip(problems["prompt"], images, strict=True)
+    ]
+    return problems, prompts
+
+
+def _real_problems(problems: pd.DataFrame, dataset: str, cap: int) -> pd.DataFrame:
+    head = problems.head(cap)
+    prompts = [
+        choice_question(q, list(c)) for q, c in zip(head["question"], head["choices"], strict=True)
+    ]
+    return head.assign(dataset=dataset, prompt=prompts)
+
+
+def _image(image: bytes | str) -> bytes | Image.Image:
+    """PNG bytes stay as they are; an image path is opened."""
+    if isinstance(image, bytes):
+        return image
+    with Image.open(image) as opened:
+        return opened.convert("RGB")
+
+
+def _integer_steps(metrics: pd.DataFrame) -> pd.DataFrame:
+    # The MLflow hook logs *_metrics tables per step and needs an integer step column.
+    return metrics.astype({"step": "int64"})
+
+
+def _train_prompts(tasks: pd.DataFrame) -> list[tuple[str, bytes]]:
+    return [
+        (tor_prompt(q), png) for q, png in zip(tasks["question"], tasks["image_png"], strict=True)
+    ]
+
+
+def _sft_targets(tasks: pd.DataFrame) -> list[str]:
+    return [
+        format_tor_target(r, a) for r, a in zip(tasks["reasoning"], tasks["answer"], strict=True)
+    ]

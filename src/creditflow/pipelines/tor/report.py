@@ -1,0 +1,60 @@
+"""The ``tor`` comparison table (08_reporting): accuracy per evaluation set and strategy, the
+token-selection statistics seen in training and the step time."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+EVALUATION_SETS = ("synthetic", "tabmwp", "mathvision")
+# Training metrics averaged over the steps of each run, and their column in the table.
+TRAINING_COLUMNS = {
+    "tor/reasoning_frac": "reasoning_frac",
+    "tor/perception_frac": "perception_frac",
+    "tor/selected_frac": "selected_frac",
+    "tor/overlap_frac": "overlap_frac",
+    "tor/entropy_selected": "entropy_selected",
+    "tor/entropy_unselected": "entropy_unselected",
+    "tor/sensitivity_selected": "sensitivity_selected",
+    "tor/sensitivity_unselected": "sensitivity_unselected",
+    "actor/entropy": "entropy_mean",
+    "completion/length": "completion_length",
+    "time/step_s": "step_s",
+    "time/rollout_s": "rollout_s",
+    "time/update_s": "update_s",
+    "time/no_image_pass_s": "no_image_pass_s",
+    "time/tor_weights_s": "tor_weights_s",
+}
+
+
+def summarise_tor_runs(
+    evaluations: pd.DataFrame, training_metrics: pd.DataFrame, baseline: str = "uniform"
+) -> pd.DataFrame:
+    """One row per policy (the warm start, then each strategy).
+
+    Columns: ``accuracy_<set>`` (mean ``reward/reasoning`` of the greedy answers) and
+    ``n_<set>`` per evaluation set; for GRPO-trained policies the first and last step's
+    training reward and the per-step means of ``TRAINING_COLUMNS`` (NaN where a strategy
+    does not report one, e.g. selection statistics for ``uniform``), and
+    ``step_overhead_vs_uniform``: the mean step time relative to the ``baseline`` run's, minus 1.
+    """
+    rows = []
+    for policy in evaluations["policy"].drop_duplicates():
+        evaluated = evaluations[evaluations["policy"] == policy]
+        row: dict[str, object] = {"policy": policy}
+        for name in EVALUATION_SETS:
+            scores = evaluated.loc[evaluated["dataset"] == name, "reward/reasoning"]
+            row[f"accuracy_{name}"] = scores.mean()
+            row[f"n_{name}"] = len(scores)
+        trained = training_metrics[training_metrics["strategy"] == policy].sort_values("step")
+        if len(trained):
+            row["train_reward_first"] = trained["reward/total"].iloc[0]
+            row["train_reward_last"] = trained["reward/total"].iloc[-1]
+            row["train_reward_mean"] = trained["reward/total"].mean()
+            for metric, column in TRAINING_COLUMNS.items():
+                row[column] = trained[metric].mean() if metric in trained else float("nan")
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    if "step_s" in table and (table["policy"] == baseline).any():
+        base = table.loc[table["policy"] == baseline, "step_s"].iloc[0]
+        table["step_overhead_vs_uniform"] = table["step_s"] / base - 1.0
+    return table

@@ -1,0 +1,300 @@
+"""A GRPO policy around a Qwen2.5-VL-style vision-language model: ToR's policy (SPEC section 2).
+
+Shape symbols: ``B`` sequences, ``P`` prompt tokens (left-padded), ``T`` completion tokens
+(right-padded), ``V`` vocabulary, ``N`` patches of one image (at most ``N_max`` in a batch),
+``D`` values per patch (``C * temporal_patch_size * patch_size**2``).
+
+Images travel with the batch in ``RolloutBatch.extras`` *per row*: the processor returns the
+patches of all images concatenated, ``(sum_b N_b, D)``, which ``RolloutBatch.select`` could not
+cut into minibatches; here each row keeps its own zero-padded ``(N_max, D)`` block and
+``image_grid_thw`` says how many of its patches are real, so a row subset is a plain row
+index, and the model's flat layout is rebuilt just before each forward (``flat_pixel_values``).
+
+The forward over ``[prompt, completion]`` follows ``creditflow.models.vision``: it passes
+``mm_token_type_ids`` and no ``position_ids``, so the model derives the same 3D rope positions
+as ``generate`` did (see that module's docstring).
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from PIL import Image
+from transformers import GenerationConfig
+
+from creditflow.algorithms import topp_entropy
+from creditflow.models.vision import sequence_forward_inputs, vision_token_ids, vl_prompt_inputs
+from creditflow.rollout.batch import RolloutBatch
+from creditflow.rollout.language_policy import SamplingSettings, completion_mask_from_eos
+
+
+@dataclass(frozen=True)
+class VisualPrompt:
+    """One user turn: an image, then ``text`` (Qwen2.5-VL's order)."""
+
+    text: str
+    image: Image.Image
+
+
+def as_visual_prompt(prompt: Any) -> VisualPrompt:
+    """A ``VisualPrompt`` from itself or a ``(text, image)`` pair, the image a PIL image or
+    encoded bytes (e.g. a ``tor_*_tasks`` row's ``image_png``)."""
+    if isinstance(prompt, VisualPrompt):
+        return prompt
+    if isinstance(prompt, tuple) and len(prompt) == 2 and isinstance(prompt[0], str):
+        text, image = prompt
+        if isinstance(image, (bytes, bytearray)):
+            with Image.open(io.BytesIO(image)) as opened:
+                image = opened.convert("RGB")
+        if isinstance(image, Image.Image):
+            return VisualPrompt(text, image)
+    raise TypeError(
+        "a vision-language prompt is a VisualPrompt or a (text, image) pair with a PIL image "
+        f"or image bytes; got {type(prompt).__name__}"
+    )
+
+
+def flat_pixel_values(pixel_rows: torch.Tensor, image_grid_thw: torch.Tensor) -> torch.Tensor:
+    """The model's ``(sum_b N_b, D)`` patch layout from per-row blocks.
+
+    Args:
+        pixel_rows: ``(B, N_max, D)``, row ``b``'s first ``N_b`` patches real, the rest zeros.
+        image_grid_thw: ``(B, 3)``; ``N_b = t * h * w`` of row ``b``.
+    """
+    counts = image_grid_thw.prod(dim=-1).tolist()
+    return torch.cat([pixel_rows[b, :n] for b, n in enumerate(counts)], dim=0)
+
+
+def per_row_pixel_values(pixel_values: torch.Tensor, image_grid_thw: torch.Tensor) -> torch.Tensor:
+    """``(B, N_max, D)`` zero-padded blocks from the processor's ``(sum_b N_b, D)`` layout."""
+    counts = image_grid_thw.prod(dim=-1).tolist()
+    rows = torch.zeros(len(counts), max(counts), pixel_values.shape[-1], dtype=pixel_values.dtype)
+    for b, chunk in enumerate(torch.split(pixel_values, counts)):
+        rows[b, : len(chunk)] = chunk
+    return rows
+
+
+class VisionLanguagePolicy:
+    """Samples and scores completions of a Qwen2.5-VL-style model for (image, text) prompts.
+
+    Satisfies ``rollout.Policy``; prompts are anything ``as_visual_prompt`` accepts. Besides
+    ``sample`` and ``completion_logprobs`` it offers ToR's ``no_image_logprobs`` and greedy
+    decoding for evaluation.
+
+    Args:
+        model: e.g. ``Qwen2_5_VLForConditionalGeneration`` (``build_tiny_qwen2_5_vl``).
+        processor: its processor (``build_tiny_processor`` or the checkpoint's); the
+            tokenizer must have a pad token.
+        sampling: generation settings; ``temperature`` also scales the recomputed logits.
+    """
+
+    def __init__(self, model, processor, sampling: SamplingSettings):
+        tokenizer = processor.tokenizer
+        if tokenizer.pad_token_id is None:
+            raise ValueError(
+                "the tokenizer has no pad token; set tokenizer.pad_token before training"
+            )
+        self.module = model
+        self.processor = processor
+        self.tokenizer = tokenizer
+        self.sampling = sampling
+        eos = model.generation_config.eos_token_id
+        if eos is None:
+            eos = tokenizer.eos_token_id
+        self.eos_ids = [eos] if isinstance(eos, int) else list(eos)
+        # A sampled <|image_pad|> would make the recomputation forward fail (the model counts
+        # image tokens against image features), so generation never emits vision markers.
+        self.vision_ids = vision_token_ids(tokenizer)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.module.parameters()).device
+
+    # ------------------------------------------------------------------ inputs
+    def encode_prompts(self, prompts: Sequence[Any]) -> dict[str, torch.Tensor]:
+        """Left-padded prompt inputs, one row per prompt: ``input_ids``, ``attention_mask``,
+        ``mm_token_type_ids`` ``(B, P)``, ``pixel_values`` ``(B, N_max, D)`` (per-row blocks)
+        and ``image_grid_thw`` ``(B, 3)``."""
+        visual = [as_visual_prompt(p) for p in prompts]
+        inputs = vl_prompt_inputs(
+            self.processor, [p.text for p in visual], [p.image for p in visual]
+        )
+        inputs["pixel_values"] = per_row_pixel_values(
+            inputs["pixel_values"], inputs["image_grid_thw"]
+        )
+        return {k: v.to(self.device) for k, v in inputs.items()}
+
+    def _model_prompt_inputs(self, batch_like: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Per-row prompt inputs in the model's layout (flat pixel values)."""
+        return {
+            "input_ids": batch_like["input_ids"],
+            "attention_mask": batch_like["attention_mask"],
+            "mm_token_type_ids": batch_like["mm_token_type_ids"],
+            "pixel_values": flat_pixel_values(
+                batch_like["pixel_values"], batch_like["image_grid_thw"]
+            ),
+            "image_grid_thw": batch_like["image_grid_thw"],
+        }
+
+    @staticmethod
+    def _batch_prompt_inputs(batch: RolloutBatch) -> dict[str, torch.Tensor]:
+        return {"input_ids": batch.prompt_ids, "attention_mask": batch.prompt_mask, **batch.extras}
+
+    # ------------------------------------------------------------------ sampling
+    @torch.no_grad()
+    def generate(self, inputs: dict[str, torch.Tensor], do_sample: bool) -> torch.Tensor:
+        """``(B, T)`` completion ids for per-row prompt ``inputs`` (``encode_prompts``), padded
+        after the first EOS; sampled with ``self.sampling`` or greedy."""
+        was_training = self.module.training
+        self.module.eval()
+        s = self.sampling
+        options = (
+            {"do_sample": True, "temperature": s.temperature, "top_p": s.top_p, "top_k": s.top_k}
+            if do_sample
+            else {"do_sample": False}
+        )
+        # As in LanguagePolicy: a checkpoint's generation_config would add options (e.g. a
+        # repetition penalty) the recomputed log-probs know nothing about.
+        saved_config = self.module.generation_config
+        self.module.generation_config = GenerationConfig()
+        try:
+            output = self.module.generate(
+                **self._model_prompt_inputs(inputs),
+                max_new_tokens=s.max_new_tokens,
+                pad_token_id=self.tokenizer.pad_token_id,
+                eos_token_id=self.eos_ids,
+                suppress_tokens=self.vision_ids,
+                **options,
+            )
+        finally:
+            self.module.generation_config = saved_config
+            self.module.train(was_training)
+        completion_ids = output[:, inputs["input_ids"].shape[1] :]  # (B, T)
+        mask = completion_mask_from_eos(completion_ids, self.eos_ids)  # (B, T)
+        return completion_ids.masked_fill(mask == 0, self.tokenizer.pad_token_id)
+
+    @torch.no_grad()
+    def sample(
+        self, prompts: Sequence[Any], group_size: int, with_entropy: bool = False
+    ) -> RolloutBatch:
+        """Draw ``group_size`` completions per prompt; rows of one prompt are consecutive, each
+        with its own copy of the image. ``old_logp`` (and ``entropy`` when asked) come from one
+        extra forward pass, exactly as ``completion_logprobs`` computes them."""
+        encoded = self.encode_prompts(prompts)
+        rows = {k: v.repeat_interleave(group_size, dim=0) for k, v in encoded.items()}
+        completion_ids = self.generate(rows, do_sample=True)  # (B, T)
+        batch = RolloutBatch(
+            prompt_ids=rows["input_ids"],
+            prompt_mask=rows["attention_mask"],
+            completion_ids=completion_ids,
+            completion_mask=completion_mask_from_eos(completion_ids, self.eos_ids),
+            old_logp=torch.empty(0),
+            completion_texts=self.tokenizer.batch_decode(completion_ids, skip_special_tokens=True),
+            prompt_index=torch.arange(len(prompts)).repeat_interleave(group_size),
+            group_size=group_size,
+            extras={
+                "mm_token_type_ids": rows["mm_token_type_ids"],  # (B, P)
+                "pixel_values": rows["pixel_values"],  # (B, N_max, D)
+                "image_grid_thw": rows["image_grid_thw"],  # (B, 3)
+            },
+        )
+        batch.old_logp, batch.entropy = self.completion_logprobs(batch, with_entropy)
+        return batch
+
+    @torch.no_grad()
+    def greedy(self, prompts: Sequence[Any]) -> list[str]:
+        """Greedy decodes of ``prompts`` (one batch), special tokens removed."""
+        completion_ids = self.generate(self.encode_prompts(prompts), do_sample=False)
+        return self.tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
+
+    # ------------------------------------------------------------------ scoring
+    def _completion_logits(
+        self, prompt_inputs: dict[str, torch.Tensor], batch: RolloutBatch
+    ) -> torch.Tensor:
+        """(B, T, V) temperature-scaled logits predicting each completion token."""
+        inputs = sequence_forward_inputs(
+            prompt_inputs, batch.completion_ids, batch.completion_mask
+        )  # no position_ids: the model derives the 3D rope positions (models/vision.py)
+        T = batch.completion_ids.shape[1]
+        logits = self.module(**inputs, logits_to_keep=T + 1).logits
+        return logits[:, :-1, :].float() / self.sampling.temperature  # (B, T, V)
+
+    def completion_logits(self, batch: RolloutBatch) -> torch.Tensor:
+        """(B, T, V) temperature-scaled logits with the image in the prompt."""
+        prompt_inputs = self._model_prompt_inputs(self._batch_prompt_inputs(batch))
+        return self._completion_logits(prompt_inputs, batch)
+
+    def completion_logprobs(
+        self, batch: RolloutBatch, with_entropy: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(B, T) log-probs of the completion tokens (with grad when enabled), and on request the
+        (B, T) top-p entropy (SPEC section 2) of the same forward's distribution (no grad)."""
+        logits = self.completion_logits(batch)  # (B, T, V)
+        return _logprobs_and_entropy(
+            logits, batch.completion_ids, with_entropy, self.sampling.entropy_top_p
+        )
+
+    @torch.no_grad()
+    def no_image_logprobs(self, batch: RolloutBatch) -> torch.Tensor:
+        """(B, T) log pi(o_t | no image, q, o_<t) for every completion token (SPEC section 2).
+
+        The image is removed from each prompt: its vision marker and placeholder tokens are
+        dropped from the ids (the remaining tokens are the text-only chat rendering of the
+        same turn) and no pixels are passed. Completion tokens keep their columns, so the
+        result lines up with ``batch.old_logp``. Same temperature as ``completion_logprobs``.
+        """
+        prompt_ids, prompt_mask = strip_prompt_tokens(
+            batch.prompt_ids, batch.prompt_mask, self.vision_ids, self.tokenizer.pad_token_id
+        )  # (B, P')
+        prompt_inputs = {
+            "input_ids": prompt_ids,
+            "attention_mask": prompt_mask,
+            "mm_token_type_ids": torch.zeros_like(prompt_ids),
+        }
+        logits = self._completion_logits(prompt_inputs, batch)  # (B, T, V)
+        logp, _ = _logprobs_and_entropy(logits, batch.completion_ids, False, 1.0)
+        return logp
+
+
+def strip_prompt_tokens(
+    prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, drop_ids: Sequence[int], pad_id: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded prompts without the tokens in ``drop_ids``.
+
+    Args:
+        prompt_ids: ``(B, P)`` long, left-padded.
+        prompt_mask: ``(B, P)``, 1 on real tokens.
+        drop_ids: token ids to remove (e.g. the vision markers and image placeholders).
+        pad_id: id written on the new left padding.
+
+    Returns:
+        ``(ids, mask)``, each ``(B, P')`` with ``P'`` the longest remaining prompt.
+    """
+    drop = torch.tensor(list(drop_ids), dtype=prompt_ids.dtype, device=prompt_ids.device)
+    keep = prompt_mask.bool() & ~torch.isin(prompt_ids, drop)  # (B, P)
+    lengths = keep.sum(dim=1)  # (B,)
+    width = int(lengths.max())
+    ids = torch.full((len(prompt_ids), width), pad_id, dtype=prompt_ids.dtype)
+    mask = torch.zeros((len(prompt_ids), width), dtype=prompt_mask.dtype)
+    ids, mask = ids.to(prompt_ids.device), mask.to(prompt_mask.device)
+    for b in range(len(prompt_ids)):
+        n = int(lengths[b])
+        ids[b, width - n :] = prompt_ids[b][keep[b]]
+        mask[b, width - n :] = 1
+    return ids, mask
+
+
+def _logprobs_and_entropy(
+    logits: torch.Tensor, completion_ids: torch.Tensor, with_entropy: bool, top_p: float
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(B, T) log-probs of ``completion_ids`` under ``logits`` (B, T, V), and optionally the
+    (B, T) top-p entropy of the same logits."""
+    token_logits = logits.gather(-1, completion_ids.unsqueeze(-1)).squeeze(-1)  # (B, T)
+    # logsumexp avoids the second (B, T, V) tensor that log_softmax + gather would make.
+    logp = token_logits - torch.logsumexp(logits, dim=-1)  # (B, T)
+    entropy = topp_entropy(logits.detach(), top_p=top_p) if with_entropy else None
+    return logp, entropy

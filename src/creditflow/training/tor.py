@@ -1,0 +1,389 @@
+"""ToR in the GRPO engine (SPEC section 2): batch-global token selection, also across DDP
+processes, the ``tor`` token-weight strategy with its ablations, and the supervised warm start
+of a vision-language policy.
+
+Shape symbols: ``B`` sequences (this process's share under DDP), ``T`` completion tokens.
+Masks are 1 where a token counts.
+
+Selection across processes. SPEC section 2 picks ``T_r`` and ``T_p`` among all valid tokens of
+the rollout batch; with data parallelism each process holds only its own rows. Every process
+therefore gathers all processes' scores (padded to one length), takes the global threshold
+with ``top_fraction_threshold`` and keeps its tokens above it, plus the tokens *at* it whose
+random tie-breaking key is small enough for exactly ``k = ceil(fraction * n_valid)`` tokens
+to be selected over the whole batch. The keys come from one draw over the concatenated batch
+(every process holds the same seeded generator), so in a single process the result is exactly
+``algorithms.top_fraction_mask`` (and the weights exactly ``algorithms.tor_token_weights``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+from transformers import get_cosine_schedule_with_warmup
+
+from creditflow.algorithms import (
+    OVERLAP_MODES,
+    masked_mean,
+    num_selected,
+    top_fraction_threshold,
+    visual_sensitivity,
+)
+from creditflow.rollout.batch import RolloutBatch
+from creditflow.training.config import ConfigError, GRPOConfig
+from creditflow.training.sft import SFTConfig
+
+logger = logging.getLogger(__name__)
+
+Metrics = dict[str, float]
+
+# Paper defaults (SPEC section 2); ``top_p`` is the rollout's entropy_top_p and is checked,
+# not defaulted, here.
+TOR_DEFAULTS: dict[str, Any] = {
+    "alpha_r": 0.3,
+    "alpha_p": 0.3,
+    "gamma_r": 1.0,
+    "gamma_p": 0.5,
+    "overlap": "sum",
+}
+TOR_OPTIONS = (*TOR_DEFAULTS, "top_p")
+# Ablations by name: each fixes some options (they may not be set again in the config).
+TOR_PRESETS: dict[str, dict[str, Any]] = {
+    "tor": {},
+    "tor_reasoning_only": {"gamma_p": 0.0},  # T_r alone
+    "tor_perception_only": {"gamma_r": 0.0},  # T_p alone
+}
+
+
+# ---------------------------------------------------------------- batch-global selection
+def _gather(accelerator: Any, tensor: torch.Tensor) -> torch.Tensor:
+    """Every process's ``tensor`` concatenated along dim 0, in process order (on CPU)."""
+    if accelerator is None or accelerator.num_processes == 1:
+        return tensor
+    return accelerator.gather(tensor.to(accelerator.device)).cpu()
+
+
+def batch_top_fraction_mask(
+    scores: torch.Tensor,
+    mask: torch.Tensor,
+    fraction: float,
+    generator: torch.Generator | None = None,
+    accelerator: Any = None,
+) -> torch.Tensor:
+    """``top_fraction_mask`` over the rollout batch of *all* processes (SPEC section 2).
+
+    Exactly ``k = ceil(fraction * n_valid)`` tokens are selected over all processes (``n_valid``
+    summed over them); ties at the threshold are broken by random keys drawn from
+    ``generator`` over the concatenated batch; padding is never selected.
+
+    Args:
+        scores: ``(B, T)`` this process's scores (compared in float32).
+        mask: ``(B, T)``, 1 / True where a token counts.
+        fraction: share of the valid tokens to select, in [0, 1].
+        generator: seeded identically on every process (the trainer's step generator).
+        accelerator: an ``accelerate.Accelerator`` (``gather``, ``num_processes``,
+            ``process_index``); ``None`` is a single process.
+
+    Returns:
+        ``(B, T)`` bool, True on this process's selected tokens. With one process it equals
+        ``algorithms.top_fraction_mask(scores, mask, fraction, generator)``.
+    """
+    if scores.dim() != 2 or scores.shape != mask.shape:
+        raise ValueError(
+            f"scores and mask must both be (B, T); got {tuple(scores.shape)}, {tuple(mask.shape)}"
+        )
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"fraction must be in [0, 1], got {fraction}")
+    flat = scores.detach().reshape(-1).float().cpu()  # (B*T,)
+    valid = mask.detach().reshape(-1).bool().cpu()  # (B*T,)
+    if torch.isnan(flat[valid]).any():
+        raise ValueError("scores must not be NaN on valid tokens")
+    n = flat.numel()
+    sizes = _gather(accelerator, torch.tensor([n]))  # (R,) positions per process
+    rank = 0 if accelerator is None else accelerator.process_index
+    offset, total = int(sizes[:rank].sum()), int(sizes.sum())
+
+    # Tie-breaking keys: one uniform draw over the concatenated batch, turned into distinct
+    # integer ranks (the order top_fraction_mask breaks ties in: smaller key first).
+    draw = torch.rand(total, generator=generator)
+    key_rank = torch.empty(total, dtype=torch.long)
+    key_rank[draw.argsort()] = torch.arange(total)
+    keys = key_rank[offset : offset + n]  # (B*T,)
+
+    # float64 holds every float32 score and every key exactly.
+    packed = torch.zeros(1, int(sizes.max()), 3, dtype=torch.float64)
+    packed[0, :n, 0] = flat.double()
+    packed[0, :n, 1] = valid.double()
+    packed[0, :n, 2] = keys.double()
+    everyone = _gather(accelerator, packed).reshape(-1, 3)  # (R * width, 3), padding invalid
+    all_scores, all_valid, all_keys = everyone[:, 0], everyone[:, 1].bool(), everyone[:, 2]
+
+    k = num_selected(int(all_valid.sum()), fraction)
+    if k == 0:
+        return torch.zeros_like(mask, dtype=torch.bool)
+    threshold = top_fraction_threshold(all_scores, all_valid, fraction)  # a float32 value
+    n_above = int((all_valid & (all_scores > threshold)).sum())
+    tied_keys = all_keys[all_valid & (all_scores == threshold)]
+    key_limit = tied_keys.kthvalue(k - n_above).values  # the (k - n_above)-th smallest key
+    selected = valid & ((flat > threshold) | ((flat == threshold) & (keys <= key_limit)))
+    return selected.view(mask.shape).to(mask.device)
+
+
+def batch_tor_token_weights(
+    entropy: torch.Tensor,
+    sensitivity: torch.Tensor,
+    mask: torch.Tensor,
+    alpha_r: float = 0.3,
+    alpha_p: float = 0.3,
+    gamma_r: float = 1.0,
+    gamma_p: float = 0.5,
+    overlap: str = "sum",
+    generator: torch.Generator | None = None,
+    accelerator: Any = None,
+) -> tuple[torch.Tensor, Metrics]:
+    """``algorithms.tor_token_weights`` with both selections taken over all processes.
+
+    ``w = gamma_r * 1[T_r] + gamma_p * 1[T_p]`` (``overlap="reasoning"``: ``gamma_r`` on
+    ``T_r & T_p``), 0 elsewhere (SPEC section 2). ``T_r`` is drawn first, then ``T_p``, from
+    the same ``generator``, as in ``tor_token_weights``, which this equals in one process.
+
+    Args:
+        entropy: ``(B, T)`` top-p entropies; sensitivity: ``(B, T)`` visual sensitivities.
+        mask: ``(B, T)``, 1 where a token counts.
+        alpha_r, alpha_p, gamma_r, gamma_p, overlap, generator: as in ``tor_token_weights``.
+        accelerator: see ``batch_top_fraction_mask``.
+
+    Returns:
+        ``(weights (B, T), metrics)`` with the keys of ``tor_token_weights``; with several
+        processes the metrics describe this process's rows (the trainer averages them).
+    """
+    if overlap not in OVERLAP_MODES:
+        raise ValueError(f"unknown overlap {overlap!r}; valid: {list(OVERLAP_MODES)}")
+    if entropy.shape != sensitivity.shape:
+        raise ValueError(
+            f"entropy {tuple(entropy.shape)} and sensitivity {tuple(sensitivity.shape)} differ"
+        )
+    valid = mask.bool()
+    reasoning = batch_top_fraction_mask(entropy, valid, alpha_r, generator, accelerator)
+    perception = batch_top_fraction_mask(sensitivity, valid, alpha_p, generator, accelerator)
+    both = reasoning & perception
+    counted_perception = perception & ~reasoning if overlap == "reasoning" else perception
+    weights = gamma_r * reasoning.float() + gamma_p * counted_perception.float()
+    weights = weights.to(entropy.dtype if entropy.is_floating_point() else torch.float32)
+
+    selected = reasoning | perception
+    unselected = valid & ~selected
+    n_valid = max(1, int(valid.sum()))
+    metrics = {
+        "tor/reasoning_frac": int(reasoning.sum()) / n_valid,
+        "tor/perception_frac": int(perception.sum()) / n_valid,
+        "tor/selected_frac": int(selected.sum()) / n_valid,
+        "tor/overlap_frac": int(both.sum()) / max(1, int(selected.sum())),
+        "tor/entropy_selected": float(masked_mean(entropy.float(), selected)),
+        "tor/entropy_unselected": float(masked_mean(entropy.float(), unselected)),
+        "tor/sensitivity_selected": float(masked_mean(sensitivity.float(), selected)),
+        "tor/sensitivity_unselected": float(masked_mean(sensitivity.float(), unselected)),
+    }
+    return weights, metrics
+
+
+# ---------------------------------------------------------------- the token-weight strategy
+def tor_options(spec: dict[str, Any]) -> dict[str, Any]:
+    """The full option set of a ``tor*`` spec: paper defaults, then the preset, then the spec."""
+    options = {**TOR_DEFAULTS, **TOR_PRESETS[spec["name"]]}
+    options.update({k: v for k, v in spec.items() if k in TOR_DEFAULTS})
+    return options
+
+
+def validate_tor(spec: dict[str, Any], config: GRPOConfig) -> None:
+    """Check a ``tor*`` token-weight spec before any model is built."""
+    name = spec["name"]
+    allowed = set(TOR_OPTIONS) - set(TOR_PRESETS[name])
+    unknown = sorted(set(spec) - allowed - {"name"})
+    if unknown:
+        fixed = sorted(set(unknown) & set(TOR_PRESETS[name]))
+        hint = f" ({fixed} fixed by the {name!r} ablation)" if fixed else ""
+        raise ConfigError(
+            f"token_weights {name!r} takes {sorted(allowed)}; got unknown {unknown}{hint}"
+        )
+    options = tor_options(spec)
+    for key in ("alpha_r", "alpha_p"):
+        if not 0.0 <= float(options[key]) <= 1.0:
+            raise ConfigError(f"token_weights.{key} must be in [0, 1], got {options[key]}")
+    for key in ("gamma_r", "gamma_p"):
+        if not float(options[key]) >= 0.0:
+            raise ConfigError(f"token_weights.{key} must be >= 0, got {options[key]}")
+    if options["overlap"] not in OVERLAP_MODES:
+        raise ConfigError(
+            f"token_weights.overlap must be one of {list(OVERLAP_MODES)}, got {options['overlap']!r}"
+        )
+    if "top_p" in spec:
+        top_p = spec["top_p"]
+        if not 0.0 < float(top_p) <= 1.0:
+            raise ConfigError(f"token_weights.top_p must be in (0, 1], got {top_p}")
+        # The entropy is computed during the rollout, from the same forward as old_logp, with
+        # the config's entropy_top_p; a second top_p would silently be ignored.
+        if not math.isclose(float(top_p), config.entropy_top_p):
+            raise ConfigError(
+                f"token_weights.top_p ({top_p}) must equal entropy_top_p "
+                f"({config.entropy_top_p}), the top-p the rollout's entropy uses; set both alike"
+            )
+
+
+def tor_weights(
+    spec: dict[str, Any], batch: RolloutBatch, policy: Any, context: dict[str, Any]
+) -> tuple[torch.Tensor, Metrics]:
+    """ToR token weights (SPEC section 2) for a rollout batch. -> (B, T)
+
+    Reasoning score: ``batch.entropy`` (top-p entropy from the rollout's forward). Perception
+    score: ``|batch.old_logp - policy.no_image_logprobs(batch)|``. Both selections are over the
+    whole rollout batch, across processes (``batch_tor_token_weights``).
+    """
+    if batch.entropy is None:
+        raise ValueError("ToR needs the rollout's per-token entropy: sample with with_entropy=True")
+    if not hasattr(policy, "no_image_logprobs"):
+        raise TypeError(
+            f"ToR needs a policy with no_image_logprobs (e.g. VisionLanguagePolicy); "
+            f"got {type(policy).__name__}"
+        )
+    options = tor_options(spec)
+    started = time.perf_counter()
+    logp_without = policy.no_image_logprobs(batch)  # (B, T)
+    no_image_s = time.perf_counter() - started
+    sensitivity = visual_sensitivity(batch.old_logp.detach(), logp_without)  # (B, T)
+    weights, metrics = batch_tor_token_weights(
+        batch.entropy,
+        sensitivity,
+        batch.completion_mask,
+        alpha_r=float(options["alpha_r"]),
+        alpha_p=float(options["alpha_p"]),
+        gamma_r=float(options["gamma_r"]),
+        gamma_p=float(options["gamma_p"]),
+        overlap=options["overlap"],
+        generator=context["generator"],
+        accelerator=context.get("accelerator"),
+    )
+    metrics["time/no_image_pass_s"] = no_image_s
+    # Everything ToR adds to a GRPO step: the no-image forward plus both selections.
+    metrics["time/tor_weights_s"] = time.perf_counter() - started
+    return weights, metrics
+
+
+# ---------------------------------------------------------------- supervised warm start
+def target_batch(
+    policy: Any,
+    prompts: Sequence[Any],
+    target_ids: Sequence[Sequence[int]],
+    max_length: int | None = None,
+) -> RolloutBatch:
+    """A rollout batch whose completions are given token ids (teacher forcing), one per prompt.
+
+    Args:
+        policy: a ``VisionLanguagePolicy`` (``encode_prompts`` per-row inputs).
+        prompts: ``B`` prompts ``as_visual_prompt`` accepts.
+        target_ids: ``B`` token-id lists (EOS included).
+        max_length: tokens per example, image prompt included; targets are cut to fit.
+
+    Returns:
+        ``completion_ids`` right-padded, ``completion_mask`` 1 on the targets, ``old_logp``
+        empty; ``extras`` as ``policy.sample`` sets them.
+
+    Raises:
+        ValueError: a prompt alone fills ``max_length`` (it would leave no target token and
+            a 0/0 loss).
+    """
+    encoded = policy.encode_prompts(prompts)
+    prompt_lengths = encoded["attention_mask"].sum(dim=1).tolist()
+    if max_length is not None:
+        too_long = [n for n in prompt_lengths if n >= max_length]
+        if too_long:
+            raise ValueError(
+                f"a prompt has {max(too_long)} tokens (image included), so max_length="
+                f"{max_length} leaves no target token; raise sft max_length"
+            )
+        target_ids = [
+            list(ids)[: max_length - n] for ids, n in zip(target_ids, prompt_lengths, strict=True)
+        ]
+    width = max(len(ids) for ids in target_ids)
+    ids = torch.full((len(target_ids), width), policy.tokenizer.pad_token_id, dtype=torch.long)
+    mask = torch.zeros(len(target_ids), width)
+    for row, tokens in enumerate(target_ids):
+        ids[row, : len(tokens)] = torch.tensor(list(tokens), dtype=torch.long)
+        mask[row, : len(tokens)] = 1.0
+    extras = {k: encoded[k] for k in ("mm_token_type_ids", "pixel_values", "image_grid_thw")}
+    return RolloutBatch(
+        prompt_ids=encoded["input_ids"],
+        prompt_mask=encoded["attention_mask"],
+        completion_ids=ids.to(policy.device),
+        completion_mask=mask.to(policy.device),
+        old_logp=torch.empty(0),
+        completion_texts=[""] * len(target_ids),
+        prompt_index=torch.arange(len(target_ids)),
+        group_size=1,
+        extras=extras,
+    )
+
+
+def train_vl_sft(
+    policy: Any,
+    prompts: Sequence[Any],
+    targets: Sequence[str],
+    config: SFTConfig,
+    progress: bool = True,
+) -> list[dict[str, float]]:
+    """Train ``policy.module`` in place on (image prompt, target) pairs: mean next-token NLL of
+    the target tokens (EOS included) given the image and the prompt.
+
+    ``policy`` is a ``VisionLanguagePolicy`` with temperature 1 (the loss is its log-prob).
+    Examples longer than ``config.max_length`` tokens (image prompt + target) lose the end of
+    their target. Returns one metrics row per step.
+    """
+    if len(prompts) != len(targets):
+        raise ValueError(f"{len(prompts)} prompts but {len(targets)} targets")
+    if policy.sampling.temperature != 1.0:
+        raise ValueError("SFT scores the model's own distribution: use temperature 1")
+    tokenizer = policy.tokenizer
+    eos = tokenizer.eos_token_id
+    target_ids = [tokenizer(t, add_special_tokens=False)["input_ids"] + [eos] for t in targets]
+    model = policy.module
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
+    )
+    scheduler = get_cosine_schedule_with_warmup(
+        optimizer, min(config.warmup_steps, config.steps), config.steps
+    )
+    generator = torch.Generator().manual_seed(config.seed)
+    order, cursor = torch.randperm(len(prompts), generator=generator).tolist(), 0
+    history = []
+    model.train()
+    for step in tqdm(range(config.steps), desc="VL SFT", disable=not progress):
+        rows = []
+        while len(rows) < config.batch_size:
+            if cursor == len(order):  # next epoch, reshuffled
+                order, cursor = torch.randperm(len(prompts), generator=generator).tolist(), 0
+            rows.append(order[cursor])
+            cursor += 1
+        batch = target_batch(
+            policy,
+            [prompts[i] for i in rows],
+            [target_ids[i] for i in rows],
+            config.max_length,
+        )
+        logp, _ = policy.completion_logprobs(batch)  # (b, T)
+        loss = -masked_mean(logp, batch.completion_mask)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+        optimizer.step()
+        scheduler.step()
+        history.append(
+            {"step": float(step + 1), "sft/loss": loss.item(), "lr": scheduler.get_last_lr()[0]}
+        )
+    model.eval()
+    logger.info("VL SFT done: %d steps, final loss %.4f", config.steps, history[-1]["sft/loss"])
+    return history

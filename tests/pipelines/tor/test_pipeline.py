@@ -1,0 +1,149 @@
+"""Kedro run of the whole ``tor`` pipeline at the smallest sizes, on MemoryDatasets."""
+
+import copy
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+from kedro.config import OmegaConfigLoader
+from kedro.io import DataCatalog, MemoryDataset
+from kedro.runner import SequentialRunner
+from matplotlib.figure import Figure
+
+from creditflow.datasets import CheckpointDirectoryDataset
+from creditflow.ingest import load_mathvision, load_tabmwp
+from creditflow.pipelines.tor import create_pipeline
+from creditflow.pipelines.tor.nodes import choice_question
+from creditflow.pipelines.tor.pipeline import STRATEGIES
+
+pytestmark = pytest.mark.filterwarnings("ignore:register_new_resolver:UserWarning")
+
+SMALLEST = {
+    "tasks": {"n_train": 6, "n_eval": 3},
+    "tokenizer": {"vocab_size": 300},
+    "policy": {
+        "tiny": {
+            "hidden_size": 32,
+            "num_hidden_layers": 1,
+            "intermediate_size": 64,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "vision_depth": 1,
+        }
+    },
+    "sft": {"steps": 2, "batch_size": 3, "warmup_steps": 1},
+    "grpo": {
+        "steps": 2,
+        "prompts_per_step": 2,
+        "group_size": 2,
+        "max_new_tokens": 6,
+        "checkpoint_every": 1,
+        "log_samples_every": 1,
+    },
+    "evaluation": {"max_new_tokens": 4, "batch_size": 8, "tabmwp_max": 2, "mathvision_max": 2},
+}
+
+
+def _deep_update(base: dict, overrides: dict) -> dict:
+    out = copy.deepcopy(base)
+    for key, value in overrides.items():
+        out[key] = _deep_update(out[key], value) if isinstance(value, dict) else value
+    return out
+
+
+@pytest.fixture(scope="module")
+def tor_params(project_root: Path) -> dict:
+    loader = OmegaConfigLoader(str(project_root / "conf"), base_env="base", default_run_env="local")
+    return _deep_update(loader["parameters"]["tor"], SMALLEST)
+
+
+class KeptMemoryDataset(MemoryDataset):
+    """A MemoryDataset the runner cannot release, so the test can read intermediate outputs."""
+
+    def _release(self) -> None:
+        pass
+
+
+def _catalog(pipeline, params: dict, real: dict[str, pd.DataFrame], root: Path) -> DataCatalog:
+    datasets = {"params:tor": MemoryDataset(params)}
+    datasets.update({name: MemoryDataset(frame) for name, frame in real.items()})
+    for name in pipeline.all_outputs():
+        datasets[name] = KeptMemoryDataset(copy_mode="assign")  # models by reference
+    for strategy in STRATEGIES:
+        datasets[f"tor_checkpoints_{strategy}"] = CheckpointDirectoryDataset(str(root / strategy))
+    return DataCatalog(datasets)
+
+
+@pytest.mark.slow
+def test_tor_pipeline_runs_end_to_end(tor_params, shared_data, tmp_path):
+    torch.set_num_threads(1)
+    real = {
+        "tabmwp_problems": load_tabmwp(shared_data / "tabmwp_numeric300", max_rows=3),
+        # The first rows of testmini are free-form; 12 rows include multiple choice ones.
+        "mathvision_problems": load_mathvision(shared_data / "mathvision_testmini", max_rows=12)
+        .sort_values("choices", key=lambda c: -c.map(len))
+        .reset_index(drop=True),
+    }
+    pipeline = create_pipeline()
+    assert pipeline.inputs() == {"params:tor", "tabmwp_problems", "mathvision_problems"} | {
+        f"tor_checkpoints_{s}" for s in STRATEGIES
+    }
+    catalog = _catalog(pipeline, tor_params, real, tmp_path / "ckpt")
+    SequentialRunner().run(pipeline, catalog)
+
+    table = catalog.load("tor_comparison")
+    assert table["policy"].tolist() == ["sft", *STRATEGIES]
+    assert table[["n_synthetic", "n_tabmwp", "n_mathvision"]].iloc[0].tolist() == [3, 2, 2]
+    accuracy = table[["accuracy_synthetic", "accuracy_tabmwp", "accuracy_mathvision"]]
+    assert accuracy.apply(lambda c: c.between(0, 1)).all().all()
+    trained = table.set_index("policy").loc[list(STRATEGIES)]
+    # Only the ToR runs select tokens; plain GRPO has no selection statistics.
+    assert trained["reasoning_frac"].isna().tolist() == [True] + [False] * 4
+    assert (trained.loc["tor", ["reasoning_frac", "perception_frac"]] >= 0.3).all()
+    assert trained.loc["uniform", "step_overhead_vs_uniform"] == 0.0
+    assert isinstance(catalog.load("tor_reward_curves"), Figure)
+
+    metrics = catalog.load("tor_tor_metrics")
+    assert len(metrics) == 2 and set(metrics["strategy"]) == {"tor"}
+    for key in (
+        "reward/total",
+        "reward/reasoning",
+        "tor/reasoning_frac",
+        "tor/perception_frac",
+        "tor/overlap_frac",
+        "tor/entropy_selected",
+        "tor/sensitivity_unselected",
+        "time/no_image_pass_s",
+        "actor/entropy",
+    ):
+        assert key in metrics.columns, key
+    assert "time/no_image_pass_s" not in catalog.load("tor_uniform_metrics").columns
+    # The reasoning-only ablation gives T_p no weight but still reports its selection.
+    assert (catalog.load("tor_tor_reasoning_only_metrics")["tor/perception_frac"] > 0).all()
+
+    results = catalog.load("tor_results_tor")
+    assert results.groupby("dataset").size().to_dict() == {
+        "mathvision": 2,
+        "synthetic": 3,
+        "tabmwp": 2,
+    }
+    mc = results[results["dataset"] == "mathvision"]
+    # The MATH-Vision rows shown are multiple choice, with their options in the prompt.
+    assert mc["prompt"].str.contains("Choices: A, B, C, D, E").all()
+    assert set(mc["answer"]) <= set("ABCDE")
+    # Each strategy trains its own copy from the same warm start.
+    sft_model = catalog.load("tor_sft_policy")
+    assert all(catalog.load(f"tor_policy_{s}") is not sft_model for s in STRATEGIES)
+    checkpoints = sorted((tmp_path / "ckpt" / "tor").glob("*/step-*"))
+    assert [p.name for p in checkpoints] == ["step-000001", "step-000002"]
+
+
+def test_choice_question_lists_the_options_by_letter():
+    assert choice_question("How many?\n<image1>", []) == "How many?"
+    assert choice_question("Which?<image2>", ["A", "B"]) == (
+        "Which?\nChoices: A, B. Answer with the letter of the correct choice."
+    )
+    assert choice_question("Pick", ["x", "y", "z"]) == (
+        "Pick\nChoices: (A) x (B) y (C) z. Answer with the letter of the correct choice."
+    )
