@@ -124,9 +124,12 @@ def test_step_reports_the_policy_loss_of_its_batch(
     logp, _ = language_policy(seen["model"], tapo_tokenizer, trainer.config).completion_logprobs(
         batch
     )
+    # One optimizer step per rollout: the rollout skips its scoring pass and the update uses
+    # old_logp = logp.detach() (ratio 1).
+    assert batch.old_logp.numel() == 0
     expected, _ = policy_loss(
         logp,
-        batch.old_logp,
+        logp.detach(),
         seen["adv"],
         batch.completion_mask,
         weights=seen["w"],
@@ -175,7 +178,7 @@ def _reference_token_advantages(batch, rewards, tokenizer, alpha: float) -> torc
     """SPEC 1 by a slow loop: zscores per group, then a token-by-token decode to find the token
     that completes the first </translation>."""
     G = batch.group_size
-    out = torch.zeros_like(batch.old_logp)
+    out = torch.zeros_like(batch.completion_mask)
 
     def zscore(r):
         r = r.view(-1, G)
@@ -272,14 +275,19 @@ def test_kl_reference_is_built_and_used_only_with_beta(
     assert reference is not None and reference.module is not model
     assert not any(p.requires_grad for p in reference.module.parameters())
     initial = _params(model)
+    initial_model = copy.deepcopy(model)
     updates = spy(monkeypatch, trainer, "update")
     metrics = trainer.step(0)
     _, batch, _, _, ref_logp = updates[0]
     assert ref_logp is not None
     # The reference is the initial policy: on the first (on-policy) step its log-probs are the
     # sampling ones and the KL estimate is ~0.
+    with torch.no_grad():
+        sampling_logp, _ = language_policy(
+            initial_model, tapo_tokenizer, trainer.config
+        ).completion_logprobs(batch)
     valid = batch.completion_mask.bool()
-    torch.testing.assert_close(ref_logp[valid], batch.old_logp[valid], atol=1e-6, rtol=0)
+    torch.testing.assert_close(ref_logp[valid], sampling_logp[valid], atol=1e-6, rtol=0)
     assert abs(metrics["actor/kl"]) < 1e-6
     # The policy moved; the frozen reference did not.
     for name, p in reference.module.named_parameters():

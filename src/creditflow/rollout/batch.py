@@ -21,7 +21,8 @@ class RolloutBatch:
         prompt_mask: (B, P) long, 1 on real prompt tokens.
         completion_ids: (B, T) long, right-padded.
         completion_mask: (B, T) float, 1 up to and including the first EOS.
-        old_logp: (B, T) float, log-probs of the completion tokens under the sampling policy.
+        old_logp: (B, T) float, log-probs of the completion tokens under the sampling policy;
+            empty (numel 0) when the rollout was sampled with ``with_logprobs=False``.
         completion_texts: B decoded completions (special tokens removed).
         prompt_index: (B,) long, row of the prompt table each sequence answers.
         group_size: G.
@@ -50,7 +51,7 @@ class RolloutBatch:
         picked = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            if isinstance(value, torch.Tensor):
+            if isinstance(value, torch.Tensor) and value.numel() > 0:  # old_logp may be unscored
                 picked[f.name] = value[rows]
             elif f.name == "completion_texts":
                 picked[f.name] = [value[i] for i in rows_list]
@@ -73,7 +74,11 @@ class Policy(Protocol):
     module: torch.nn.Module
 
     def sample(
-        self, prompts: list[Any], group_size: int, with_entropy: bool = False
+        self,
+        prompts: list[Any],
+        group_size: int,
+        with_entropy: bool = False,
+        with_logprobs: bool = True,
     ) -> RolloutBatch: ...
 
     def completion_logprobs(

@@ -98,7 +98,11 @@ class LanguagePolicy:
 
     @torch.no_grad()
     def sample(
-        self, prompts: list[str], group_size: int, with_entropy: bool = False
+        self,
+        prompts: list[str],
+        group_size: int,
+        with_entropy: bool = False,
+        with_logprobs: bool = True,
     ) -> RolloutBatch:
         """Draw ``group_size`` completions per prompt; rows of one prompt are consecutive.
         ``old_logp`` (and ``entropy`` when asked) come from one extra forward pass."""
@@ -145,7 +149,10 @@ class LanguagePolicy:
             prompt_index=torch.arange(len(prompts)).repeat_interleave(group_size),
             group_size=group_size,
         )
-        batch.old_logp, batch.entropy = self.completion_logprobs(batch, with_entropy)
+        # with_logprobs=False: the trainer will use the update's own log-probs (one optimizer
+        # step per rollout), so the extra scoring forward is skipped.
+        if with_logprobs or with_entropy:
+            batch.old_logp, batch.entropy = self.completion_logprobs(batch, with_entropy)
         return batch
 
     def completion_logits(self, batch: RolloutBatch) -> torch.Tensor:

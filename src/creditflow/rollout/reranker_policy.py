@@ -92,7 +92,11 @@ class RerankerPolicy:
         return next(self.module.parameters()).device
 
     def sample(
-        self, prompts: Sequence[int], group_size: int, with_entropy: bool = False
+        self,
+        prompts: Sequence[int],
+        group_size: int,
+        with_entropy: bool = False,
+        with_logprobs: bool = True,
     ) -> RolloutBatch:
         """Draw ``group_size`` rankings per session index in ``prompts``; rows of one session are
         consecutive. Uses the global RNG, which the engine seeds per step."""

@@ -179,7 +179,11 @@ class VisionLanguagePolicy:
 
     @torch.no_grad()
     def sample(
-        self, prompts: Sequence[Any], group_size: int, with_entropy: bool = False
+        self,
+        prompts: Sequence[Any],
+        group_size: int,
+        with_entropy: bool = False,
+        with_logprobs: bool = True,
     ) -> RolloutBatch:
         """Draw ``group_size`` completions per prompt; rows of one prompt are consecutive, each
         with its own copy of the image. ``old_logp`` (and ``entropy`` when asked) come from one
@@ -202,7 +206,10 @@ class VisionLanguagePolicy:
                 "image_grid_thw": rows["image_grid_thw"],  # (B, 3)
             },
         )
-        batch.old_logp, batch.entropy = self.completion_logprobs(batch, with_entropy)
+        # with_logprobs=False: the trainer will use the update's own log-probs (one optimizer
+        # step per rollout), so the extra scoring forward is skipped.
+        if with_logprobs or with_entropy:
+            batch.old_logp, batch.entropy = self.completion_logprobs(batch, with_entropy)
         return batch
 
     @torch.no_grad()

@@ -273,7 +273,7 @@ def train_expmodel_sft(
         optimizer.step()
         history.append(
             {
-                "step": float(step + 1),
+                "step": step + 1,
                 "sft/loss": loss.item(),
                 "sft/target_tokens": float((batch["labels"] != IGNORE_INDEX).sum()),
             }
@@ -438,7 +438,7 @@ def train_expmodel_pft(
             loss.backward()
             torch.nn.utils.clip_grad_norm_(trainable, max_grad_norm)
             optimizer.step()
-            history.append({"step": float(step + 1), **metrics})
+            history.append({"step": step + 1, **metrics})
     scorer.eval()
 
     heldout_accuracy = math.nan

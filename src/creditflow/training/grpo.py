@@ -122,6 +122,13 @@ class GRPOTrainer:
         return self.accelerator is None or self.accelerator.is_main_process
 
     # ------------------------------------------------------------------ setup
+    def needs_rollout_logprobs(self) -> bool:
+        """Whether the rollout must score its own samples (a no-grad forward). With a single
+        optimizer step per rollout batch the policy is still the sampling one at the update, so
+        old_logp = logp.detach() there (ratio 1, same loss and gradient, as TRL does); ToR reads
+        the rollout log-probs for its visual sensitivity."""
+        return self.optimizer_steps_per_rollout() > 1 or self.token_weights.needs_rollout_logprobs
+
     def optimizer_steps_per_rollout(self) -> int:
         B = self.config.rollout_batch_size
         minibatch = self.config.minibatch_size or B
@@ -218,7 +225,7 @@ class GRPOTrainer:
         t_update = time.perf_counter() - t1
 
         mask = batch.completion_mask
-        metrics: dict[str, float] = {"step": float(step + 1)}
+        metrics: dict[str, float] = {"step": step + 1}  # int: MLflow steps are integers
         # Reward metrics describe the whole rollout batch: every process's rewards, gathered
         # (groups stay intact: each process holds whole groups).
         all_rewards = self._gather(rewards)
@@ -241,7 +248,7 @@ class GRPOTrainer:
         metrics.update(weight_metrics)
         metrics.update(update_metrics)
         if batch.entropy is not None:
-            metrics["actor/entropy"] = (
+            metrics["actor/topp_entropy"] = (
                 (batch.entropy * mask).sum() / mask.sum().clamp(min=1)
             ).item()
         metrics["completion/length"] = mask.sum(dim=1).mean().item()
@@ -266,7 +273,10 @@ class GRPOTrainer:
         share = c.prompts_per_step // self.num_processes
         picked = picked[self.process_index * share : (self.process_index + 1) * share]
         batch = self.policy.sample(
-            [self.prompts[i] for i in picked.tolist()], c.group_size, with_entropy=True
+            [self.prompts[i] for i in picked.tolist()],
+            c.group_size,
+            with_entropy=self.token_weights.needs_entropy,
+            with_logprobs=self.needs_rollout_logprobs(),
         )
         batch.prompt_index = picked.repeat_interleave(c.group_size)
         return batch
@@ -322,9 +332,10 @@ class GRPOTrainer:
         c = self.config
         with self._ddp_forward():
             logp, _ = self.policy.completion_logprobs(batch)  # (b, T)
+        old_logp = batch.old_logp if batch.old_logp.numel() else logp.detach()
         loss, metrics = policy_loss(
             logp,
-            batch.old_logp,
+            old_logp,
             advantages,
             batch.completion_mask,
             weights=weights,
@@ -349,7 +360,16 @@ class GRPOTrainer:
             )
         self.optimizer.step()
         self.scheduler.step()
-        return {"actor/loss": loss.item(), "actor/grad_norm": float(grad_norm), **metrics}
+        mask = batch.completion_mask
+        # Mean -log p of the sampled tokens: a Monte Carlo estimate of the sampling
+        # distribution's entropy that costs nothing (no extra (b, T, V) pass).
+        sampled_entropy = (-(logp.detach() * mask).sum() / mask.sum().clamp(min=1)).item()
+        return {
+            "actor/loss": loss.item(),
+            "actor/grad_norm": float(grad_norm),
+            "actor/entropy": sampled_entropy,
+            **metrics,
+        }
 
     @contextmanager
     def _ddp_forward(self) -> Iterator[None]:

@@ -294,7 +294,7 @@ def pretrain_reranker(
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
-        history.append({"step": float(step + 1), "pretrain/nll": loss.item()})
+        history.append({"step": step + 1, "pretrain/nll": loss.item()})
     model.eval()
     logger.info(
         "pre-trained the reranker for %d steps, final NLL %.4f", steps, history[-1]["pretrain/nll"]

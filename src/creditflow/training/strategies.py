@@ -36,6 +36,9 @@ class Strategy:
     compute: Callable[..., tuple[torch.Tensor, Metrics]]
     validate: Callable[[dict[str, Any], GRPOConfig], None]
     reward_names: Callable[[dict[str, Any]], set[str]] = lambda spec: set()
+    # What the rollout must compute for this strategy (each costs a pass over (B, T, V) logits).
+    needs_entropy: bool = False
+    needs_rollout_logprobs: bool = False
 
 
 def _no_options(spec: dict[str, Any], config: GRPOConfig) -> None:
@@ -135,7 +138,10 @@ TOKEN_WEIGHT_STRATEGIES: dict[str, Strategy] = {
     "uniform": Strategy(uniform_weights, _no_options),
     # ToR (SPEC section 2) and its ablations "tor_reasoning_only" (gamma_p = 0) and
     # "tor_perception_only" (gamma_r = 0); options and presets in training.tor.
-    **{name: Strategy(tor_weights, validate_tor) for name in TOR_PRESETS},
+    **{
+        name: Strategy(tor_weights, validate_tor, needs_entropy=True, needs_rollout_logprobs=True)
+        for name in TOR_PRESETS
+    },
 }
 
 

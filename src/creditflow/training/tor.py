@@ -382,7 +382,7 @@ def train_vl_sft(
         optimizer.step()
         scheduler.step()
         history.append(
-            {"step": float(step + 1), "sft/loss": loss.item(), "lr": scheduler.get_last_lr()[0]}
+            {"step": step + 1, "sft/loss": loss.item(), "lr": scheduler.get_last_lr()[0]}
         )
     model.eval()
     logger.info("VL SFT done: %d steps, final loss %.4f", config.steps, history[-1]["sft/loss"])
