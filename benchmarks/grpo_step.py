@@ -308,7 +308,8 @@ def run_creditflow(work: Workload, profile: bool) -> dict[str, Any]:
             timer.add("update", index, row["time/update_s"])
         phases = timer.mean_over(measured)
         # completion_logprobs includes the top-p entropy; report the forward pass alone.
-        phases["old_logp_s"] -= phases.get("entropy_s", 0.0)
+        # (Absent when the rollout skips its scoring pass: one optimizer step per rollout.)
+        phases["old_logp_s"] = phases.get("old_logp_s", 0.0) - phases.get("entropy_s", 0.0)
         phases["backward_optimizer_s"] = phases["update_s"] - phases["update_forward_s"]
     return summarize("creditflow", work, clock, load_s, tokens, rewards, phases)
 

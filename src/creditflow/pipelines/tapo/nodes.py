@@ -18,7 +18,13 @@ from creditflow.tasks.tapo import (
 )
 from creditflow.training.checkpoint import CheckpointStore
 from creditflow.training.evaluation import evaluate_text_policy
-from creditflow.training.recipes import build_grpo_config, merge_overrides, run_grpo, run_sft
+from creditflow.training.recipes import (
+    build_grpo_config,
+    merge_overrides,
+    run_grpo,
+    run_sft,
+    torch_threads,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -64,9 +70,14 @@ def warm_start_tapo_policy(
 ):
     """SFT on gold TAPO completions so the policy can produce the format before RL."""
     prompts = [tapo_prompt(q) for q in tapo_train_tasks["question"]]
-    return run_sft(
-        tapo_initial_policy, tapo_tokenizer, prompts, _sft_targets(tapo_train_tasks), params["sft"]
-    )
+    with torch_threads(params["torch_threads"]):
+        return run_sft(
+            tapo_initial_policy,
+            tapo_tokenizer,
+            prompts,
+            _sft_targets(tapo_train_tasks),
+            params["sft"],
+        )
 
 
 def train_tapo_policy(
@@ -79,16 +90,17 @@ def train_tapo_policy(
 ):
     """GRPO from the warm start under one credit-assignment strategy of ``params['strategies']``."""
     config = build_grpo_config(strategy_params(params, strategy), params["reward_functions"])
-    model, result = run_grpo(
-        tapo_sft_policy,
-        tapo_tokenizer,
-        [tapo_prompt(q) for q in tapo_train_tasks["question"]],
-        list(tapo_train_tasks["question_en"]),
-        list(tapo_train_tasks["answer"]),
-        config,
-        params["reward_functions"],
-        checkpoints,
-    )
+    with torch_threads(params["torch_threads"]):
+        model, result = run_grpo(
+            tapo_sft_policy,
+            tapo_tokenizer,
+            [tapo_prompt(q) for q in tapo_train_tasks["question"]],
+            list(tapo_train_tasks["question_en"]),
+            list(tapo_train_tasks["answer"]),
+            config,
+            params["reward_functions"],
+            checkpoints,
+        )
     metrics = pd.DataFrame(result.history).assign(strategy=strategy)
     samples = pd.DataFrame(result.samples).assign(strategy=strategy)
     return model, metrics, samples
@@ -110,16 +122,17 @@ def evaluate_tapo_policy(
     problems = pd.concat(frames, ignore_index=True)[
         ["dataset", "id", "language", "question", "question_en", "answer"]
     ]
-    scored = evaluate_text_policy(
-        model,
-        tapo_tokenizer,
-        [tapo_prompt(q) for q in problems["question"]],
-        list(problems["question_en"]),
-        list(problems["answer"]),
-        params["reward_functions"],
-        max_new_tokens=evaluation["max_new_tokens"],
-        batch_size=evaluation["batch_size"],
-    )
+    with torch_threads(params["torch_threads"]):
+        scored = evaluate_text_policy(
+            model,
+            tapo_tokenizer,
+            [tapo_prompt(q) for q in problems["question"]],
+            list(problems["question_en"]),
+            list(problems["answer"]),
+            params["reward_functions"],
+            max_new_tokens=evaluation["max_new_tokens"],
+            batch_size=evaluation["batch_size"],
+        )
     return pd.concat([problems, scored], axis=1).assign(policy=label)
 
 
