@@ -11,7 +11,7 @@ export HF_DATASETS_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install run test test-fast lint format viz clean-data
+.PHONY: install run test test-fast lint format viz clean-data airflow
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -41,3 +41,12 @@ format: $(STAMP)
 # `python -m http.server -d build`, or run the live app with `kedro viz run` instead.
 viz: $(STAMP)
 	$(BIN)/kedro viz build
+
+# Airflow DAG of one pipeline (kedro-airflow; docs/scale_out.md) in build/airflow_dags/
+# (git-ignored): `make airflow PIPELINE=tapo`, then copy the file into Airflow's dags_folder.
+# kedro-airflow is not a project dependency yet, so it is installed (pinned) on first use.
+PIPELINE ?= tapo
+AIRFLOW_DAGS ?= build/airflow_dags
+airflow: $(STAMP)
+	$(BIN)/python -c "import kedro_airflow" 2>/dev/null || $(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt kedro-airflow==0.11.0
+	$(BIN)/kedro airflow create --pipelines $(PIPELINE) --target-dir $(AIRFLOW_DAGS) $(ARGS)

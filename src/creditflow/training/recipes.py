@@ -26,6 +26,7 @@ from creditflow.training.checkpoint import CheckpointStore, state_fingerprint
 from creditflow.training.config import ConfigError, GRPOConfig
 from creditflow.training.evaluation import TextRewards
 from creditflow.training.grpo import GRPOResult, GRPOTrainer
+from creditflow.training.launch import run_data_parallel
 from creditflow.training.sft import SFTConfig, train_sft
 from creditflow.training.strategies import ADVANTAGE_STRATEGIES
 from creditflow.training.tor import train_vl_sft
@@ -93,6 +94,33 @@ def run_sft(
     return model.eval(), pd.DataFrame(history)
 
 
+def train_grpo_process(
+    accelerator,
+    model,
+    tokenizer,
+    prompts: list[str],
+    references: list[str],
+    answers: list[str],
+    config: GRPOConfig,
+    reward_names: list[str],
+    checkpoints: CheckpointStore | None,
+) -> tuple[Any, GRPOResult]:
+    """One process of ``run_grpo`` (module level: spawned workers import it by name)."""
+    rewards = TextRewards(reward_names, references, answers)
+    trainer = GRPOTrainer(
+        language_policy(model, tokenizer, config),
+        prompts,
+        rewards,
+        config,
+        checkpoints,
+        accelerator=accelerator,
+    )
+    result = trainer.train()
+    if accelerator is not None:
+        model = accelerator.unwrap_model(model, keep_fp32_wrapper=False)
+    return model.eval(), result
+
+
 def run_grpo(
     model,
     tokenizer,
@@ -102,20 +130,46 @@ def run_grpo(
     config: GRPOConfig,
     reward_names: Sequence[str],
     checkpoints: CheckpointStore | None,
+    distributed: dict[str, Any] | None = None,
 ) -> tuple[Any, GRPOResult]:
     """GRPO on a copy of ``model``; resumes from ``checkpoints`` when a run with the same
-    starting weights, prompts and config left one there."""
+    starting weights, prompts, config and process count left one there.
+
+    ``distributed``: ``{"num_processes": N, "accelerate": {...Accelerator options...}}`` runs
+    the training data-parallel in N processes (``creditflow.training.launch``); None or N = 1
+    trains in this process.
+    """
+    distributed = dict(distributed or {})
+    unknown = sorted(set(distributed) - {"num_processes", "accelerate"})
+    if unknown:
+        raise ConfigError(
+            f"unknown 'distributed' key(s) {unknown}; valid: ['accelerate', 'num_processes']"
+        )
+    num_processes = int(distributed.get("num_processes", 1))
     model = copy.deepcopy(model)
     if checkpoints is not None:
-        run_id = state_fingerprint(model, config.to_dict(), list(prompts), list(answers))
+        # Several processes sample differently, so their runs must not resume each other.
+        extra = {"num_processes": num_processes} if num_processes > 1 else {}
+        run_id = state_fingerprint(
+            model, config.to_dict(), list(prompts), list(answers), *[extra] if extra else []
+        )
         checkpoints = checkpoints.subdirectory(run_id)
         logger.info("GRPO checkpoints in %s", checkpoints.directory)
-    rewards = TextRewards(reward_names, references, answers)
-    trainer = GRPOTrainer(
-        language_policy(model, tokenizer, config), prompts, rewards, config, checkpoints
+    return run_data_parallel(
+        train_grpo_process,
+        num_processes,
+        args=(
+            model,
+            tokenizer,
+            list(prompts),
+            list(references),
+            list(answers),
+            config,
+            list(reward_names),
+            checkpoints,
+        ),
+        accelerate_config=distributed.get("accelerate"),
     )
-    result = trainer.train()
-    return model.eval(), result
 
 
 # ---------------------------------------------------------------- vision-language (ToR)

@@ -89,7 +89,9 @@ def train_tapo_policy(
     strategy: str,
 ):
     """GRPO from the warm start under one credit-assignment strategy of ``params['strategies']``."""
-    config = build_grpo_config(strategy_params(params, strategy), params["reward_functions"])
+    grpo_params = strategy_params(params, strategy)
+    distributed = grpo_params.pop("distributed", None)  # process layout, not a GRPOConfig field
+    config = build_grpo_config(grpo_params, params["reward_functions"])
     with torch_threads(params["torch_threads"]):
         model, result = run_grpo(
             tapo_sft_policy,
@@ -100,6 +102,7 @@ def train_tapo_policy(
             config,
             params["reward_functions"],
             checkpoints,
+            distributed,
         )
     metrics = pd.DataFrame(result.history).assign(strategy=strategy)
     samples = pd.DataFrame(result.samples).assign(strategy=strategy)
