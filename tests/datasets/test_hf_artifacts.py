@@ -37,6 +37,14 @@ def test_versions_coexist_and_load_picks_the_latest(tmp_path, model_a, model_b, 
     assert not torch.equal(_logits(model_a, input_ids), _logits(model_b, input_ids))
 
 
+def test_a_missing_pinned_version_fails_naming_the_path(tmp_path, model_a):
+    path = str(tmp_path / "policy")
+    HFModelDataset(path, version=Version(None, V1)).save(model_a)
+    missing = HFModelDataset(path, version=Version("2000-01-01T00.00.00.000Z", None))
+    with pytest.raises(DatasetError, match="2000-01-01T00.00.00.000Z.*--load-versions"):
+        missing.load()
+
+
 def test_saving_the_same_version_twice_is_refused(tmp_path, model_a):
     dataset = HFModelDataset(str(tmp_path / "policy"), version=Version(None, V1))
     dataset.save(model_a)

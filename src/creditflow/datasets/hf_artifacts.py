@@ -88,13 +88,24 @@ class _HFDirectoryDataset(AbstractVersionedDataset[Any, Any]):
         self._save_args = dict(save_args or {})
 
     def _load_dir(self) -> str:
-        return get_filepath_str(self._get_load_path(), self._protocol)
+        directory = get_filepath_str(self._get_load_path(), self._protocol)
+        # Without this, a missing version reaches from_pretrained, which takes the path for a
+        # hub id and fails with "Repo id must be in the form ...".
+        if not Path(directory).is_dir():
+            raise DatasetError(
+                f"no saved {type(self).__name__} at {directory}: check the version given to "
+                "--load-versions (the run manifest lists the versions each run saved)"
+            )
+        return directory
 
     def _save_dir(self) -> str:
         return get_filepath_str(self._get_save_path(), self._protocol)
 
     def _exists(self) -> bool:
-        return Path(self._load_dir()).is_dir()
+        try:
+            return Path(self._load_dir()).is_dir()
+        except DatasetError:
+            return False
 
     def _describe(self) -> dict[str, Any]:
         return {
