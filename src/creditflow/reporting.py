@@ -8,8 +8,11 @@ import matplotlib
 
 matplotlib.use("Agg")  # headless: figures are written to files, never shown
 
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+
+from creditflow.training.reranking import summarise_by_band  # noqa: E402
 
 
 def plot_reward_curves(
@@ -60,3 +63,69 @@ def summarise_tapo_evaluations(
             row["train_reward_last"] = trained.sort_values("step")["reward/total"].iloc[-1]
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------- experience model / reranking
+def kendall_tau(x: Sequence[float], y: Sequence[float]) -> float:
+    """Kendall's tau-b between two equally long sequences (ties corrected, as
+    ``scipy.stats.kendalltau``); NaN with fewer than two values or a constant sequence.
+
+    ``tau_b = (concordant - discordant) / sqrt((n0 - ties_x) (n0 - ties_y))`` over the
+    ``n0 = n (n - 1) / 2`` pairs, ``ties_x`` the pairs tied in ``x`` (whatever ``y`` does).
+
+    >>> kendall_tau([1, 2, 3], [1, 3, 2])  # pairs (1,2) +, (1,3) +, (2,3) -: (2 - 1) / 3
+    0.3333333333333333
+    """
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if x.shape != y.shape or x.ndim != 1:
+        raise ValueError(f"need two 1-d sequences of one length, got {x.shape} and {y.shape}")
+    n = len(x)
+    score = ties_x = ties_y = 0.0
+    # One row of the pair matrix at a time: O(n) memory for catalogues of any size.
+    for i in range(n - 1):
+        sx, sy = np.sign(x[i + 1 :] - x[i]), np.sign(y[i + 1 :] - y[i])
+        score += float((sx * sy).sum())
+        ties_x += float((sx == 0).sum())
+        ties_y += float((sy == 0).sum())
+    pairs = n * (n - 1) / 2
+    denominator = np.sqrt((pairs - ties_x) * (pairs - ties_y))
+    return float(score / denominator) if denominator > 0 else float("nan")
+
+
+def summarise_rankers_by_band(per_session: pd.DataFrame, group: str = "ranker") -> pd.DataFrame:
+    """``summarise_by_band`` for each ranker of a long per-session evaluation table: one row per
+    (ranker, band), bands ``head``, ``torso``, ``tail`` then ``all``, rankers in table order."""
+    frames = [
+        summarise_by_band(rows).reset_index().assign(**{group: name})
+        for name, rows in per_session.groupby(group, sort=False)
+    ]
+    table = pd.concat(frames, ignore_index=True)
+    first = [group, "band", "sessions"]
+    return table[first + [c for c in table.columns if c not in first]]
+
+
+def plot_metrics_by_band(
+    table: pd.DataFrame, columns: Sequence[str], group: str = "ranker"
+) -> Figure:
+    """One panel per metric column: grouped bars, one group of bars per ``band`` and one bar
+    per ``group`` value (in table order)."""
+    columns = [c for c in columns if c in table.columns]
+    bands = list(dict.fromkeys(table["band"]))
+    names = list(dict.fromkeys(table[group]))
+    figure = Figure(figsize=(4.6 * len(columns), 3.9), layout="constrained")
+    axes = figure.subplots(1, len(columns), squeeze=False)[0]
+    width = 0.8 / max(len(names), 1)
+    positions = np.arange(len(bands))
+    for ax, column in zip(axes, columns, strict=True):
+        for offset, name in enumerate(names):
+            rows = table[table[group] == name].set_index("band").reindex(bands)
+            ax.bar(
+                positions + (offset - (len(names) - 1) / 2) * width, rows[column], width, label=name
+            )
+        ax.set_xticks(positions, bands)
+        ax.set_title(column)
+        ax.grid(axis="y", alpha=0.3)
+    handles, labels = axes[0].get_legend_handles_labels()
+    # Above the panels, not inside one: bars fill every panel's height.
+    figure.legend(handles, labels, loc="outside upper center", ncols=len(names), fontsize="small")
+    return figure

@@ -1,0 +1,241 @@
+"""Helpers shared by the experience-model and reranker pipelines (SPEC section 3).
+
+The pipelines ``annotation`` -> ``expmodel_sft`` -> ``expmodel_pft`` -> ``experience_scoring``
+-> ``augmented_targets`` -> ``reranker_pretrain`` -> ``reranker_grpo`` -> ``reranker_eval`` pass
+sessions, item scores and rankings between them as tables; this module turns those tables into
+the padded tensors the engines take (``creditflow.training.reranking``) and back.
+
+Shape symbols: ``N`` sessions, ``L`` candidates per session, ``F`` candidate features.
+Rankings map position -> candidate index (``creditflow.models.reranker``).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import inspect
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from creditflow.models.reranker import PointerReranker, RerankerConfig
+from creditflow.rollout import RerankerPolicy
+from creditflow.training import CheckpointStore, GRPOConfig, GRPOResult, GRPOTrainer
+from creditflow.training.checkpoint import state_fingerprint
+from creditflow.training.reranking import FEATURE_NAMES, PageReward, session_features
+
+logger = logging.getLogger(__name__)
+
+RANKING_COLUMNS = ("session_id", "ranking", "ranked_items")
+
+
+def checked_options(
+    options: Mapping[str, Any] | None, func: Callable, label: str, taken: Sequence[str] = ()
+) -> dict:
+    """``options`` as keyword arguments of ``func``, checked up front: every name must be an
+    argument of ``func`` other than the ``taken`` ones (which the node passes itself), and every
+    argument without a default that is not taken must be given.
+
+    >>> checked_options({"steps": 3}, lambda model, steps, lr=0.1: None, "sft", taken=["model"])
+    {'steps': 3}
+    """
+    options = dict(options or {})
+    arguments = {
+        name: p
+        for name, p in inspect.signature(func).parameters.items()
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and name not in set(taken)
+    }
+    unknown = sorted(set(options) - set(arguments))
+    if unknown:
+        raise ValueError(f"unknown {label} option(s) {unknown}; valid: {sorted(arguments)}")
+    missing = sorted(
+        name for name, p in arguments.items() if p.default is p.empty and name not in options
+    )
+    if missing:
+        raise ValueError(f"{label} needs option(s) {missing}; set them in parameters")
+    return options
+
+
+def metrics_frame(history: Sequence[Mapping[str, float]]) -> pd.DataFrame:
+    """Per-step engine history -> a ``*_metrics`` table with an integer ``step`` column (the
+    MLflow hook logs one point per step and rejects fractional steps)."""
+    frame = pd.DataFrame(list(history))
+    if "step" in frame.columns:
+        frame["step"] = frame["step"].round().astype("int64")
+    return frame
+
+
+# ---------------------------------------------------------------- sessions
+def split_sessions(
+    sessions: pd.DataFrame, heldout_fraction: float, seed: int
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A seeded split of sessions: ``round(heldout_fraction * n)`` held out, the rest for
+    training; both keep ``session_id`` order.
+
+    >>> frame = pd.DataFrame({"session_id": range(8)})
+    >>> [len(part) for part in split_sessions(frame, 0.25, seed=0)]
+    [6, 2]
+    """
+    if not 0.0 < heldout_fraction < 1.0:
+        raise ValueError(f"heldout_fraction must lie in (0, 1), got {heldout_fraction}")
+    n_heldout = round(heldout_fraction * len(sessions))
+    if not 0 < n_heldout < len(sessions):
+        raise ValueError(
+            f"heldout_fraction {heldout_fraction} of {len(sessions)} sessions leaves one side "
+            "empty; generate more sessions or change the fraction"
+        )
+    heldout = np.zeros(len(sessions), dtype=bool)
+    heldout[np.random.default_rng(seed).permutation(len(sessions))[:n_heldout]] = True
+    ordered = sessions.reset_index(drop=True)
+    return ordered[~heldout].reset_index(drop=True), ordered[heldout].reset_index(drop=True)
+
+
+def session_exp_scores(sessions: pd.DataFrame, item_scores: pd.DataFrame) -> torch.Tensor:
+    """``(N, L)`` float32 ``s_exp`` of each session's candidates (``item_scores``: ``item_id``,
+    ``s_exp``), right-padded with 0 like ``training.reranking.session_features``.
+
+    Raises:
+        ValueError: a candidate has no score (the scores come from another catalogue).
+    """
+    lookup = dict(zip(item_scores["item_id"], item_scores["s_exp"], strict=True))
+    candidates = [list(c) for c in sessions["candidates"]]
+    missing = sorted({i for c in candidates for i in c} - set(lookup))
+    if missing:
+        raise ValueError(
+            f"{len(missing)} candidate item(s) have no experience score, e.g. {missing[:5]}; "
+            "score the catalogue the sessions were drawn from"
+        )
+    L = max((len(c) for c in candidates), default=0)
+    scores = torch.zeros(len(candidates), L)
+    for row, items in enumerate(candidates):
+        scores[row, : len(items)] = torch.tensor([lookup[i] for i in items], dtype=torch.float32)
+    return scores  # (N, L)
+
+
+def reranker_inputs(
+    sessions: pd.DataFrame,
+    items: pd.DataFrame,
+    item_scores: pd.DataFrame | None,
+    exclude: Sequence[str] = (),
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(features (N, L, F), mask (N, L))`` of ``session_features``, with the ``exclude``d
+    feature columns set to 0 (the model keeps ``F`` inputs, so every reranker has the same
+    architecture). ``item_scores`` None gives the score features 0 (a reranker without the
+    experience model)."""
+    unknown = sorted(set(exclude) - set(FEATURE_NAMES))
+    if unknown:
+        raise ValueError(f"unknown feature(s) {unknown} to exclude; valid: {list(FEATURE_NAMES)}")
+    scores = None if item_scores is None else session_exp_scores(sessions, item_scores)
+    features, mask = session_features(sessions, items, scores)  # (N, L, F), (N, L)
+    dropped = torch.tensor([name in set(exclude) for name in FEATURE_NAMES])  # (F,)
+    return features.masked_fill(dropped, 0.0), mask
+
+
+def reranker_setting(params: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
+    """The settings of reranker ``kind`` in ``params['rerankers']``."""
+    if kind not in params["rerankers"]:
+        raise ValueError(
+            f"unknown reranker {kind!r}; parameters define {sorted(params['rerankers'])}"
+        )
+    return params["rerankers"][kind]
+
+
+def inputs_for(
+    sessions: pd.DataFrame,
+    item_table: pd.DataFrame,
+    item_scores: pd.DataFrame | None,
+    params: Mapping[str, Any],
+    kind: str,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(features (N, L, F), mask (N, L))`` as reranker ``kind`` reads them: with or without
+    the experience-score features (zero when ``item_scores`` is None), less the excluded ones."""
+    scores = item_scores if reranker_setting(params, kind)["use_exp_scores"] else None
+    return reranker_inputs(sessions, item_table, scores, params["features"]["exclude"])
+
+
+# ---------------------------------------------------------------- rankings as tables
+def rankings_frame(sessions: pd.DataFrame, rankings: torch.Tensor) -> pd.DataFrame:
+    """``RANKING_COLUMNS``: per session its ranking (``list[int]``, position -> candidate index,
+    real candidates only) and the ranked ``item_id`` values, for a person to read."""
+    rows = []
+    for session, ranking in zip(sessions.itertuples(index=False), rankings.tolist(), strict=True):
+        n = len(session.candidates)
+        order = ranking[:n]  # padding slots come after the real candidates
+        rows.append((session.session_id, order, [int(session.candidates[i]) for i in order]))
+    return pd.DataFrame(rows, columns=list(RANKING_COLUMNS))
+
+
+def rankings_from_frame(sessions: pd.DataFrame, frame: pd.DataFrame) -> torch.Tensor:
+    """``(N, L)`` long rankings of ``sessions`` (matched by ``session_id``) read from a
+    ``rankings_frame``; padding slots follow in index order, as the reranker expects."""
+    by_session = dict(zip(frame["session_id"], frame["ranking"], strict=True))
+    missing = sorted(set(sessions["session_id"]) - set(by_session))
+    if missing:
+        raise ValueError(f"no ranking for session(s) {missing[:5]} (of {len(missing)})")
+    lengths = [len(c) for c in sessions["candidates"]]
+    L = max(lengths, default=0)
+    rows = [
+        [int(i) for i in by_session[s]] + list(range(n, L))
+        for s, n in zip(sessions["session_id"], lengths, strict=True)
+    ]
+    return torch.tensor(rows, dtype=torch.long).view(len(rows), L)
+
+
+# ---------------------------------------------------------------- rerankers
+def build_reranker(n_features: int, architecture: Mapping[str, Any], seed: int) -> PointerReranker:
+    """A freshly initialised reranker; its weights depend only on ``seed`` (the global RNG is
+    left as it was)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return PointerReranker(RerankerConfig.from_dict({"n_features": n_features, **architecture}))
+
+
+@torch.no_grad()
+def greedy_rankings(
+    model: PointerReranker, features: torch.Tensor, mask: torch.Tensor, batch_size: int = 512
+) -> torch.Tensor:
+    """``(N, L)`` arg-max rankings of ``model`` (the page it would serve), in batches."""
+    model.eval()
+    parts = [
+        model.sample(features[i : i + batch_size], mask[i : i + batch_size], greedy=True)[0]
+        for i in range(0, len(features), batch_size)
+    ]
+    return torch.cat(parts) if parts else torch.zeros(mask.shape, dtype=torch.long)
+
+
+def run_page_grpo(
+    model: PointerReranker,
+    features: torch.Tensor,
+    mask: torch.Tensor,
+    reward: PageReward,
+    config: GRPOConfig,
+    checkpoints: CheckpointStore | None,
+) -> tuple[PointerReranker, GRPOResult]:
+    """Page-level GRPO (SPEC 3.5) on a copy of ``model``: prompts are session indices, the
+    policy samples rankings at ``config.temperature``; with ``config.beta > 0`` the engine
+    keeps a frozen copy of the starting reranker as the KL reference. Resumes from
+    ``checkpoints`` when a run with the same starting weights, sessions, rewards and config
+    left one there."""
+    policy_model = copy.deepcopy(model)
+    if checkpoints is not None:
+        data_key = _tensor_digest(features, mask, reward.business_gains, reward.exp_scores)
+        reward_key = [reward.alpha, reward.beta, reward.k]
+        run_id = state_fingerprint(policy_model, config.to_dict(), data_key, reward_key)
+        checkpoints = checkpoints.subdirectory(run_id)
+        logger.info("page-level GRPO checkpoints in %s", checkpoints.directory)
+    policy = RerankerPolicy(policy_model, features, mask, temperature=config.temperature)
+    trainer = GRPOTrainer(policy, list(range(len(features))), reward, config, checkpoints)
+    result = trainer.train()
+    return policy_model.eval(), result
+
+
+def _tensor_digest(*tensors: torch.Tensor) -> str:
+    digest = hashlib.sha256()
+    for tensor in tensors:
+        digest.update(str(tuple(tensor.shape)).encode())
+        digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy())
+    return digest.hexdigest()[:16]

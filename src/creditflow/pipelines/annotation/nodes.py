@@ -1,0 +1,56 @@
+"""Thin nodes of the ``annotation`` pipeline; the work happens in creditflow.tasks/annotation."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pandas as pd
+
+from creditflow.annotation import build_annotator
+from creditflow.pipelines._reranking_common import split_sessions
+from creditflow.tasks.reranking import generate_catalogue, generate_sessions
+
+logger = logging.getLogger(__name__)
+
+
+def generate_items(params: dict[str, Any]) -> pd.DataFrame:
+    """The seeded short-video catalogue: cover, title, popularity and the hidden true quality."""
+    items = params["items"]
+    return generate_catalogue(items["n_items"], seed=items["seed"], image_size=items["image_size"])
+
+
+def generate_query_logs(
+    catalogue_items: pd.DataFrame, params: dict[str, Any]
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Click-biased search sessions over the catalogue, split (seeded) into the training logs
+    and the held-out logs the rerankers are evaluated on."""
+    logs = params["query_logs"]
+    sessions = generate_sessions(
+        catalogue_items,
+        n_queries=logs["n_queries"],
+        n_sessions=logs["n_sessions"],
+        list_length=logs["list_length"],
+        seed=logs["seed"],
+        zipf_exponent=logs["zipf_exponent"],
+    )
+    train, heldout = split_sessions(sessions, logs["heldout_fraction"], seed=logs["split_seed"])
+    logger.info(
+        "query logs: %d training and %d held-out sessions; held-out bands %s",
+        len(train),
+        len(heldout),
+        heldout["query_frequency_band"].value_counts().to_dict(),
+    )
+    return train, heldout
+
+
+def annotate_items(catalogue_items: pd.DataFrame, params: dict[str, Any]) -> pd.DataFrame:
+    """One annotation per item by the annotator named in ``params``; failed ones stay in the
+    table with their status, raw text and error (no scores invented)."""
+    settings = params["annotator"]
+    annotator = build_annotator(settings["name"], **(settings.get("options") or {}))
+    annotations = annotator.annotate(catalogue_items)
+    failed = int((annotations["status"] != "ok").sum())
+    if failed:
+        logger.warning("%d of %d annotations failed", failed, len(annotations))
+    return annotations

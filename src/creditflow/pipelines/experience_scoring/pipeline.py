@@ -1,0 +1,24 @@
+"""``experience_scoring``: the PFT scorer scores every catalogue item (s_exp, SPEC 3.3-3.4)."""
+
+from kedro.pipeline import Node, Pipeline
+
+from creditflow.pipelines.experience_scoring import nodes
+
+
+def create_pipeline(**kwargs) -> Pipeline:
+    return Pipeline(
+        [
+            Node(
+                nodes.score_items,
+                [
+                    "expmodel_scorer",
+                    "expmodel_processor",
+                    "catalogue_items",
+                    "params:experience_scoring",
+                ],
+                "item_experience_scores",
+                name="score_items",
+            ),
+        ],
+        tags=["experience_scoring", "experience"],
+    )

@@ -1,0 +1,5 @@
+"""The ``expmodel_pft`` pipeline: long-tail preference pairs and the scalar-head scorer (SPEC 3.3)."""
+
+from creditflow.pipelines.expmodel_pft.pipeline import create_pipeline
+
+__all__ = ["create_pipeline"]

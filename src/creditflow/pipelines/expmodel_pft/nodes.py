@@ -1,0 +1,65 @@
+"""Thin nodes of the ``expmodel_pft`` pipeline; the work happens in creditflow.models/training."""
+
+from __future__ import annotations
+
+import copy
+import logging
+from typing import Any
+
+import pandas as pd
+
+from creditflow.models.scorer import ExpScorer
+from creditflow.pipelines._reranking_common import checked_options, metrics_frame
+from creditflow.training import expmodel
+
+logger = logging.getLogger(__name__)
+
+HELDOUT_ACCURACY = "pft/heldout_accuracy"
+
+
+def build_preference_pairs(
+    query_logs_train: pd.DataFrame, item_annotations: pd.DataFrame, params: dict[str, Any]
+) -> pd.DataFrame:
+    """SPEC 3.3: ordered pairs (A > B) of annotated candidates of long-tail training sessions
+    whose annotated overall scores differ by at least the margin."""
+    options = checked_options(
+        params["pairs"],
+        expmodel.preference_pairs,
+        "expmodel_pft.pairs",
+        taken=("sessions_df", "annotations_df"),
+    )
+    pairs = expmodel.preference_pairs(query_logs_train, item_annotations, **options)
+    if pairs.empty:
+        raise ValueError(
+            "no preference pair: lower expmodel_pft.pairs.margin, add bands or generate more "
+            "sessions (annotation.query_logs)"
+        )
+    logger.info("%d preference pairs from %d sessions", len(pairs), pairs["session_id"].nunique())
+    return pairs
+
+
+def train_expmodel_pft(
+    expmodel_sft_model,
+    expmodel_processor,
+    catalogue_items: pd.DataFrame,
+    expmodel_preference_pairs: pd.DataFrame,
+    params: dict[str, Any],
+) -> tuple[ExpScorer, pd.DataFrame]:
+    """SPEC 3.3: a scalar head on a copy of the SFT'd backbone, trained on the pairs with
+    ``-log sigmoid(s+ - s-) + lambda (s+ + s-)^2``. The metrics table holds one row per step;
+    its last row also holds the pair accuracy on the held-out pairs (``pft/heldout_accuracy``)."""
+    options = checked_options(
+        params["pft"],
+        expmodel.train_expmodel_pft,
+        "expmodel_pft.pft",
+        taken=("scorer", "processor", "items_df", "pairs_df"),
+    )
+    # from_generator shares the backbone: the copy keeps the SFT model as it was saved.
+    scorer = ExpScorer.from_generator(copy.deepcopy(expmodel_sft_model))
+    scorer, history, heldout_accuracy = expmodel.train_expmodel_pft(
+        scorer, expmodel_processor, catalogue_items, expmodel_preference_pairs, **options
+    )
+    metrics = metrics_frame(history)
+    metrics[HELDOUT_ACCURACY] = float("nan")  # measured once, after training
+    metrics.loc[metrics.index[-1], HELDOUT_ACCURACY] = heldout_accuracy
+    return scorer, metrics

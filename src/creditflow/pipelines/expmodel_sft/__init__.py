@@ -1,0 +1,5 @@
+"""The ``expmodel_sft`` pipeline: the ExpModel learns to write item annotations (SPEC 3.2)."""
+
+from creditflow.pipelines.expmodel_sft.pipeline import create_pipeline
+
+__all__ = ["create_pipeline"]

@@ -1,0 +1,71 @@
+"""Thin nodes of the ``expmodel_sft`` pipeline; the work happens in creditflow.models/training."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pandas as pd
+
+from creditflow.models import (
+    ImageOnlyQwen2_5_VLProcessor,
+    build_tiny_processor,
+    load_vl_policy,
+    train_vl_tokenizer,
+)
+from creditflow.pipelines._reranking_common import checked_options, metrics_frame
+from creditflow.training import expmodel
+
+
+def build_expmodel_processor(
+    catalogue_items: pd.DataFrame, item_annotations: pd.DataFrame, params: dict[str, Any]
+):
+    """The ExpModel's processor: a BPE tokenizer trained on the prompts and annotation targets
+    plus the vision tokens, with the image processor (tiny model), or a checkpoint's own."""
+    model = params["model"]
+    if model["source"] != "tiny":
+        processor = ImageOnlyQwen2_5_VLProcessor.from_pretrained(model["name_or_path"])
+        processor.tokenizer.padding_side = "left"
+        return processor
+    settings = params["tokenizer"]
+    prompts = [
+        expmodel.expmodel_prompt(c, t)
+        for c, t in zip(catalogue_items["category"], catalogue_items["title"], strict=True)
+    ]
+    ok = expmodel.ok_annotations(item_annotations)
+    targets = [expmodel.expmodel_target(row) for _, row in ok.iterrows()]
+    tokenizer = train_vl_tokenizer(
+        prompts + targets, settings["vocab_size"], model_max_length=settings["model_max_length"]
+    )
+    return build_tiny_processor(tokenizer, image_size=settings["image_size"])
+
+
+def build_expmodel(expmodel_processor, params: dict[str, Any]):
+    """The initial ExpModel: a tiny Qwen2.5-VL from its config, or a pretrained checkpoint."""
+    model, _ = load_vl_policy(params["model"], processor=expmodel_processor)
+    return model
+
+
+def train_expmodel_sft(
+    expmodel_initial_model,
+    expmodel_processor,
+    catalogue_items: pd.DataFrame,
+    item_annotations: pd.DataFrame,
+    params: dict[str, Any],
+) -> tuple[Any, pd.DataFrame]:
+    """SPEC 3.2: SFT a copy of the initial model on the ok annotations (loss on the
+    annotation tokens only); returns it and the per-step metrics."""
+    options = checked_options(
+        params["sft"],
+        expmodel.train_expmodel_sft,
+        "expmodel_sft.sft",
+        taken=("model", "processor", "items_df", "annotations_df"),
+    )
+    model, history = expmodel.train_expmodel_sft(
+        copy.deepcopy(expmodel_initial_model),
+        expmodel_processor,
+        catalogue_items,
+        item_annotations,
+        **options,
+    )
+    return model, metrics_frame(history)

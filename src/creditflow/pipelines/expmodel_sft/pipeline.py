@@ -1,0 +1,39 @@
+"""``expmodel_sft``: processor -> initial tiny VL model -> SFT on item annotations (SPEC 3.2)."""
+
+from kedro.pipeline import Node, Pipeline
+
+from creditflow.pipelines.expmodel_sft import nodes
+
+PARAMS = "params:expmodel_sft"
+
+
+def create_pipeline(**kwargs) -> Pipeline:
+    return Pipeline(
+        [
+            Node(
+                nodes.build_expmodel_processor,
+                ["catalogue_items", "item_annotations", PARAMS],
+                "expmodel_processor",
+                name="build_expmodel_processor",
+            ),
+            Node(
+                nodes.build_expmodel,
+                ["expmodel_processor", PARAMS],
+                "expmodel_initial_model",
+                name="build_expmodel",
+            ),
+            Node(
+                nodes.train_expmodel_sft,
+                [
+                    "expmodel_initial_model",
+                    "expmodel_processor",
+                    "catalogue_items",
+                    "item_annotations",
+                    PARAMS,
+                ],
+                ["expmodel_sft_model", "expmodel_sft_metrics"],
+                name="train_expmodel_sft",
+            ),
+        ],
+        tags=["expmodel_sft", "experience"],
+    )

@@ -1,0 +1,33 @@
+"""``reranker_grpo``: page-level GRPO from ``reranker_yaug`` -> ``reranker_page_grpo`` (SPEC 3.5)."""
+
+from kedro.pipeline import Node, Pipeline
+
+from creditflow.pipelines.reranker_grpo import nodes
+
+
+def create_pipeline(**kwargs) -> Pipeline:
+    return Pipeline(
+        [
+            Node(
+                nodes.train_reranker_page_grpo,
+                [
+                    "reranker_yaug",
+                    "query_logs_train",
+                    "catalogue_items",
+                    "item_experience_scores",
+                    "reranker_grpo_checkpoints",
+                    "params:reranker_grpo",
+                    "params:reranker_pretrain",
+                ],
+                ["reranker_page_grpo", "reranker_grpo_metrics", "reranker_grpo_samples"],
+                name="train_reranker_page_grpo",
+            ),
+            Node(
+                nodes.plot_reranker_grpo_curves,
+                "reranker_grpo_metrics",
+                "reranker_grpo_reward_curves",
+                name="plot_reranker_grpo_curves",
+            ),
+        ],
+        tags=["reranker_grpo", "experience"],
+    )

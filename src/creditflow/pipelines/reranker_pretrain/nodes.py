@@ -1,0 +1,43 @@
+"""Thin nodes of the ``reranker_pretrain`` pipeline; the work happens in creditflow.training."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from creditflow.models.reranker import PointerReranker
+from creditflow.pipelines._reranking_common import (
+    build_reranker,
+    checked_options,
+    inputs_for,
+    metrics_frame,
+    rankings_from_frame,
+)
+from creditflow.training import reranking
+
+
+def pretrain_reranker(
+    targets: pd.DataFrame,
+    query_logs_train: pd.DataFrame,
+    catalogue_items: pd.DataFrame,
+    item_experience_scores: pd.DataFrame,
+    params: dict[str, Any],
+    kind: str,
+) -> tuple[PointerReranker, pd.DataFrame]:
+    """A fresh reranker trained by teacher forcing to emit ``targets`` (y_aug or click-first)
+    on the training sessions; returns it and the per-step NLL."""
+    features, mask = inputs_for(
+        query_logs_train, catalogue_items, item_experience_scores, params, kind
+    )
+    model = build_reranker(features.shape[-1], params["model"], seed=params["model_seed"])
+    training = checked_options(
+        params["training"],
+        reranking.pretrain_reranker,
+        "reranker_pretrain.training",
+        taken=("model", "features", "mask", "targets"),
+    )
+    history = reranking.pretrain_reranker(
+        model, features, mask, rankings_from_frame(query_logs_train, targets), **training
+    )
+    return model, metrics_frame(history).assign(reranker=kind)

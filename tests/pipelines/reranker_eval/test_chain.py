@@ -1,0 +1,36 @@
+"""The whole experience-model chain (the default `kedro run`) at the smallest sizes, on the
+project's catalog entries written to a temporary folder."""
+
+import pytest
+
+from creditflow.pipeline_registry import DEFAULT_PIPELINES
+from tests.pipelines._experience_chain import CHAIN, chain_catalog, chain_pipeline
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.filterwarnings("ignore:register_new_resolver:UserWarning"),
+]
+
+
+def test_default_pipelines_are_the_experience_chain():
+    assert tuple(DEFAULT_PIPELINES) == CHAIN
+
+
+def test_chain_writes_every_artefact_through_the_catalog():
+    catalog = chain_catalog()
+    pipeline = chain_pipeline()
+    # Nothing the chain makes stays in memory: each output is a catalog dataset on disk.
+    for name in sorted(pipeline.all_outputs()):
+        assert type(catalog.get(name)).__name__ != "MemoryDataset", name
+        assert catalog.exists(name), name
+    assert pipeline.inputs() == {f"params:{n}" for n in CHAIN if n != "augmented_targets"} | {
+        "reranker_grpo_checkpoints"
+    }
+    table = catalog.load("reranker_evaluation")  # read back from CSV
+    assert set(table["ranker"]) == {
+        "logged",
+        "click_pretrained",
+        "yaug_pretrained",
+        "yaug_page_grpo",
+    }
+    assert "all" in set(table["band"])

@@ -1,0 +1,63 @@
+"""Kedro slice test of the ``reranker_grpo`` pipeline: page-level GRPO, KL, resume."""
+
+import pytest
+import torch
+from kedro.runner import SequentialRunner
+from matplotlib.figure import Figure
+
+from creditflow.datasets import CheckpointDirectoryDataset
+from creditflow.pipelines.reranker_grpo import create_pipeline
+from creditflow.rollout import parse_rankings
+from tests.pipelines._experience_chain import deep_update, slice_catalog, smallest_params
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.filterwarnings("ignore:register_new_resolver:UserWarning"),
+]
+
+
+def _catalog(pipeline, params, root):
+    catalog = slice_catalog(pipeline, params)
+    catalog["reranker_grpo_checkpoints"] = CheckpointDirectoryDataset(str(root))
+    return catalog
+
+
+def test_page_grpo_trains_from_the_yaug_reranker_and_resumes(tmp_path):
+    params = smallest_params()
+    pipeline = create_pipeline()
+    catalog = _catalog(pipeline, params, tmp_path)
+    start = {k: v.clone() for k, v in catalog.load("reranker_yaug").state_dict().items()}
+    SequentialRunner().run(pipeline, catalog)
+
+    metrics = catalog.load("reranker_grpo_metrics")
+    assert metrics["step"].tolist() == [1, 2]
+    # Every step's page reward is the alpha / beta mix of its parts (0.5 / 0.5), averaged.
+    mix = 0.5 * metrics["reward/r_old"] + 0.5 * metrics["reward/exp_ndcg"]
+    torch.testing.assert_close(
+        torch.tensor(metrics["reward/page"].to_numpy()), torch.tensor(mix.to_numpy())
+    )
+    # k3 >= 0 up to float rounding; the policy starts at the reference, so the KL starts near 0.
+    assert (metrics["actor/kl"] > -1e-6).all() and (metrics["actor/entropy"] > 0).all()
+    trained = catalog.load("reranker_page_grpo").state_dict()
+    assert [k for k in start if not torch.equal(trained[k], start[k])], "GRPO changed nothing"
+    unchanged = catalog.load("reranker_yaug").state_dict()
+    assert all(torch.equal(unchanged[k], v) for k, v in start.items()), "trained in place"
+    samples = catalog.load("reranker_grpo_samples")
+    L = len(catalog.load("query_logs_train")["candidates"].iloc[0])
+    assert len(parse_rankings(list(samples["completion"]), L)) == len(samples) > 0
+    assert isinstance(catalog.load("reranker_grpo_reward_curves"), Figure)
+
+    # Same inputs again: the node finds the finished checkpoint and does not retrain.
+    assert [p.name for p in sorted(tmp_path.glob("*/step-*"))] == ["step-000001", "step-000002"]
+    again = _catalog(pipeline, params, tmp_path)
+    SequentialRunner().run(pipeline.only_nodes("train_reranker_page_grpo"), again)
+    assert again.load("reranker_grpo_metrics").equals(metrics)
+    resumed = again.load("reranker_page_grpo").state_dict()
+    assert all(torch.equal(resumed[k], v) for k, v in trained.items())
+
+
+def test_page_grpo_rejects_derived_grpo_keys(tmp_path):
+    params = deep_update(smallest_params(), {"reranker_grpo": {"grpo": {"max_new_tokens": 3}}})
+    pipeline = create_pipeline().only_nodes("train_reranker_page_grpo")
+    with pytest.raises(ValueError, match=r"must not set \['max_new_tokens'\]"):
+        SequentialRunner().run(pipeline, _catalog(pipeline, params, tmp_path))

@@ -1,0 +1,52 @@
+"""Kedro slice test of the ``reranker_pretrain`` pipeline at the smallest sizes."""
+
+import math
+
+import pytest
+import torch
+from kedro.runner import SequentialRunner
+
+from creditflow.models.reranker import PointerReranker
+from creditflow.pipelines.reranker_pretrain import create_pipeline
+from creditflow.pipelines.reranker_pretrain.pipeline import RERANKERS
+from creditflow.training.reranking import FEATURE_NAMES
+from tests.pipelines._experience_chain import chain_catalog, slice_catalog, smallest_params
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.filterwarnings("ignore:register_new_resolver:UserWarning"),
+]
+
+
+def _run(pipeline, params, **replace):
+    catalog = slice_catalog(pipeline, params, **replace)
+    SequentialRunner().run(pipeline, catalog)
+    return catalog
+
+
+def test_both_rerankers_pretrain_and_only_yaug_reads_experience_scores():
+    params = smallest_params()
+    pipeline = create_pipeline()
+    catalog = _run(pipeline, params)
+    for kind in RERANKERS:
+        model = catalog.load(f"reranker_{kind}")
+        assert isinstance(model, PointerReranker) and not model.training
+        assert model.config.n_features == len(FEATURE_NAMES)
+        metrics = catalog.load(f"reranker_pretrain_{kind}_metrics")
+        assert metrics["step"].tolist() == [1, 2, 3]
+        assert (metrics["reranker"] == kind).all()
+        assert metrics["pretrain/nll"].map(math.isfinite).all()
+    # The file-backed chain trained the same weights and reads them back from safetensors.
+    saved = chain_catalog().load("reranker_yaug").state_dict()
+    for name, value in catalog.load("reranker_yaug").state_dict().items():
+        torch.testing.assert_close(saved[name], value)
+
+    # Reversed scores change what y_aug's reranker reads (its score features; the targets are
+    # the same table) but not the click baseline.
+    scores = catalog.load("item_experience_scores")
+    reversed_scores = scores.assign(s_exp=-scores["s_exp"])
+    other = _run(pipeline, params, item_experience_scores=reversed_scores)
+    for kind, same in (("click", True), ("yaug", False)):
+        before = catalog.load(f"reranker_{kind}").state_dict()
+        after = other.load(f"reranker_{kind}").state_dict()
+        assert all(torch.equal(before[k], after[k]) for k in before) is same, kind

@@ -1,0 +1,82 @@
+"""Reporting helpers of the experience-model evaluation (Kendall's tau, tables, plots)."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from matplotlib.figure import Figure
+from scipy.stats import kendalltau
+
+from creditflow.reporting import kendall_tau, plot_metrics_by_band, summarise_rankers_by_band
+
+
+def test_kendall_tau_hand_case_with_ties():
+    # x = [1, 1, 2], y = [1, 2, 3]: pairs (0,1) tied in x, (0,2) +, (1,2) +; n0 = 3, ties_x = 1,
+    # ties_y = 0: tau_b = 2 / sqrt((3 - 1) * 3) = 0.8165.
+    assert kendall_tau([1, 1, 2], [1, 2, 3]) == pytest.approx(2 / math.sqrt(6))
+    assert math.isnan(kendall_tau([1, 1, 1], [1, 2, 3]))
+    assert math.isnan(kendall_tau([1], [2]))
+    with pytest.raises(ValueError, match="one length"):
+        kendall_tau([1, 2], [1, 2, 3])
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_kendall_tau_matches_scipy_on_tied_data(seed):
+    rng = np.random.default_rng(seed)
+    x, y = rng.integers(0, 6, 80), rng.integers(0, 4, 80) + 0.3 * rng.integers(0, 6, 80)
+    assert kendall_tau(x, y) == pytest.approx(kendalltau(x, y).statistic, abs=1e-12)
+
+
+@given(st.lists(st.integers(-5, 5), min_size=2, max_size=30), st.randoms(use_true_random=False))
+def test_kendall_tau_is_symmetric_and_sign_flips(values, rnd):
+    other = [rnd.randint(-3, 3) for _ in values]
+    tau = kendall_tau(values, other)
+    if math.isnan(tau):
+        return
+    assert -1.0 - 1e-12 <= tau <= 1.0 + 1e-12
+    assert kendall_tau(other, values) == pytest.approx(tau)
+    assert kendall_tau(values, [-v for v in other]) == pytest.approx(-tau)
+
+
+@pytest.fixture
+def per_session() -> pd.DataFrame:
+    # Two rankers over three sessions (two head, one tail).
+    return pd.DataFrame(
+        {
+            "ranker": ["a", "a", "a", "b", "b", "b"],
+            "session_id": [0, 1, 2, 0, 1, 2],
+            "query_frequency_band": ["head", "tail", "head"] * 2,
+            "true_ndcg": [0.2, 0.5, 0.4, 1.0, 0.0, 0.5],
+            "click_ndcg": [1.0, 0.0, 0.5, 0.0, 0.0, 0.25],
+        }
+    )
+
+
+def test_summarise_rankers_by_band_means_per_band_and_overall(per_session):
+    table = summarise_rankers_by_band(per_session)
+    assert list(table.columns[:3]) == ["ranker", "band", "sessions"]
+    assert table[["ranker", "band"]].values.tolist() == [
+        ["a", "head"],
+        ["a", "tail"],
+        ["a", "all"],
+        ["b", "head"],
+        ["b", "tail"],
+        ["b", "all"],
+    ]
+    # Ranker a: head true_ndcg (0.2 + 0.4) / 2 = 0.3, tail 0.5, all (0.2 + 0.5 + 0.4) / 3.
+    np.testing.assert_allclose(table["true_ndcg"][:3], [0.3, 0.5, 1.1 / 3])
+    np.testing.assert_allclose(table["click_ndcg"][3:], [0.125, 0.0, 0.25 / 3])
+    assert table["sessions"].tolist() == [2, 1, 3, 2, 1, 3]
+
+
+def test_plot_metrics_by_band_draws_one_bar_per_ranker_and_band(per_session):
+    figure = plot_metrics_by_band(
+        summarise_rankers_by_band(per_session), ["true_ndcg", "click_ndcg"]
+    )
+    assert isinstance(figure, Figure) and len(figure.axes) == 2
+    for ax in figure.axes:
+        assert len(ax.patches) == 2 * 3  # rankers x (head, tail, all)
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["head", "tail", "all"]
