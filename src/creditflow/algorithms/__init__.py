@@ -32,6 +32,7 @@ from creditflow.algorithms.tor import (
     top_fraction_threshold,
     topp_entropy,
     tor_token_weights,
+    tor_weights_from_selection,
     visual_sensitivity,
 )
 
@@ -57,5 +58,6 @@ __all__ = [
     "top_fraction_threshold",
     "topp_entropy",
     "tor_token_weights",
+    "tor_weights_from_selection",
     "visual_sensitivity",
 ]

@@ -211,12 +211,40 @@ def tor_token_weights(  # noqa: PLR0917 - positional order fixed by the public A
     valid = mask.bool()
     reasoning = top_fraction_mask(entropy, valid, alpha_r, generator)
     perception = top_fraction_mask(sensitivity, valid, alpha_p, generator)
+    return tor_weights_from_selection(
+        reasoning, perception, entropy, sensitivity, valid, gamma_r, gamma_p, overlap
+    )
+
+
+def tor_weights_from_selection(
+    reasoning: torch.Tensor,
+    perception: torch.Tensor,
+    entropy: torch.Tensor,
+    sensitivity: torch.Tensor,
+    valid: torch.Tensor,
+    gamma_r: float,
+    gamma_p: float,
+    overlap: str = "sum",
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """ToR weights and selection metrics from already-selected token sets (SPEC section 2).
+
+    Shared by ``tor_token_weights`` and the engine's rank-global selection, which only
+    differ in how ``T_r`` and ``T_p`` are chosen.
+
+    Args:
+        reasoning, perception: bool ``(B, T)``, the sets ``T_r`` and ``T_p``.
+        entropy, sensitivity: ``(B, T)`` scores (for the metrics only).
+        valid: bool ``(B, T)``, True where a token counts.
+        gamma_r, gamma_p, overlap: as in ``tor_token_weights``.
+
+    Returns:
+        ``(weights (B, T), metrics)``: ``w = gamma_r 1[T_r] + gamma_p 1[T_p]`` (``overlap
+        ="reasoning"``: ``gamma_r`` only on ``T_r & T_p``), and the ``tor/*`` metrics.
+    """
+    check_choice("overlap", overlap, OVERLAP_MODES)
     both = reasoning & perception
-    if overlap == "reasoning":
-        perception_only = perception & ~reasoning
-        weights = gamma_r * reasoning.float() + gamma_p * perception_only.float()
-    else:
-        weights = gamma_r * reasoning.float() + gamma_p * perception.float()
+    counted_perception = perception & ~reasoning if overlap == "reasoning" else perception
+    weights = gamma_r * reasoning.float() + gamma_p * counted_perception.float()
     weights = weights.to(entropy.dtype if entropy.is_floating_point() else torch.float32)
 
     selected = reasoning | perception

@@ -32,6 +32,7 @@ from creditflow.algorithms import (
     masked_mean,
     num_selected,
     top_fraction_threshold,
+    tor_weights_from_selection,
     visual_sensitivity,
 )
 from creditflow.rollout.batch import RolloutBatch
@@ -171,25 +172,9 @@ def batch_tor_token_weights(
     valid = mask.bool()
     reasoning = batch_top_fraction_mask(entropy, valid, alpha_r, generator, accelerator)
     perception = batch_top_fraction_mask(sensitivity, valid, alpha_p, generator, accelerator)
-    both = reasoning & perception
-    counted_perception = perception & ~reasoning if overlap == "reasoning" else perception
-    weights = gamma_r * reasoning.float() + gamma_p * counted_perception.float()
-    weights = weights.to(entropy.dtype if entropy.is_floating_point() else torch.float32)
-
-    selected = reasoning | perception
-    unselected = valid & ~selected
-    n_valid = max(1, int(valid.sum()))
-    metrics = {
-        "tor/reasoning_frac": int(reasoning.sum()) / n_valid,
-        "tor/perception_frac": int(perception.sum()) / n_valid,
-        "tor/selected_frac": int(selected.sum()) / n_valid,
-        "tor/overlap_frac": int(both.sum()) / max(1, int(selected.sum())),
-        "tor/entropy_selected": float(masked_mean(entropy.float(), selected)),
-        "tor/entropy_unselected": float(masked_mean(entropy.float(), unselected)),
-        "tor/sensitivity_selected": float(masked_mean(sensitivity.float(), selected)),
-        "tor/sensitivity_unselected": float(masked_mean(sensitivity.float(), unselected)),
-    }
-    return weights, metrics
+    return tor_weights_from_selection(
+        reasoning, perception, entropy, sensitivity, valid, gamma_r, gamma_p, overlap
+    )
 
 
 # ---------------------------------------------------------------- the token-weight strategy
