@@ -177,15 +177,15 @@ def _build_tiny(
     return build_tiny_qwen2(tokenizer, **kwargs), tokenizer
 
 
-def _load_pretrained(
-    spec: Mapping[str, Any], tokenizer: PreTrainedTokenizerBase | None
-) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+def pretrained_model_kwargs(spec: Mapping[str, Any], example_id: str) -> tuple[str, dict[str, Any]]:
+    """Validate a ``{"source": "pretrained", ...}`` spec; returns ``(name_or_path, kwargs of
+    from_pretrained)``. Shared by text and vision-language policies; ``example_id`` only
+    appears in the error message for a missing ``name_or_path``."""
     name_or_path = spec.get("name_or_path")
     if not name_or_path:
         raise ValueError(
             "policy source 'pretrained' needs 'name_or_path': set it in parameters to a "
-            "Hugging Face id (e.g. 'Qwen/Qwen2.5-0.5B-Instruct') or a local checkpoint "
-            "directory"
+            f"Hugging Face id (e.g. '{example_id}') or a local checkpoint directory"
         )
     dtype_name = spec.get("dtype", "auto")
     if dtype_name not in DTYPES:
@@ -199,14 +199,20 @@ def _load_pretrained(
     if not isinstance(trust_remote_code, bool):
         # A YAML string such as "false" would be truthy and silently run hub code.
         raise ValueError(f"trust_remote_code must be true or false, got {trust_remote_code!r}")
-
     model_kwargs: dict[str, Any] = {
         "dtype": DTYPES[dtype_name],
         "trust_remote_code": trust_remote_code,
     }
     if attn is not None:
         model_kwargs["attn_implementation"] = attn
-    name_or_path = os.fspath(name_or_path)
+    return os.fspath(name_or_path), model_kwargs
+
+
+def _load_pretrained(
+    spec: Mapping[str, Any], tokenizer: PreTrainedTokenizerBase | None
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    name_or_path, model_kwargs = pretrained_model_kwargs(spec, "Qwen/Qwen2.5-0.5B-Instruct")
+    trust_remote_code = model_kwargs["trust_remote_code"]
     with _explain_missing_checkpoint(name_or_path):
         model = AutoModelForCausalLM.from_pretrained(name_or_path, **model_kwargs)
         if tokenizer is None:

@@ -24,7 +24,6 @@ completion mask), ``mm_token_type_ids`` (the prompt's, then zeros), ``pixel_valu
 
 import inspect
 import logging
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -44,8 +43,8 @@ from transformers.utils import is_torchvision_available
 
 from creditflow.models.builders import (
     ATTN_IMPLEMENTATIONS,
-    DTYPES,
     _explain_missing_checkpoint,
+    pretrained_model_kwargs,
 )
 from creditflow.models.tokenizer import train_bpe_tokenizer
 
@@ -416,33 +415,8 @@ def _build_tiny(
 def _load_pretrained(
     spec: Mapping[str, Any], processor: ImageOnlyQwen2_5_VLProcessor | None
 ) -> tuple[PreTrainedModel, Any]:
-    name_or_path = spec.get("name_or_path")
-    if not name_or_path:
-        raise ValueError(
-            "policy source 'pretrained' needs 'name_or_path': set it in parameters to a "
-            "Hugging Face id (e.g. 'Qwen/Qwen2.5-VL-3B-Instruct') or a local checkpoint "
-            "directory"
-        )
-    dtype_name = spec.get("dtype", "auto")
-    if dtype_name not in DTYPES:
-        raise ValueError(f"unknown dtype {dtype_name!r}; valid: {list(DTYPES)}")
-    attn = spec.get("attn_implementation")
-    if attn is not None and attn not in ATTN_IMPLEMENTATIONS:
-        raise ValueError(
-            f"unknown attn_implementation {attn!r}; valid: {list(ATTN_IMPLEMENTATIONS)}"
-        )
-    trust_remote_code = spec.get("trust_remote_code", False)
-    if not isinstance(trust_remote_code, bool):
-        # A YAML string such as "false" would be truthy and silently run hub code.
-        raise ValueError(f"trust_remote_code must be true or false, got {trust_remote_code!r}")
-
-    model_kwargs: dict[str, Any] = {
-        "dtype": DTYPES[dtype_name],
-        "trust_remote_code": trust_remote_code,
-    }
-    if attn is not None:
-        model_kwargs["attn_implementation"] = attn
-    name_or_path = os.fspath(name_or_path)
+    name_or_path, model_kwargs = pretrained_model_kwargs(spec, "Qwen/Qwen2.5-VL-3B-Instruct")
+    trust_remote_code = model_kwargs["trust_remote_code"]
     with _explain_missing_checkpoint(name_or_path):
         model = AutoModelForImageTextToText.from_pretrained(name_or_path, **model_kwargs)
         if processor is None:
