@@ -48,6 +48,17 @@ def completion_mask_from_eos(completion_ids: torch.Tensor, eos_ids: list[int]) -
     return (positions <= first_eos.unsqueeze(1)).float()
 
 
+def stop_token_ids(model, tokenizer) -> list[int]:
+    """The ids that end a completion: the model's generation config, else the tokenizer's EOS.
+    Also checks the tokenizer can pad a batch, which every policy needs."""
+    if tokenizer.pad_token_id is None:
+        raise ValueError("the tokenizer has no pad token; set tokenizer.pad_token before training")
+    eos = model.generation_config.eos_token_id
+    if eos is None:
+        eos = tokenizer.eos_token_id
+    return [eos] if isinstance(eos, int) else list(eos)
+
+
 class LanguagePolicy:
     """Samples and scores completions of a causal LM for chat-formatted prompts.
 
@@ -61,18 +72,11 @@ class LanguagePolicy:
     def __init__(
         self, model, tokenizer, sampling: SamplingSettings, use_chat_template: bool = True
     ):
-        if tokenizer.pad_token_id is None:
-            raise ValueError(
-                "the tokenizer has no pad token; set tokenizer.pad_token before training"
-            )
         self.module = model
         self.tokenizer = tokenizer
         self.sampling = sampling
         self.use_chat_template = use_chat_template
-        eos = model.generation_config.eos_token_id
-        if eos is None:
-            eos = tokenizer.eos_token_id
-        self.eos_ids = [eos] if isinstance(eos, int) else list(eos)
+        self.eos_ids = stop_token_ids(model, tokenizer)
 
     @property
     def device(self) -> torch.device:

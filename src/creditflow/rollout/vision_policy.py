@@ -29,7 +29,11 @@ from transformers import GenerationConfig
 from creditflow.algorithms import topp_entropy
 from creditflow.models.vision import sequence_forward_inputs, vision_token_ids, vl_prompt_inputs
 from creditflow.rollout.batch import RolloutBatch
-from creditflow.rollout.language_policy import SamplingSettings, completion_mask_from_eos
+from creditflow.rollout.language_policy import (
+    SamplingSettings,
+    completion_mask_from_eos,
+    stop_token_ids,
+)
 
 
 @dataclass(frozen=True)
@@ -94,18 +98,11 @@ class VisionLanguagePolicy:
 
     def __init__(self, model, processor, sampling: SamplingSettings):
         tokenizer = processor.tokenizer
-        if tokenizer.pad_token_id is None:
-            raise ValueError(
-                "the tokenizer has no pad token; set tokenizer.pad_token before training"
-            )
         self.module = model
         self.processor = processor
         self.tokenizer = tokenizer
         self.sampling = sampling
-        eos = model.generation_config.eos_token_id
-        if eos is None:
-            eos = tokenizer.eos_token_id
-        self.eos_ids = [eos] if isinstance(eos, int) else list(eos)
+        self.eos_ids = stop_token_ids(model, tokenizer)
         # A sampled <|image_pad|> would make the recomputation forward fail (the model counts
         # image tokens against image features), so generation never emits vision markers.
         self.vision_ids = vision_token_ids(tokenizer)
