@@ -7,7 +7,7 @@ and GRPO would have no signal; a short SFT on gold completions gives it the form
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 
 import torch
@@ -114,6 +114,32 @@ def completion_nll(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     )
 
 
+def sft_optimizer(model, config: SFTConfig):
+    """AdamW over all parameters and warm-up-then-cosine over ``config.steps``."""
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
+    )
+    scheduler = get_cosine_schedule_with_warmup(
+        optimizer, min(config.warmup_steps, config.steps), config.steps
+    )
+    return optimizer, scheduler
+
+
+def epoch_batches(n_examples: int, config: SFTConfig) -> Iterator[list[int]]:
+    """Endless ``config.batch_size`` row lists: each epoch a fresh permutation from one
+    generator seeded with ``config.seed``; a batch may straddle two epochs."""
+    generator = torch.Generator().manual_seed(config.seed)
+    order, cursor = torch.randperm(n_examples, generator=generator).tolist(), 0
+    while True:
+        rows = []
+        while len(rows) < config.batch_size:
+            if cursor == len(order):  # next epoch, reshuffled
+                order, cursor = torch.randperm(n_examples, generator=generator).tolist(), 0
+            rows.append(order[cursor])
+            cursor += 1
+        yield rows
+
+
 def train_sft(
     model,
     tokenizer,
@@ -126,24 +152,12 @@ def train_sft(
     """Train ``model`` in place on (prompt, target) pairs; returns one metrics row per step."""
     examples = build_sft_examples(tokenizer, prompts, targets, config.max_length, use_chat_template)
     device = next(model.parameters()).device
-    optimizer = torch.optim.AdamW(
-        model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
-    )
-    scheduler = get_cosine_schedule_with_warmup(
-        optimizer, min(config.warmup_steps, config.steps), config.steps
-    )
-    generator = torch.Generator().manual_seed(config.seed)
-    order = torch.randperm(len(examples), generator=generator).tolist()
-    cursor = 0
+    optimizer, scheduler = sft_optimizer(model, config)
     history = []
     model.train()
+    batches = epoch_batches(len(examples), config)
     for step in tqdm(range(config.steps), desc="SFT", disable=not progress):
-        rows = []
-        while len(rows) < config.batch_size:
-            if cursor == len(order):  # next epoch, reshuffled
-                order, cursor = torch.randperm(len(examples), generator=generator).tolist(), 0
-            rows.append(order[cursor])
-            cursor += 1
+        rows = next(batches)
         batch = collate_right_padded([examples[i] for i in rows], tokenizer.pad_token_id)
         batch = {k: v.to(device) for k, v in batch.items()}
         loss = completion_nll(model, batch)

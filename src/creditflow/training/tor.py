@@ -25,7 +25,6 @@ from typing import Any
 
 import torch
 from tqdm.auto import tqdm
-from transformers import get_cosine_schedule_with_warmup
 
 from creditflow.algorithms import (
     OVERLAP_MODES,
@@ -37,7 +36,7 @@ from creditflow.algorithms import (
 )
 from creditflow.rollout.batch import RolloutBatch
 from creditflow.training.config import ConfigError, GRPOConfig
-from creditflow.training.sft import SFTConfig
+from creditflow.training.sft import SFTConfig, epoch_batches, sft_optimizer
 
 logger = logging.getLogger(__name__)
 
@@ -336,23 +335,12 @@ def train_vl_sft(
     eos = tokenizer.eos_token_id
     target_ids = [tokenizer(t, add_special_tokens=False)["input_ids"] + [eos] for t in targets]
     model = policy.module
-    optimizer = torch.optim.AdamW(
-        model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
-    )
-    scheduler = get_cosine_schedule_with_warmup(
-        optimizer, min(config.warmup_steps, config.steps), config.steps
-    )
-    generator = torch.Generator().manual_seed(config.seed)
-    order, cursor = torch.randperm(len(prompts), generator=generator).tolist(), 0
+    optimizer, scheduler = sft_optimizer(model, config)
     history = []
     model.train()
+    batches = epoch_batches(len(prompts), config)
     for step in tqdm(range(config.steps), desc="VL SFT", disable=not progress):
-        rows = []
-        while len(rows) < config.batch_size:
-            if cursor == len(order):  # next epoch, reshuffled
-                order, cursor = torch.randperm(len(prompts), generator=generator).tolist(), 0
-            rows.append(order[cursor])
-            cursor += 1
+        rows = next(batches)
         batch = target_batch(
             policy,
             [prompts[i] for i in rows],
