@@ -1,4 +1,5 @@
-"""Reporting helpers of the experience-model evaluation (Kendall's tau, tables, plots)."""
+"""Reporting helpers: the TAPO comparison table and the experience-model evaluation
+(Kendall's tau, tables, plots)."""
 
 import math
 
@@ -10,7 +11,12 @@ from hypothesis import strategies as st
 from matplotlib.figure import Figure
 from scipy.stats import kendalltau
 
-from creditflow.reporting import kendall_tau, plot_metrics_by_band, summarise_rankers_by_band
+from creditflow.reporting import (
+    kendall_tau,
+    plot_metrics_by_band,
+    summarise_rankers_by_band,
+    summarise_tapo_evaluations,
+)
 
 
 def test_kendall_tau_hand_case_with_ties():
@@ -80,3 +86,35 @@ def test_plot_metrics_by_band_draws_one_bar_per_ranker_and_band(per_session):
     for ax in figure.axes:
         assert len(ax.patches) == 2 * 3  # rankers x (head, tail, all)
         assert [t.get_text() for t in ax.get_xticklabels()] == ["head", "tail", "all"]
+
+
+def test_summarise_tapo_evaluations_hand_case_with_sampled_rewards():
+    # Two seen problems (de) and one unseen (sw) for one policy; MGSM row ignored by the
+    # synthetic columns. Sampled columns are per-problem means over samples.
+    evaluations = pd.DataFrame(
+        {
+            "policy": ["sft"] * 4,
+            "dataset": ["synthetic", "synthetic", "synthetic", "mgsm"],
+            "language": ["de", "de", "sw", "de"],
+            "reward/format": [1.0, 0.0, 1.0, 1.0],
+            "reward/translation": [0.5, 0.3, 0.2, 0.1],
+            "reward/reasoning": [1.0, 0.0, 0.0, 0.0],
+            "sampled/reward/translation": [0.4, 0.2, 0.1, np.nan],
+            "sampled/reward/reasoning": [0.5, 0.25, 0.0, np.nan],
+        }
+    )
+    metrics = pd.DataFrame(columns=["strategy", "step", "reward/total"])
+    row = summarise_tapo_evaluations(evaluations, metrics, ["sw"]).iloc[0]
+    assert row["accuracy_seen"] == pytest.approx(0.5)
+    assert row["chrf_seen"] == pytest.approx(0.4)
+    assert row["format_rate"] == pytest.approx(2 / 3)
+    # eval_reward = sampled translation + reasoning: seen ((0.4+0.5) + (0.2+0.25)) / 2
+    assert row["eval_reward_seen"] == pytest.approx(0.675)
+    assert row["sampled_accuracy_seen"] == pytest.approx(0.375)
+    assert row["sampled_chrf_seen"] == pytest.approx(0.3)
+    assert row["eval_reward_unseen"] == pytest.approx(0.1)
+    # Without sampled columns the table has no eval_reward columns (and does not fail).
+    greedy_only = evaluations.drop(
+        columns=["sampled/reward/translation", "sampled/reward/reasoning"]
+    )
+    assert "eval_reward_seen" not in summarise_tapo_evaluations(greedy_only, metrics, ["sw"])

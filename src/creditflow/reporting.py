@@ -35,9 +35,11 @@ def plot_reward_curves(
 def summarise_tapo_evaluations(
     evaluations: pd.DataFrame, training_metrics: pd.DataFrame, holdout_languages: Sequence[str]
 ) -> pd.DataFrame:
-    """One row per policy: accuracy on seen / unseen (held-out) synthetic languages and on
-    MGSM, mean chrF++ (translation reward), format rate, and the mean sign-conflict rate
-    and final-step training reward seen in training (NaN for policies not trained by GRPO)."""
+    """One row per policy: greedy accuracy on seen / unseen (held-out) synthetic languages and
+    on MGSM, mean chrF++ (translation reward), format rate; when the evaluation sampled, the
+    expected evaluation reward under training-time sampling (``eval_reward_*`` =
+    translation + reasoning, and its parts ``sampled_*``); and the mean sign-conflict rate
+    and first/last-step training reward (NaN for policies not trained by GRPO)."""
     synthetic = evaluations[evaluations["dataset"] == "synthetic"]
     unseen = synthetic["language"].isin(list(holdout_languages))
     mgsm = evaluations[evaluations["dataset"] == "mgsm"]
@@ -51,6 +53,7 @@ def summarise_tapo_evaluations(
             "chrf_seen": synthetic.loc[syn & ~unseen, "reward/translation"].mean(),
             "chrf_unseen": synthetic.loc[syn & unseen, "reward/translation"].mean(),
             "format_rate": synthetic.loc[syn, "reward/format"].mean(),
+            **_sampled_rewards(synthetic, syn, unseen),
             "mgsm_accuracy": mgsm.loc[mgsm["policy"] == policy, "reward/reasoning"].mean(),
             "mgsm_format_rate": mgsm.loc[mgsm["policy"] == policy, "reward/format"].mean(),
         }
@@ -63,6 +66,24 @@ def summarise_tapo_evaluations(
             row["train_reward_last"] = trained.sort_values("step")["reward/total"].iloc[-1]
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _sampled_rewards(synthetic: pd.DataFrame, rows: pd.Series, unseen: pd.Series) -> dict:
+    """Expected rewards under training-time sampling (``sampled/reward/<name>`` columns of
+    ``evaluate_tapo_policy``), seen and unseen languages: ``eval_reward`` is translation +
+    reasoning (the reward TAPO and summed GRPO train on), plus its two parts. Empty when the
+    evaluation drew no samples."""
+    if "sampled/reward/reasoning" not in synthetic:
+        return {}
+    out = {}
+    for split, where in (("seen", rows & ~unseen), ("unseen", rows & unseen)):
+        part = synthetic.loc[where]
+        trans = part.get("sampled/reward/translation", pd.Series(0.0, index=part.index))
+        reason = part["sampled/reward/reasoning"]
+        out[f"eval_reward_{split}"] = (trans + reason).mean()
+        out[f"sampled_accuracy_{split}"] = reason.mean()
+        out[f"sampled_chrf_{split}"] = trans.mean()
+    return out
 
 
 # ---------------------------------------------------------------- experience model / reranking

@@ -12,7 +12,9 @@ from creditflow.training import CheckpointStore, GRPOConfig
 from creditflow.training.evaluation import (
     TextRewards,
     evaluate_text_policy,
+    evaluate_text_policy_sampled,
     greedy_completions,
+    sampled_completions,
     score_completions,
 )
 from creditflow.training.recipes import merge_overrides, run_grpo
@@ -69,6 +71,57 @@ def test_evaluate_text_policy_table(make_model, tapo_tokenizer, tapo_tasks, tapo
     assert isinstance(table, pd.DataFrame)
     assert list(table.columns) == ["reward/format", "reward/translation", "completion"]
     assert len(table) == 3
+
+
+def test_sampled_completions_are_seeded_grouped_and_leave_the_global_rng_alone(
+    make_model, tapo_tokenizer, tapo_prompts
+):
+    policy = LanguagePolicy(make_model(), tapo_tokenizer, SamplingSettings(max_new_tokens=5))
+    prompts = tapo_prompts[:3]
+    torch.manual_seed(7)
+    expected_next = torch.rand(1)
+    torch.manual_seed(7)
+    first = sampled_completions(policy, prompts, samples_per_prompt=4, batch_size=8, seed=3)
+    assert torch.rand(1) == expected_next, "evaluation must not advance the caller's RNG"
+    assert len(first) == 12
+    # The same seed and batching give the same draws; another seed other draws.
+    assert sampled_completions(policy, prompts, 4, batch_size=8, seed=3) == first
+    assert sampled_completions(policy, prompts, 4, batch_size=8, seed=4) != first
+    # A random tiny model over a 5-token budget: the 4 samples of one prompt are not all equal.
+    assert len(set(first[:4])) > 1
+    with pytest.raises(ValueError, match="samples_per_prompt"):
+        sampled_completions(policy, prompts, 0)
+
+
+def test_evaluate_text_policy_sampled_averages_each_prompts_samples(
+    make_model, tapo_tokenizer, tapo_tasks, tapo_prompts
+):
+    model = make_model()
+    references = list(tapo_tasks["question_en"][:3])
+    answers = list(tapo_tasks["answer"][:3])
+    table = evaluate_text_policy_sampled(
+        model,
+        tapo_tokenizer,
+        tapo_prompts[:3],
+        references,
+        answers,
+        ["format", "translation"],
+        max_new_tokens=6,
+        samples_per_prompt=3,
+        seed=11,
+    )
+    assert list(table.columns) == ["reward/format", "reward/translation"]
+    assert len(table) == 3
+    # The slow way: draw the same samples, score each, average by hand.
+    policy = LanguagePolicy(model, tapo_tokenizer, SamplingSettings(max_new_tokens=6))
+    texts = sampled_completions(policy, tapo_prompts[:3], 3, seed=11)
+    for row in range(3):
+        scores = score_completions(
+            texts[3 * row : 3 * row + 3], [references[row]] * 3, [answers[row]] * 3, ["translation"]
+        )
+        assert table["reward/translation"][row] == pytest.approx(
+            scores["reward/translation"].mean()
+        )
 
 
 @pytest.mark.slow

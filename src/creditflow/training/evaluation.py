@@ -1,5 +1,5 @@
-"""Reward functions bound to a prompt table, and greedy evaluation of a language or
-vision-language policy."""
+"""Reward functions bound to a prompt table, and greedy or sampled evaluation of a language
+or vision-language policy."""
 
 from __future__ import annotations
 
@@ -64,6 +64,37 @@ def greedy_completions(
     return texts
 
 
+@torch.no_grad()
+def sampled_completions(
+    policy,
+    prompts: Sequence[str],
+    samples_per_prompt: int,
+    batch_size: int = 32,
+    seed: int = 0,
+    progress: bool = False,
+) -> list[str]:
+    """``samples_per_prompt`` completions per prompt drawn with ``policy.sampling`` (the
+    distribution GRPO trains), rows of one prompt consecutive.
+
+    The draw is seeded and isolated from the global RNG (``fork_rng``), so two policies are
+    evaluated on the same random stream and evaluating does not shift a training run's seed.
+    ``batch_size`` counts generated rows per ``generate`` call.
+    """
+    if samples_per_prompt < 1:
+        raise ValueError(f"samples_per_prompt must be >= 1, got {samples_per_prompt}")
+    prompts_per_call = max(1, batch_size // samples_per_prompt)
+    texts: list[str] = []
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        for start in tqdm(
+            range(0, len(prompts), prompts_per_call), desc="eval (sampled)", disable=not progress
+        ):
+            chunk = list(prompts[start : start + prompts_per_call])
+            batch = policy.sample(chunk, samples_per_prompt, with_logprobs=False)
+            texts += batch.completion_texts
+    return texts
+
+
 def score_completions(
     completions: Sequence[str],
     references: Sequence[str],
@@ -92,6 +123,43 @@ def evaluate_text_policy(
     completions = greedy_completions(policy, prompts, batch_size=batch_size, progress=True)
     scores = score_completions(completions, references, answers, reward_names)
     return scores.assign(completion=completions)
+
+
+def evaluate_text_policy_sampled(
+    model,
+    tokenizer,
+    prompts: Sequence[str],
+    references: Sequence[str],
+    answers: Sequence[str],
+    reward_names: Sequence[str],
+    max_new_tokens: int,
+    samples_per_prompt: int,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    batch_size: int = 32,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """Expected rewards under sampling: ``samples_per_prompt`` completions per prompt (the
+    way GRPO samples its rollouts), scored with ``reward_names`` and averaged per prompt.
+
+    Returns one row per prompt (prompt order) with ``reward/<name>`` columns, each the mean
+    over that prompt's samples. Greedy decoding (``evaluate_text_policy``) measures the
+    policy's mode; this measures the distribution GRPO optimises, whose reward a small
+    from-scratch policy moves long before its mode changes.
+    """
+    sampling = SamplingSettings(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
+    policy = LanguagePolicy(model, tokenizer, sampling)
+    completions = sampled_completions(  # sample() switches the module to eval mode and back
+        policy, prompts, samples_per_prompt, batch_size=batch_size, seed=seed, progress=True
+    )
+    k = samples_per_prompt
+    scores = score_completions(
+        completions,
+        [r for r in references for _ in range(k)],
+        [a for a in answers for _ in range(k)],
+        reward_names,
+    )  # (len(prompts) * k) rows, prompt-major
+    return scores.groupby(scores.index // k).mean().reset_index(drop=True)
 
 
 def evaluate_vl_policy(

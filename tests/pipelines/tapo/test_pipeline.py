@@ -38,7 +38,12 @@ SMALLEST = {
         "max_new_tokens": 10,
         "checkpoint_every": 1,
     },
-    "evaluation": {"max_new_tokens": 10, "batch_size": 16, "mgsm_max_per_language": 1},
+    "evaluation": {
+        "max_new_tokens": 10,
+        "batch_size": 16,
+        "mgsm_max_per_language": 1,
+        "samples_per_problem": 2,
+    },
 }
 
 
@@ -91,10 +96,13 @@ def test_tapo_pipeline_runs_end_to_end_and_resumes(tapo_params, shared_data, tmp
         "format_rate",
         "mgsm_accuracy",
         "train_sign_conflict_rate",
+        "eval_reward_seen",
+        "eval_reward_unseen",
+        "sampled_accuracy_seen",
     ):
         assert column in table.columns
     assert (
-        table[["accuracy_seen", "format_rate", "mgsm_accuracy"]]
+        table[["accuracy_seen", "format_rate", "mgsm_accuracy", "sampled_accuracy_seen"]]
         .apply(lambda c: c.between(0, 1))
         .all()
         .all()

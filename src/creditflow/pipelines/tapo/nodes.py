@@ -17,7 +17,7 @@ from creditflow.tasks.tapo import (
     tapo_prompt,
 )
 from creditflow.training.checkpoint import CheckpointStore
-from creditflow.training.evaluation import evaluate_text_policy
+from creditflow.training.evaluation import evaluate_text_policy, evaluate_text_policy_sampled
 from creditflow.training.recipes import (
     build_grpo_config,
     merge_overrides,
@@ -118,7 +118,9 @@ def evaluate_tapo_policy(
     label: str,
 ) -> pd.DataFrame:
     """Greedy completions on the synthetic evaluation set and (capped) MGSM, scored with the
-    training rewards; one row per problem."""
+    training rewards; one row per problem. With ``evaluation.samples_per_problem`` > 0 the
+    synthetic rows also get ``sampled/reward/<name>``: the mean reward of that many completions
+    sampled as in training (the quantity GRPO maximises), from a seed shared by every policy."""
     evaluation = params["evaluation"]
     mgsm = mgsm_problems.groupby("language", sort=True).head(evaluation["mgsm_max_per_language"])
     frames = [tapo_eval_tasks.assign(dataset="synthetic"), mgsm.assign(dataset="mgsm")]
@@ -136,7 +138,29 @@ def evaluate_tapo_policy(
             max_new_tokens=evaluation["max_new_tokens"],
             batch_size=evaluation["batch_size"],
         )
-    return pd.concat([problems, scored], axis=1).assign(policy=label)
+    table = pd.concat([problems, scored], axis=1).assign(policy=label)
+    k = evaluation.get("samples_per_problem", 0)
+    if k:
+        synthetic = table["dataset"] == "synthetic"
+        sampling = params["grpo"]
+        with torch_threads(params["torch_threads"]):
+            sampled = evaluate_text_policy_sampled(
+                model,
+                tapo_tokenizer,
+                [tapo_prompt(q) for q in table.loc[synthetic, "question"]],
+                list(table.loc[synthetic, "question_en"]),
+                list(table.loc[synthetic, "answer"]),
+                params["reward_functions"],
+                max_new_tokens=evaluation["max_new_tokens"],
+                samples_per_prompt=k,
+                temperature=sampling.get("temperature", 1.0),
+                top_p=sampling.get("top_p", 1.0),
+                batch_size=evaluation["batch_size"],
+                seed=params["seed"],
+            )
+        sampled.index = table.index[synthetic]
+        table = table.join(sampled.add_prefix("sampled/"))
+    return table
 
 
 def compare_tapo_strategies(
