@@ -132,6 +132,33 @@ def test_equal_rewards_give_zero(value, group_size, groups):
     assert torch.equal(adv, torch.zeros_like(adv))
 
 
+def test_group_zscore_without_std_only_centres_hand_case():
+    rewards = torch.tensor([1.0, 0.0, 0.0, 0.0, 0.52, 0.50, 0.7, 0.7])
+    adv = group_zscore(rewards, group_size=4, scale_by_std=False)
+    # group 1: mean 0.25 -> (0.75, -0.25, -0.25, -0.25); group 2: mean 2.42 / 4 = 0.605 ->
+    # (-0.085, -0.105, 0.095, 0.095): a one-in-four solve outweighs the chrF-like noise.
+    # With the std (0.5 and sqrt(0.0363 / 3) = 0.11) the largest advantages would be 1.5
+    # and 0.95: almost the same weight for the noise.
+    assert_close(adv[:4], torch.tensor([0.75, -0.25, -0.25, -0.25]))
+    assert_close(adv[4:], torch.tensor([-0.085, -0.105, 0.095, 0.095]))
+    assert torch.equal(
+        group_zscore(torch.full((4,), 0.3), 2, scale_by_std=False), torch.zeros(4)
+    ), "constant groups stay exactly 0"
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_group_zscore_without_std_matches_loop(seed):
+    generator = torch.Generator().manual_seed(seed)
+    rewards = torch.randn(24, generator=generator, dtype=torch.float64)
+    expected = []
+    for start in range(0, 24, 6):
+        group = rewards[start : start + 6].tolist()
+        expected += [r - sum(group) / 6 for r in group]
+    assert_close(
+        group_zscore(rewards, 6, scale_by_std=False), torch.tensor(expected, dtype=torch.float64)
+    )
+
+
 # --- tapo_advantages ----------------------------------------------------------------------
 
 
@@ -148,6 +175,15 @@ def test_tapo_advantages_hand_computed():
     assert_close(adv_translation, torch.tensor([0.5, -1.0, 1.0, -0.5]) * z)
     assert_close(adv_reasoning, a_reason)
     assert z == pytest.approx(SQRT3_HALF, rel=1e-5)
+
+
+def test_tapo_advantages_without_std_hand_computed():
+    r_trans = torch.tensor([0.5, 0.7])
+    r_reason = torch.tensor([1.0, 0.0])
+    # centred: A_trans = (-0.1, 0.1), A_reason = (0.5, -0.5); alpha 0.5 -> (0.2, -0.2)
+    adv_translation, adv_reasoning = tapo_advantages(r_trans, r_reason, 2, 0.5, scale_by_std=False)
+    assert_close(adv_translation, torch.tensor([0.2, -0.2]))
+    assert_close(adv_reasoning, torch.tensor([0.5, -0.5]))
 
 
 @pytest.mark.parametrize("alpha", [0.0, 1.0])

@@ -35,6 +35,9 @@ VALID = {
         ({"rewards": {}}, "rewards"),
         ({"learning_rate": 0.0}, "learning_rate"),
         ({"lr": 1e-3}, "lr"),  # unknown key
+        ({"advantage": {"name": "grpo", "scale_by_std": "no"}}, "scale_by_std"),
+        ({"advantage": {"name": "tapo", "scale_by_std": 0}}, "scale_by_std"),
+        ({"advantage": {"name": "grpo", "alpha": 0.5}}, "alpha"),  # grpo has no alpha
     ],
 )
 def test_bad_grpo_parameters_name_the_key(overrides, key):

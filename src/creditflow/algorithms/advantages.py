@@ -12,7 +12,9 @@ from creditflow.algorithms._validate import check_ndim, check_same_shape, check_
 _NONZERO_ADVANTAGE = 1e-8
 
 
-def group_zscore(rewards: torch.Tensor, group_size: int, eps: float = 1e-6) -> torch.Tensor:
+def group_zscore(
+    rewards: torch.Tensor, group_size: int, eps: float = 1e-6, scale_by_std: bool = True
+) -> torch.Tensor:
     """GRPO's group-relative advantage ``(R - mean) / (std + eps)`` (SPEC section 0).
 
     Args:
@@ -20,6 +22,10 @@ def group_zscore(rewards: torch.Tensor, group_size: int, eps: float = 1e-6) -> t
             ``g*G .. g*G + G - 1`` are the ``G`` samples of prompt ``g``.
         group_size: ``G``, samples per prompt.
         eps: added to the unbiased (n - 1) standard deviation.
+        scale_by_std: False returns ``R - mean`` (Dr. GRPO, Liu et al. 2025; TRL's
+            ``scale_rewards="none"``). Dividing by the group std gives a group whose
+            rewards differ by noise (chrF++ 0.50 vs 0.52) the same weight as one where a
+            sample solved the problem; without it, each group weighs by its reward spread.
 
     Returns:
         ``(B,)`` advantages. A group whose rewards are all equal, and every group when
@@ -27,6 +33,8 @@ def group_zscore(rewards: torch.Tensor, group_size: int, eps: float = 1e-6) -> t
 
     >>> group_zscore(torch.tensor([1.0, 0.0, 1.0, 1.0]), group_size=2)
     tensor([ 0.7071, -0.7071,  0.0000,  0.0000])
+    >>> group_zscore(torch.tensor([1.0, 0.0, 0.2, 0.1]), group_size=2, scale_by_std=False)
+    tensor([ 0.5000, -0.5000,  0.0500, -0.0500])
     """
     check_ndim("rewards", rewards, 1, "(B,)")
     if group_size < 1 or rewards.numel() % group_size != 0:
@@ -40,8 +48,9 @@ def group_zscore(rewards: torch.Tensor, group_size: int, eps: float = 1e-6) -> t
         return torch.zeros_like(rewards)
     grouped = rewards.view(-1, group_size)  # (B/G, G)
     mean = grouped.mean(dim=1, keepdim=True)
-    std = grouped.std(dim=1, unbiased=True, keepdim=True)
-    advantages = (grouped - mean) / (std + eps)
+    advantages = grouped - mean
+    if scale_by_std:
+        advantages = advantages / (grouped.std(dim=1, unbiased=True, keepdim=True) + eps)
     # mean() of equal floats can be off by an ulp, leaving a tiny residual / tiny std;
     # force the constant-group case to an exact 0 as SPEC 0 requires.
     constant = (grouped == grouped[:, :1]).all(dim=1, keepdim=True)
@@ -50,7 +59,11 @@ def group_zscore(rewards: torch.Tensor, group_size: int, eps: float = 1e-6) -> t
 
 
 def tapo_advantages(
-    r_trans: torch.Tensor, r_reason: torch.Tensor, group_size: int, alpha: float
+    r_trans: torch.Tensor,
+    r_reason: torch.Tensor,
+    group_size: int,
+    alpha: float,
+    scale_by_std: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """TAPO's step-level relative advantages (SPEC section 1).
 
@@ -59,6 +72,7 @@ def tapo_advantages(
         r_reason: ``(B,)`` reasoning rewards in {0, 1}.
         group_size: ``G``.
         alpha: weight of the translation advantage on translation tokens, in [0, 1].
+        scale_by_std: passed to ``group_zscore`` for both rewards (False: centred only).
 
     Returns:
         ``(adv_translation, adv_reasoning)``, both ``(B,)``:
@@ -68,8 +82,8 @@ def tapo_advantages(
     check_unit_interval("alpha", alpha)
     check_ndim("r_trans", r_trans, 1, "(B,)")
     check_same_shape(r_trans=r_trans, r_reason=r_reason)
-    a_trans = group_zscore(r_trans, group_size)
-    a_reason = group_zscore(r_reason, group_size)
+    a_trans = group_zscore(r_trans, group_size, scale_by_std=scale_by_std)
+    a_reason = group_zscore(r_reason, group_size, scale_by_std=scale_by_std)
     return alpha * a_trans + (1.0 - alpha) * a_reason, a_reason
 
 

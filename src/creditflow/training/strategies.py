@@ -60,18 +60,31 @@ def grpo_advantages(
     policy: Any,
     config: GRPOConfig,
 ) -> tuple[torch.Tensor, Metrics]:
-    """Trajectory-level GRPO: zscore of the weighted reward sum on every token. -> (B, T)"""
+    """Trajectory-level GRPO: zscore of the weighted reward sum on every token (centred only
+    with ``scale_by_std: false``). -> (B, T)"""
     total = weighted_reward(rewards, config.rewards)  # (B,)
-    adv = group_zscore(total, batch.group_size)  # (B,)
+    adv = group_zscore(total, batch.group_size, scale_by_std=spec.get("scale_by_std", True))
     token_adv = adv.unsqueeze(1) * batch.completion_mask  # (B, T)
     return token_adv, {"adv/abs_mean": adv.abs().mean().item()}
 
 
-def _validate_tapo(spec: dict[str, Any], config: GRPOConfig) -> None:
-    allowed = {"name", "alpha", "translation_reward", "reasoning_reward"}
+def _validate_grpo(spec: dict[str, Any], config: GRPOConfig) -> None:
+    _check_options(spec, {"name", "scale_by_std"})
+
+
+def _check_options(spec: dict[str, Any], allowed: set[str]) -> None:
     extra = sorted(set(spec) - allowed)
     if extra:
-        raise ConfigError(f"tapo advantage takes {sorted(allowed)}, got unknown {extra}")
+        raise ConfigError(f"{spec['name']} advantage takes {sorted(allowed)}, got unknown {extra}")
+    scale = spec.get("scale_by_std", True)
+    if not isinstance(scale, bool):
+        raise ConfigError(f"advantage.scale_by_std must be true or false, got {scale!r}")
+
+
+def _validate_tapo(spec: dict[str, Any], config: GRPOConfig) -> None:
+    _check_options(
+        spec, {"name", "alpha", "translation_reward", "reasoning_reward", "scale_by_std"}
+    )
     alpha = spec.get("alpha", 0.5)
     if not 0.0 <= float(alpha) <= 1.0:
         raise ConfigError(f"advantage.alpha must be in [0, 1], got {alpha}")
@@ -96,7 +109,11 @@ def tapo_token_advantages(
     r_trans = rewards[spec.get("translation_reward", "translation")]  # (B,)
     r_reason = rewards[spec.get("reasoning_reward", "reasoning")]  # (B,)
     adv_trans, adv_reason = tapo_advantages(
-        r_trans, r_reason, batch.group_size, float(spec.get("alpha", 0.5))
+        r_trans,
+        r_reason,
+        batch.group_size,
+        float(spec.get("alpha", 0.5)),
+        scale_by_std=spec.get("scale_by_std", True),
     )
     # Column order follows the segment ids: TRANSLATION = 0, REASONING = 1.
     segment_adv = torch.stack([adv_trans, adv_reason], dim=1)  # (B, 2)
@@ -115,7 +132,7 @@ def tapo_token_advantages(
 
 
 ADVANTAGE_STRATEGIES: dict[str, Strategy] = {
-    "grpo": Strategy(grpo_advantages, _no_options),
+    "grpo": Strategy(grpo_advantages, _validate_grpo),
     "tapo": Strategy(tapo_token_advantages, _validate_tapo, _tapo_reward_names),
 }
 
