@@ -41,10 +41,15 @@ class Strategy:
     needs_rollout_logprobs: bool = False
 
 
-def _no_options(spec: dict[str, Any], config: GRPOConfig) -> None:
-    extra = sorted(set(spec) - {"name"})
+def _reject_unknown_options(spec: dict[str, Any], allowed: set[str]) -> None:
+    extra = sorted(set(spec) - allowed)
     if extra:
-        raise ConfigError(f"strategy {spec['name']!r} takes no options, got {extra}")
+        options = sorted(allowed - {"name"}) or "no options"
+        raise ConfigError(f"strategy {spec['name']!r} takes {options}, got unknown {extra}")
+
+
+def _no_options(spec: dict[str, Any], config: GRPOConfig) -> None:
+    _reject_unknown_options(spec, {"name"})
 
 
 def weighted_reward(rewards: dict[str, torch.Tensor], weights: dict[str, float]) -> torch.Tensor:
@@ -68,23 +73,21 @@ def grpo_advantages(
     return token_adv, {"adv/abs_mean": adv.abs().mean().item()}
 
 
-def _validate_grpo(spec: dict[str, Any], config: GRPOConfig) -> None:
-    _check_options(spec, {"name", "scale_by_std"})
-
-
-def _check_options(spec: dict[str, Any], allowed: set[str]) -> None:
-    extra = sorted(set(spec) - allowed)
-    if extra:
-        raise ConfigError(f"{spec['name']} advantage takes {sorted(allowed)}, got unknown {extra}")
+def _check_scale_by_std(spec: dict[str, Any]) -> None:
     scale = spec.get("scale_by_std", True)
     if not isinstance(scale, bool):
         raise ConfigError(f"advantage.scale_by_std must be true or false, got {scale!r}")
 
 
+def _validate_grpo(spec: dict[str, Any], config: GRPOConfig) -> None:
+    _reject_unknown_options(spec, {"name", "scale_by_std"})
+    _check_scale_by_std(spec)
+
+
 def _validate_tapo(spec: dict[str, Any], config: GRPOConfig) -> None:
-    _check_options(
-        spec, {"name", "alpha", "translation_reward", "reasoning_reward", "scale_by_std"}
-    )
+    allowed = {"name", "alpha", "translation_reward", "reasoning_reward", "scale_by_std"}
+    _reject_unknown_options(spec, allowed)
+    _check_scale_by_std(spec)
     alpha = spec.get("alpha", 0.5)
     if not 0.0 <= float(alpha) <= 1.0:
         raise ConfigError(f"advantage.alpha must be in [0, 1], got {alpha}")

@@ -127,11 +127,12 @@ def evaluate_tapo_policy(
     problems = pd.concat(frames, ignore_index=True)[
         ["dataset", "id", "language", "question", "question_en", "answer"]
     ]
+    prompts = [tapo_prompt(q) for q in problems["question"]]
     with torch_threads(params["torch_threads"]):
         scored = evaluate_text_policy(
             model,
             tapo_tokenizer,
-            [tapo_prompt(q) for q in problems["question"]],
+            prompts,
             list(problems["question_en"]),
             list(problems["answer"]),
             params["reward_functions"],
@@ -147,7 +148,7 @@ def evaluate_tapo_policy(
             sampled = evaluate_text_policy_sampled(
                 model,
                 tapo_tokenizer,
-                [tapo_prompt(q) for q in table.loc[synthetic, "question"]],
+                [prompt for prompt, keep in zip(prompts, synthetic, strict=True) if keep],
                 list(table.loc[synthetic, "question_en"]),
                 list(table.loc[synthetic, "answer"]),
                 params["reward_functions"],
