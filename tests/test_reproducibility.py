@@ -1,9 +1,8 @@
 """Bit-identical reruns of the ``tapo`` pipeline, and who switches deterministic kernels on.
 
-``run_tapo_smallest`` runs the whole pipeline at the smallest sizes of
-``tests/pipelines/tapo/test_pipeline.py`` (copied, not imported: that file belongs to the
-pipeline's owners) with a longer SFT, so that GRPO takes real steps, on MemoryDatasets the
-runner never releases, with a fresh checkpoint directory, under
+``run_tapo_smallest`` runs the whole pipeline at the smallest sizes the tapo pipeline test
+uses (``tests/pipelines/_params.TAPO_SMALLEST``) with a longer SFT, so that GRPO takes real
+steps, on MemoryDatasets the runner never releases, with a fresh checkpoint directory, under
 ``torch.use_deterministic_algorithms(True)`` and one intra-op thread. Two runs in this
 process and one in a fresh interpreter (another ``PYTHONHASHSEED``) must agree bit for bit:
 weights (``torch.equal``), training metrics without the ``time/*`` columns, samples,
@@ -15,7 +14,6 @@ A real ``kedro run`` (project CLI, settings.py hooks) shows that nothing in the 
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import shutil
@@ -38,36 +36,14 @@ from creditflow.datasets import CheckpointDirectoryDataset
 from creditflow.ingest import load_mgsm
 from creditflow.pipelines.tapo import create_pipeline
 from creditflow.pipelines.tapo.pipeline import STRATEGIES
+from tests.pipelines._params import TAPO_SMALLEST, deep_update
 
 pytestmark = pytest.mark.filterwarnings("ignore:register_new_resolver:UserWarning")
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 SUBPROCESS_TIMEOUT_S = 300
 
-# The smallest sizes of tests/pipelines/tapo/test_pipeline.py.
-SMALLEST = {
-    "tasks": {"n_train_per_language": 6, "n_eval_per_language": 2},
-    "tokenizer": {"vocab_size": 300},
-    "policy": {
-        "tiny": {
-            "hidden_size": 32,
-            "num_hidden_layers": 1,
-            "intermediate_size": 64,
-            "num_attention_heads": 2,
-            "num_key_value_heads": 1,
-        }
-    },
-    "sft": {"steps": 3, "batch_size": 4, "warmup_steps": 1, "max_length": 1024},
-    "grpo": {
-        "steps": 2,
-        "prompts_per_step": 2,
-        "group_size": 2,
-        "max_new_tokens": 10,
-        "checkpoint_every": 1,
-    },
-    "evaluation": {"max_new_tokens": 10, "batch_size": 16, "mgsm_max_per_language": 1},
-}
-# On top of SMALLEST: at those sizes every reward is 0, so every advantage is 0 and GRPO
+# On top of TAPO_SMALLEST: at those sizes every reward is 0, so every advantage is 0 and GRPO
 # leaves the warm start untouched, which would make the GRPO half of the comparison vacuous.
 # A longer, faster SFT and longer completions give format rewards that differ within a group
 # (grpo_sum and tapo then take real steps; grpo_reasoning's answer reward stays 0).
@@ -90,18 +66,11 @@ TABLES = (
 GRPO_METRICS = tuple(f"tapo_{s}_metrics" for s in STRATEGIES)
 
 
-def _deep_update(base: dict, overrides: dict) -> dict:
-    out = copy.deepcopy(base)
-    for key, value in overrides.items():
-        out[key] = _deep_update(out[key], value) if isinstance(value, dict) else value
-    return out
-
-
 def smallest_tapo_params(
     overrides: dict | None = None, project_root: Path = PROJECT_ROOT
 ) -> dict[str, Any]:
     loader = OmegaConfigLoader(str(project_root / "conf"), base_env="base", default_run_env="local")
-    return _deep_update(_deep_update(loader["parameters"]["tapo"], SMALLEST), overrides or {})
+    return deep_update(deep_update(loader["parameters"]["tapo"], TAPO_SMALLEST), overrides or {})
 
 
 class KeptMemoryDataset(MemoryDataset):
@@ -283,7 +252,7 @@ def test_the_project_leaves_the_deterministic_switch_to_the_user(project_root, t
         copy_ = shutil.copytree if (project_root / name).is_dir() else shutil.copy
         copy_(project_root / name, tmp_path / name)
     (tmp_path / "conf/local").mkdir()
-    sizes = {key: SMALLEST[key] for key in ("tasks", "tokenizer", "policy", "sft")}
+    sizes = {key: TAPO_SMALLEST[key] for key in ("tasks", "tokenizer", "policy", "sft")}
     # MLflow tracking stays on (into tmp_path/mlruns): every hook of settings.py takes part.
     params = ",".join(_flat_params(sizes, "tapo"))
     nodes = "build_tapo_tasks,train_tapo_tokenizer,build_tapo_policy,warm_start_tapo_policy"

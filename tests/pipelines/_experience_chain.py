@@ -10,7 +10,6 @@ inputs from there and runs its own ``create_pipeline()`` on MemoryDatasets.
 from __future__ import annotations
 
 import atexit
-import copy
 import functools
 import importlib
 import shutil
@@ -23,6 +22,8 @@ from kedro.config import OmegaConfigLoader
 from kedro.io import DataCatalog, MemoryDataset
 from kedro.pipeline import Pipeline
 from kedro.runner import SequentialRunner
+
+from tests.pipelines._params import deep_update
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # The chain in DAG order (also DEFAULT_PIPELINES, the bare `kedro run`).
@@ -81,13 +82,6 @@ class KeptMemoryDataset(MemoryDataset):
 
     def _release(self) -> None:
         pass
-
-
-def deep_update(base: dict, overrides: dict) -> dict:
-    out = copy.deepcopy(base)
-    for key, value in overrides.items():
-        out[key] = deep_update(out[key], value) if isinstance(value, dict) else value
-    return out
 
 
 def smallest_params() -> dict[str, dict[str, Any]]:

@@ -1,6 +1,5 @@
 """Kedro run of the whole ``tapo`` pipeline at the smallest sizes, on MemoryDatasets."""
 
-import copy
 from pathlib import Path
 
 import pandas as pd
@@ -15,49 +14,15 @@ from creditflow.datasets import CheckpointDirectoryDataset
 from creditflow.ingest import load_mgsm
 from creditflow.pipelines.tapo import create_pipeline
 from creditflow.pipelines.tapo.pipeline import STRATEGIES
+from tests.pipelines._params import TAPO_SMALLEST, deep_update
 
 pytestmark = pytest.mark.filterwarnings("ignore:register_new_resolver:UserWarning")
-
-SMALLEST = {
-    "tasks": {"n_train_per_language": 6, "n_eval_per_language": 2},
-    "tokenizer": {"vocab_size": 300},
-    "policy": {
-        "tiny": {
-            "hidden_size": 32,
-            "num_hidden_layers": 1,
-            "intermediate_size": 64,
-            "num_attention_heads": 2,
-            "num_key_value_heads": 1,
-        }
-    },
-    "sft": {"steps": 3, "batch_size": 4, "warmup_steps": 1, "max_length": 1024},
-    "grpo": {
-        "steps": 2,
-        "prompts_per_step": 2,
-        "group_size": 2,
-        "max_new_tokens": 10,
-        "checkpoint_every": 1,
-    },
-    "evaluation": {
-        "max_new_tokens": 10,
-        "batch_size": 16,
-        "mgsm_max_per_language": 1,
-        "samples_per_problem": 2,
-    },
-}
-
-
-def _deep_update(base: dict, overrides: dict) -> dict:
-    out = copy.deepcopy(base)
-    for key, value in overrides.items():
-        out[key] = _deep_update(out[key], value) if isinstance(value, dict) else value
-    return out
 
 
 @pytest.fixture(scope="module")
 def tapo_params(project_root: Path) -> dict:
     loader = OmegaConfigLoader(str(project_root / "conf"), base_env="base", default_run_env="local")
-    return _deep_update(loader["parameters"]["tapo"], SMALLEST)
+    return deep_update(loader["parameters"]["tapo"], TAPO_SMALLEST)
 
 
 class KeptMemoryDataset(MemoryDataset):

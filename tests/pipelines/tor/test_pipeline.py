@@ -1,6 +1,5 @@
 """Kedro run of the whole ``tor`` pipeline at the smallest sizes, on MemoryDatasets."""
 
-import copy
 from pathlib import Path
 
 import pandas as pd
@@ -16,6 +15,7 @@ from creditflow.ingest import load_mathvision, load_tabmwp
 from creditflow.pipelines.tor import create_pipeline
 from creditflow.pipelines.tor.nodes import choice_question
 from creditflow.pipelines.tor.pipeline import STRATEGIES
+from tests.pipelines._params import deep_update
 
 pytestmark = pytest.mark.filterwarnings("ignore:register_new_resolver:UserWarning")
 
@@ -45,17 +45,10 @@ SMALLEST = {
 }
 
 
-def _deep_update(base: dict, overrides: dict) -> dict:
-    out = copy.deepcopy(base)
-    for key, value in overrides.items():
-        out[key] = _deep_update(out[key], value) if isinstance(value, dict) else value
-    return out
-
-
 @pytest.fixture(scope="module")
 def tor_params(project_root: Path) -> dict:
     loader = OmegaConfigLoader(str(project_root / "conf"), base_env="base", default_run_env="local")
-    return _deep_update(loader["parameters"]["tor"], SMALLEST)
+    return deep_update(loader["parameters"]["tor"], SMALLEST)
 
 
 class KeptMemoryDataset(MemoryDataset):

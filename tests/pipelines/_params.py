@@ -1,0 +1,45 @@
+"""Parameter helpers shared by the pipeline tests: a nested merge of overrides into the
+project's parameters, and the smallest ``tapo`` sizes (used by tests/pipelines/tapo and
+tests/test_reproducibility.py, so the two cannot drift apart)."""
+
+from __future__ import annotations
+
+import copy
+
+
+def deep_update(base: dict, overrides: dict) -> dict:
+    """A copy of ``base`` with ``overrides`` merged in at every level of nesting."""
+    out = copy.deepcopy(base)
+    for key, value in overrides.items():
+        out[key] = deep_update(out[key], value) if isinstance(value, dict) else value
+    return out
+
+
+# The smallest ``params:tapo`` that still runs every node of the pipeline.
+TAPO_SMALLEST = {
+    "tasks": {"n_train_per_language": 6, "n_eval_per_language": 2},
+    "tokenizer": {"vocab_size": 300},
+    "policy": {
+        "tiny": {
+            "hidden_size": 32,
+            "num_hidden_layers": 1,
+            "intermediate_size": 64,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+        }
+    },
+    "sft": {"steps": 3, "batch_size": 4, "warmup_steps": 1, "max_length": 1024},
+    "grpo": {
+        "steps": 2,
+        "prompts_per_step": 2,
+        "group_size": 2,
+        "max_new_tokens": 10,
+        "checkpoint_every": 1,
+    },
+    "evaluation": {
+        "max_new_tokens": 10,
+        "batch_size": 16,
+        "mgsm_max_per_language": 1,
+        "samples_per_problem": 2,
+    },
+}
