@@ -118,3 +118,42 @@ def test_summarise_tapo_evaluations_hand_case_with_sampled_rewards():
         columns=["sampled/reward/translation", "sampled/reward/reasoning"]
     )
     assert "eval_reward_seen" not in summarise_tapo_evaluations(greedy_only, metrics, ["sw"])
+
+
+def test_summarise_tapo_evaluations_paired_gain_over_the_warm_start():
+    # Problems a, b, c (seen) and u (unseen); the GRPO policy's rows come in another order,
+    # so the pairing must go by id. Sampled reward = translation + reasoning.
+    sft = {"a": 0.5, "b": 0.2, "c": 0.8, "u": 0.1}
+    grpo = {"c": 0.9, "a": 0.8, "b": 0.2, "u": 0.4}
+    rows = [("sft", i, r) for i, r in sft.items()] + [("grpo", i, r) for i, r in grpo.items()]
+    evaluations = pd.DataFrame(
+        {
+            "policy": [p for p, _, _ in rows],
+            "id": [i for _, i, _ in rows],
+            "dataset": "synthetic",
+            "language": ["sw" if i == "u" else "de" for _, i, _ in rows],
+            "reward/format": 1.0,
+            "reward/translation": 0.0,
+            "reward/reasoning": 0.0,
+            "sampled/reward/translation": [r / 2 for _, _, r in rows],
+            "sampled/reward/reasoning": [r / 2 for _, _, r in rows],
+        }
+    )
+    metrics = pd.DataFrame(columns=["strategy", "step", "reward/total"])
+    table = summarise_tapo_evaluations(evaluations, metrics, ["sw"]).set_index("policy")
+    # Seen differences (a, b, c) = (0.3, 0.0, 0.1): mean 0.4/3; sample std
+    # sqrt(((0.3-m)^2 + m^2 + (0.1-m)^2) / 2); se = std / sqrt(3).
+    diffs = np.array([0.3, 0.0, 0.1])
+    assert table.loc["grpo", "eval_reward_gain_seen"] == pytest.approx(diffs.mean())
+    assert table.loc["grpo", "eval_reward_gain_se_seen"] == pytest.approx(
+        diffs.std(ddof=1) / np.sqrt(3)
+    )
+    assert table.loc["grpo", "eval_reward_gain_unseen"] == pytest.approx(0.3)
+    assert np.isnan(table.loc["grpo", "eval_reward_gain_se_unseen"])  # one problem
+    assert np.isnan(table.loc["sft", "eval_reward_gain_seen"])  # the baseline itself
+    # No baseline in the table (or baseline=None): no gain columns, no failure.
+    only_grpo = evaluations[evaluations["policy"] == "grpo"]
+    assert "eval_reward_gain_seen" not in summarise_tapo_evaluations(only_grpo, metrics, ["sw"])
+    assert "eval_reward_gain_seen" not in summarise_tapo_evaluations(
+        evaluations, metrics, ["sw"], baseline=None
+    )

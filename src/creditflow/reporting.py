@@ -33,15 +33,22 @@ def plot_reward_curves(
 
 
 def summarise_tapo_evaluations(
-    evaluations: pd.DataFrame, training_metrics: pd.DataFrame, holdout_languages: Sequence[str]
+    evaluations: pd.DataFrame,
+    training_metrics: pd.DataFrame,
+    holdout_languages: Sequence[str],
+    baseline: str | None = "sft",
 ) -> pd.DataFrame:
     """One row per policy: greedy accuracy on seen / unseen (held-out) synthetic languages and
     on MGSM, mean chrF++ (translation reward), format rate; when the evaluation sampled, the
     expected evaluation reward under training-time sampling (``eval_reward_*`` =
-    translation + reasoning, and its parts ``sampled_*``); and the mean sign-conflict rate
-    and first/last-step training reward (NaN for policies not trained by GRPO)."""
+    translation + reasoning, and its parts ``sampled_*``) and, when ``baseline`` names an
+    evaluated policy (the warm start), the gain over it paired by problem id
+    (``eval_reward_gain_*`` and its standard error ``eval_reward_gain_se_*``); and the mean
+    sign-conflict rate and first/last-step training reward (NaN for policies not trained by
+    GRPO)."""
     synthetic = evaluations[evaluations["dataset"] == "synthetic"]
     unseen = synthetic["language"].isin(list(holdout_languages))
+    gains = _paired_sampled_gains(synthetic, unseen, baseline)
     mgsm = evaluations[evaluations["dataset"] == "mgsm"]
     rows = []
     for policy in evaluations["policy"].drop_duplicates():
@@ -54,6 +61,7 @@ def summarise_tapo_evaluations(
             "chrf_unseen": synthetic.loc[syn & unseen, "reward/translation"].mean(),
             "format_rate": synthetic.loc[syn, "reward/format"].mean(),
             **_sampled_rewards(synthetic, syn, unseen),
+            **gains.get(policy, {}),
             "mgsm_accuracy": mgsm.loc[mgsm["policy"] == policy, "reward/reasoning"].mean(),
             "mgsm_format_rate": mgsm.loc[mgsm["policy"] == policy, "reward/format"].mean(),
         }
@@ -83,6 +91,42 @@ def _sampled_rewards(synthetic: pd.DataFrame, rows: pd.Series, unseen: pd.Series
         out[f"eval_reward_{split}"] = (trans + reason).mean()
         out[f"sampled_accuracy_{split}"] = reason.mean()
         out[f"sampled_chrf_{split}"] = trans.mean()
+    return out
+
+
+def _paired_sampled_gains(
+    synthetic: pd.DataFrame, unseen: pd.Series, baseline: str | None
+) -> dict[str, dict[str, float]]:
+    """policy -> {eval_reward_gain_<split>, eval_reward_gain_se_<split>}: the mean over
+    problems (joined on ``id``) of the policy's sampled translation + reasoning reward minus
+    the baseline's, and the standard error of that mean (sample std / sqrt(n), NaN for n < 2).
+    Pairing removes the between-problem spread that the two means share. Empty without
+    sampled columns, an ``id`` column or the baseline policy."""
+    needed = {"id", "sampled/reward/reasoning"}
+    if baseline is None or not needed <= set(synthetic):
+        return {}
+    if baseline not in set(synthetic["policy"]):
+        return {}
+    reward = synthetic["sampled/reward/reasoning"] + synthetic.get(
+        "sampled/reward/translation", pd.Series(0.0, index=synthetic.index)
+    )
+    frame = pd.DataFrame(
+        {"policy": synthetic["policy"], "id": synthetic["id"], "unseen": unseen, "r": reward}
+    )
+    base = frame[frame["policy"] == baseline].set_index("id")["r"]
+    out: dict[str, dict[str, float]] = {}
+    for policy, rows in frame.groupby("policy", sort=False):
+        if policy == baseline:
+            continue
+        out[policy] = {}
+        for split, is_unseen in (("seen", False), ("unseen", True)):
+            part = rows[rows["unseen"] == is_unseen]
+            diff = (part.set_index("id")["r"] - base.reindex(part["id"])).dropna()
+            n = len(diff)
+            out[policy][f"eval_reward_gain_{split}"] = float(diff.mean()) if n else np.nan
+            out[policy][f"eval_reward_gain_se_{split}"] = (
+                float(diff.std(ddof=1) / np.sqrt(n)) if n >= 2 else np.nan
+            )
     return out
 
 
