@@ -16,6 +16,7 @@ from creditflow.reporting import (
     plot_metrics_by_band,
     summarise_rankers_by_band,
     summarise_tapo_evaluations,
+    training_reward_ends,
 )
 
 
@@ -157,3 +158,17 @@ def test_summarise_tapo_evaluations_paired_gain_over_the_warm_start():
     assert "eval_reward_gain_seen" not in summarise_tapo_evaluations(
         evaluations, metrics, ["sw"], baseline=None
     )
+
+
+def test_training_reward_ends_average_the_first_and_last_window_by_step():
+    # Steps arrive out of order; rewards 0.0, 0.1, ..., 0.6 at steps 0..6.
+    trained = pd.DataFrame(
+        {"step": [3, 0, 6, 1, 5, 2, 4], "reward/total": [0.3, 0.0, 0.6, 0.1, 0.5, 0.2, 0.4]}
+    )
+    ends = training_reward_ends(trained, window=2)
+    assert ends["train_reward_first"] == pytest.approx(0.05)  # steps 0, 1
+    assert ends["train_reward_last"] == pytest.approx(0.55)  # steps 5, 6
+    # A run shorter than the window: both ends are the whole run's mean.
+    short = training_reward_ends(trained.head(3), window=5)  # steps 3, 0, 6
+    assert short["train_reward_first"] == pytest.approx(0.3)
+    assert short["train_reward_last"] == pytest.approx(0.3)

@@ -44,8 +44,8 @@ def summarise_tapo_evaluations(
     translation + reasoning, and its parts ``sampled_*``) and, when ``baseline`` names an
     evaluated policy (the warm start), the gain over it paired by problem id
     (``eval_reward_gain_*`` and its standard error ``eval_reward_gain_se_*``); and the mean
-    sign-conflict rate and first/last-step training reward (NaN for policies not trained by
-    GRPO)."""
+    sign-conflict rate and the training reward over the first / last 5 steps (NaN for
+    policies not trained by GRPO)."""
     synthetic = evaluations[evaluations["dataset"] == "synthetic"]
     unseen = synthetic["language"].isin(list(holdout_languages))
     gains = _paired_sampled_gains(synthetic, unseen, baseline)
@@ -70,10 +70,21 @@ def summarise_tapo_evaluations(
             row["train_sign_conflict_rate"] = trained.get(
                 "adv/sign_conflict_rate", pd.Series(dtype=float)
             ).mean()
-            row["train_reward_first"] = trained.sort_values("step")["reward/total"].iloc[0]
-            row["train_reward_last"] = trained.sort_values("step")["reward/total"].iloc[-1]
+            row.update(training_reward_ends(trained))
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def training_reward_ends(trained: pd.DataFrame, window: int = 5) -> dict[str, float]:
+    """Mean training reward (``reward/total``) over the first and over the last ``window``
+    steps of one run (``train_reward_first`` / ``train_reward_last``; the windows overlap
+    when the run has fewer than ``2 * window`` steps). One step's reward (16 prompts) is too
+    noisy to read a trend from."""
+    reward = trained.sort_values("step")["reward/total"]
+    return {
+        "train_reward_first": float(reward.iloc[:window].mean()),
+        "train_reward_last": float(reward.iloc[-window:].mean()),
+    }
 
 
 def _sampled_rewards(synthetic: pd.DataFrame, rows: pd.Series, unseen: pd.Series) -> dict:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from creditflow.reporting import training_reward_ends
+
 EVALUATION_SETS = ("synthetic", "tabmwp", "mathvision")
 # Training metrics averaged over the steps of each run, and their column in the table.
 TRAINING_COLUMNS = {
@@ -32,8 +34,8 @@ def summarise_tor_runs(
     """One row per policy (the warm start, then each strategy).
 
     Columns: ``accuracy_<set>`` (mean ``reward/reasoning`` of the greedy answers) and
-    ``n_<set>`` per evaluation set; for GRPO-trained policies the first and last step's
-    training reward and the per-step means of ``TRAINING_COLUMNS`` (NaN where a strategy
+    ``n_<set>`` per evaluation set; for GRPO-trained policies the training reward over
+    the first / last 5 steps and the per-step means of ``TRAINING_COLUMNS`` (NaN where a strategy
     does not report one, e.g. selection statistics for ``uniform``), and
     ``step_overhead_vs_uniform``: the mean step time relative to the ``baseline`` run's, minus 1.
     """
@@ -47,8 +49,7 @@ def summarise_tor_runs(
             row[f"n_{name}"] = len(scores)
         trained = training_metrics[training_metrics["strategy"] == policy].sort_values("step")
         if len(trained):
-            row["train_reward_first"] = trained["reward/total"].iloc[0]
-            row["train_reward_last"] = trained["reward/total"].iloc[-1]
+            row.update(training_reward_ends(trained))
             row["train_reward_mean"] = trained["reward/total"].mean()
             for metric, column in TRAINING_COLUMNS.items():
                 row[column] = trained[metric].mean() if metric in trained else float("nan")
