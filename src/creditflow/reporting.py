@@ -97,12 +97,21 @@ def _sampled_rewards(synthetic: pd.DataFrame, rows: pd.Series, unseen: pd.Series
     out = {}
     for split, where in (("seen", rows & ~unseen), ("unseen", rows & unseen)):
         part = synthetic.loc[where]
-        trans = part.get("sampled/reward/translation", pd.Series(0.0, index=part.index))
-        reason = part["sampled/reward/reasoning"]
-        out[f"eval_reward_{split}"] = (trans + reason).mean()
-        out[f"sampled_accuracy_{split}"] = reason.mean()
-        out[f"sampled_chrf_{split}"] = trans.mean()
+        out[f"eval_reward_{split}"] = _sampled_eval_reward(part).mean()
+        out[f"sampled_accuracy_{split}"] = part["sampled/reward/reasoning"].mean()
+        out[f"sampled_chrf_{split}"] = _sampled_translation(part).mean()
     return out
+
+
+def _sampled_translation(rows: pd.DataFrame) -> pd.Series:
+    """Per-row sampled translation reward; 0 when the evaluation did not compute one."""
+    return rows.get("sampled/reward/translation", pd.Series(0.0, index=rows.index))
+
+
+def _sampled_eval_reward(rows: pd.DataFrame) -> pd.Series:
+    """Per-row eval reward: sampled translation + reasoning reward (what TAPO and summed GRPO
+    train on)."""
+    return _sampled_translation(rows) + rows["sampled/reward/reasoning"]
 
 
 def _paired_sampled_gains(
@@ -118,11 +127,13 @@ def _paired_sampled_gains(
         return {}
     if baseline not in set(synthetic["policy"]):
         return {}
-    reward = synthetic["sampled/reward/reasoning"] + synthetic.get(
-        "sampled/reward/translation", pd.Series(0.0, index=synthetic.index)
-    )
     frame = pd.DataFrame(
-        {"policy": synthetic["policy"], "id": synthetic["id"], "unseen": unseen, "r": reward}
+        {
+            "policy": synthetic["policy"],
+            "id": synthetic["id"],
+            "unseen": unseen,
+            "r": _sampled_eval_reward(synthetic),
+        }
     )
     base = frame[frame["policy"] == baseline].set_index("id")["r"]
     out: dict[str, dict[str, float]] = {}
