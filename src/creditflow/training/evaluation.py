@@ -144,8 +144,8 @@ def evaluate_text_policy_sampled(
 
     Returns one row per prompt (prompt order) with ``reward/<name>`` columns, each the mean
     over that prompt's samples. Greedy decoding (``evaluate_text_policy``) measures the
-    policy's mode; this measures the distribution GRPO optimises. The two can move apart:
-    GRPO on the tiny TAPO policy raised this reward while lowering the greedy one (README).
+    policy's mode; this measures the distribution GRPO optimises, and the two can move
+    apart.
     """
     sampling = SamplingSettings(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
     policy = LanguagePolicy(model, tokenizer, sampling)
