@@ -1,6 +1,7 @@
 """Parameter helpers shared by the pipeline tests: a nested merge of overrides into the
-project's parameters, and the smallest ``tapo`` sizes (used by tests/pipelines/tapo and
-tests/test_reproducibility.py, so the two cannot drift apart)."""
+project's parameters, the smallest tiny decoder (tapo and tor tests) and the smallest
+``tapo`` sizes (used by tests/pipelines/tapo and tests/test_reproducibility.py, so the two
+cannot drift apart)."""
 
 from __future__ import annotations
 
@@ -15,19 +16,20 @@ def deep_update(base: dict, overrides: dict) -> dict:
     return out
 
 
+# The smallest tiny decoder (``policy.tiny``) the tapo and tor pipeline tests build.
+SMALLEST_TINY_DECODER = {
+    "hidden_size": 32,
+    "num_hidden_layers": 1,
+    "intermediate_size": 64,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+}
+
 # The smallest ``params:tapo`` that still runs every node of the pipeline.
 TAPO_SMALLEST = {
     "tasks": {"n_train_per_language": 6, "n_eval_per_language": 2},
     "tokenizer": {"vocab_size": 300},
-    "policy": {
-        "tiny": {
-            "hidden_size": 32,
-            "num_hidden_layers": 1,
-            "intermediate_size": 64,
-            "num_attention_heads": 2,
-            "num_key_value_heads": 1,
-        }
-    },
+    "policy": {"tiny": dict(SMALLEST_TINY_DECODER)},
     "sft": {"steps": 3, "batch_size": 4, "warmup_steps": 1, "max_length": 1024},
     "grpo": {
         "steps": 2,

@@ -64,6 +64,8 @@ def test_tapo_pipeline_runs_end_to_end_and_resumes(tapo_params, shared_data, tmp
         "eval_reward_seen",
         "eval_reward_unseen",
         "sampled_accuracy_seen",
+        "eval_reward_gain_seen",
+        "eval_reward_gain_se_seen",
     ):
         assert column in table.columns
     assert (

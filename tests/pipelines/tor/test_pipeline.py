@@ -15,23 +15,14 @@ from creditflow.ingest import load_mathvision, load_tabmwp
 from creditflow.pipelines.tor import create_pipeline
 from creditflow.pipelines.tor.nodes import choice_question
 from creditflow.pipelines.tor.pipeline import STRATEGIES
-from tests.pipelines._params import deep_update
+from tests.pipelines._params import SMALLEST_TINY_DECODER, deep_update
 
 pytestmark = pytest.mark.filterwarnings("ignore:register_new_resolver:UserWarning")
 
 SMALLEST = {
     "tasks": {"n_train": 6, "n_eval": 3},
     "tokenizer": {"vocab_size": 300},
-    "policy": {
-        "tiny": {
-            "hidden_size": 32,
-            "num_hidden_layers": 1,
-            "intermediate_size": 64,
-            "num_attention_heads": 2,
-            "num_key_value_heads": 1,
-            "vision_depth": 1,
-        }
-    },
+    "policy": {"tiny": {**SMALLEST_TINY_DECODER, "vision_depth": 1}},
     "sft": {"steps": 2, "batch_size": 3, "warmup_steps": 1},
     "grpo": {
         "steps": 2,
