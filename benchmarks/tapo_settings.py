@@ -39,8 +39,21 @@ PARAMETERS = Path(__file__).resolve().parents[1] / "conf/base/parameters_tapo.ym
 
 
 def parse_value(text: str):
-    """``--set key=value``: the value read as YAML (numbers, booleans, null, lists)."""
-    return yaml.safe_load(text)
+    """``--set key=value``: the value read as YAML (numbers, booleans, null, lists).
+
+    YAML 1.1 reads ``1e-3`` (no dot) as a string; such a value is taken as the float it
+    spells, so ``--set learning_rate=1e-3`` means what it says.
+
+    >>> parse_value("1e-3"), parse_value("0.1"), parse_value("null"), parse_value("tapo")
+    (0.001, 0.1, None, 'tapo')
+    """
+    value = yaml.safe_load(text)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
 
 
 def main() -> None:

@@ -2,6 +2,7 @@
 implementation run as ``benchmarks/grpo_step.py`` subprocesses (the way ``compare.py`` runs them).
 """
 
+import doctest
 import importlib.util
 import json
 import math
@@ -30,6 +31,7 @@ def _load(name):
 
 grpo_step = _load("grpo_step")
 compare = _load("compare")
+tapo_settings = _load("tapo_settings")
 
 # Smallest sizes that still exercise every code path: B = P * G = 2 * 2 = 4, T = 8.
 P, G, T = 2, 2, 8
@@ -205,3 +207,12 @@ def test_creditflow_run_prints_one_json_record(tiny_model_dir):
 def test_trl_run_prints_one_json_record(tiny_model_dir):
     pytest.importorskip("trl")
     _check_record(_grpo_step("trl", tiny_model_dir), "trl")
+
+
+def test_tapo_settings_reads_set_values_as_yaml_and_exponents_as_floats():
+    result = doctest.testmod(tapo_settings)
+    assert result.attempted > 0 and result.failed == 0
+    parse = tapo_settings.parse_value
+    assert parse("1e-3") == pytest.approx(1e-3)  # YAML 1.1 alone would give the string "1e-3"
+    assert parse("32") == 32 and parse("true") is True and parse("[1, 2]") == [1, 2]
+    assert parse("token-mean") == "token-mean"

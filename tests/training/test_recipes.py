@@ -93,6 +93,43 @@ def test_sampled_completions_are_seeded_grouped_and_leave_the_global_rng_alone(
         sampled_completions(policy, prompts, 0)
 
 
+def test_sampled_completions_seed_each_call_so_later_calls_share_their_random_numbers(
+    make_model, tapo_tokenizer, tapo_prompts
+):
+    """Common random numbers: a call's draws depend on the seed and the call's index, not on
+    how many random numbers an earlier call used (a policy whose samples stopped sooner)."""
+    policy = LanguagePolicy(make_model(), tapo_tokenizer, SamplingSettings(max_new_tokens=6))
+
+    class DrawsMoreOnItsFirstCall:
+        """The same policy, but its first call uses up 1000 extra random numbers."""
+
+        def __init__(self):
+            self.calls = 0
+
+        def sample(self, prompts, samples_per_prompt, with_logprobs):
+            self.calls += 1
+            if self.calls == 1:
+                torch.rand(1000)
+            return policy.sample(prompts, samples_per_prompt, with_logprobs=with_logprobs)
+
+    prompts = tapo_prompts[:2]
+    # batch_size = samples_per_prompt: one prompt per generate call.
+    plain = sampled_completions(policy, prompts, 3, batch_size=3, seed=5)
+    draws_more = sampled_completions(DrawsMoreOnItsFirstCall(), prompts, 3, batch_size=3, seed=5)
+    assert draws_more[:3] != plain[:3], "the extra draws changed the first call's samples"
+    assert draws_more[3:] == plain[3:], "but not the second call's"
+    # With one stream for the whole evaluation (the seeding before), the extra draws of the
+    # first call would have changed the second call's samples.
+    second_calls = []
+    for extra in (0, 1000):
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(5)
+            policy.sample(prompts[:1], 3, with_logprobs=False)
+            torch.rand(extra)
+            second_calls.append(policy.sample(prompts[1:], 3, with_logprobs=False).completion_texts)
+    assert second_calls[0] != second_calls[1]
+
+
 def test_evaluate_text_policy_sampled_averages_each_prompts_samples(
     make_model, tapo_tokenizer, tapo_tasks, tapo_prompts
 ):
