@@ -102,10 +102,12 @@ def test_summarise_tapo_evaluations_hand_case_with_sampled_rewards():
             "reward/reasoning": [1.0, 0.0, 0.0, 0.0],
             "sampled/reward/translation": [0.4, 0.2, 0.1, np.nan],
             "sampled/reward/reasoning": [0.5, 0.25, 0.0, np.nan],
+            "sampled/reward/format": [1.0, 0.75, 0.5, np.nan],
         }
     )
     metrics = pd.DataFrame(columns=["strategy", "step", "reward/total"])
     row = summarise_tapo_evaluations(evaluations, metrics, ["sw"]).iloc[0]
+    assert row["sampled_format_rate"] == pytest.approx(0.75)  # synthetic rows, MGSM not sampled
     assert row["accuracy_seen"] == pytest.approx(0.5)
     assert row["chrf_seen"] == pytest.approx(0.4)
     assert row["format_rate"] == pytest.approx(2 / 3)
@@ -116,7 +118,7 @@ def test_summarise_tapo_evaluations_hand_case_with_sampled_rewards():
     assert row["eval_reward_unseen"] == pytest.approx(0.1)
     # Without sampled columns the table has no eval_reward columns (and does not fail).
     greedy_only = evaluations.drop(
-        columns=["sampled/reward/translation", "sampled/reward/reasoning"]
+        columns=["sampled/reward/translation", "sampled/reward/reasoning", "sampled/reward/format"]
     )
     assert "eval_reward_seen" not in summarise_tapo_evaluations(greedy_only, metrics, ["sw"])
 

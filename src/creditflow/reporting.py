@@ -41,7 +41,7 @@ def summarise_tapo_evaluations(
     """One row per policy: greedy accuracy on seen / unseen (held-out) synthetic languages and
     on MGSM, mean chrF++ (translation reward), format rate; when the evaluation sampled, the
     expected evaluation reward under training-time sampling (``eval_reward_*`` =
-    translation + reasoning, and its parts ``sampled_*``) and, when ``baseline`` names an
+    translation + reasoning, its parts ``sampled_*`` and the format rate of the samples) and, when ``baseline`` names an
     evaluated policy (the warm start), the gain over it paired by problem id
     (``eval_reward_gain_*`` and its standard error ``eval_reward_gain_se_*``); and the mean
     sign-conflict rate and the training reward over the first / last 5 steps (NaN for
@@ -100,6 +100,10 @@ def _sampled_rewards(synthetic: pd.DataFrame, rows: pd.Series, unseen: pd.Series
         out[f"eval_reward_{split}"] = _sampled_eval_reward(part).mean()
         out[f"sampled_accuracy_{split}"] = part["sampled/reward/reasoning"].mean()
         out[f"sampled_chrf_{split}"] = _sampled_translation(part).mean()
+    if "sampled/reward/format" in synthetic:
+        # Greedy decoding of even the warm start is almost always well-formed; under sampling
+        # a few % of completions break the format, and GRPO's first steps mend most of them.
+        out["sampled_format_rate"] = synthetic.loc[rows, "sampled/reward/format"].mean()
     return out
 
 
