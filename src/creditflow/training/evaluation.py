@@ -83,9 +83,9 @@ def sampled_completions(
     numbers call by call (common random numbers), even where an earlier call of one of them
     stopped sooner and so drew fewer. Where the policies are close, their samples then
     coincide more often than independent draws would, and the paired difference of their
-    rewards is less noisy (on the tapo pipeline's 280 evaluation problems x 4 samples its
-    standard error fell from 0.013 to 0.009) while each policy's own mean is still an honest
-    sample. ``batch_size`` counts generated rows per ``generate`` call.
+    rewards is less noisy while each policy's own mean is still an honest sample (tapo warm
+    start vs 25 GRPO steps, 280 problems x 4 samples: standard error of the mean paired
+    difference 0.0127 from one stream, 0.0088 and 0.0085 seeded per call, two seeds). ``batch_size`` counts generated rows per ``generate`` call.
     """
     if samples_per_prompt < 1:
         raise ValueError(f"samples_per_prompt must be >= 1, got {samples_per_prompt}")
