@@ -14,7 +14,11 @@ standard error.
     python benchmarks/tapo_settings.py --warm-start ... --tokenizer ... --strategy tapo \
         --set learning_rate=3e-4 --set beta=0.1 --set minibatch_size=32 --paired-with /tmp/sft.npy
 
-``--set`` overrides any ``tapo.grpo`` parameter (conf/base/parameters_tapo.yml).
+``--set`` overrides any ``tapo.grpo`` parameter (conf/base/parameters_tapo.yml); a dotted
+key overrides the strategy's own settings (``tapo.strategies.<strategy>``), e.g.
+``--set advantage.scale_by_std=false``. Each ``generate`` call of the evaluation is seeded on
+its own, so runs with the same ``--sampling-seed`` share their random numbers and their
+paired gain is less noisy.
 """
 
 from __future__ import annotations
@@ -56,6 +60,24 @@ def parse_value(text: str):
     return value
 
 
+def apply_override(params: dict, strategy: str, key: str, value) -> None:
+    """``--set key=value`` into ``params`` (the ``tapo`` parameters): a plain key into
+    ``grpo``, a dotted one (``advantage.alpha``) into ``strategies.<strategy>``, whose
+    settings win over ``grpo``'s.
+
+    >>> p = {"grpo": {"beta": 0.1}, "strategies": {"tapo": {"advantage": {"alpha": 0.5}}}}
+    >>> apply_override(p, "tapo", "beta", 0.0)
+    >>> apply_override(p, "tapo", "advantage.alpha", 0.7)
+    >>> p["grpo"]["beta"], p["strategies"]["tapo"]["advantage"]["alpha"]
+    (0.0, 0.7)
+    """
+    *path, last = key.split(".")
+    target = params["strategies"][strategy] if path else params["grpo"]
+    for part in path:
+        target = target.setdefault(part, {})
+    target[last] = value
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--warm-start", required=True, help="directory of the SFT policy")
@@ -84,10 +106,14 @@ def main() -> None:
     params["tasks"]["n_eval_per_language"] = args.eval_per_language
     train, held_out = build_tapo_tasks(params)
     seconds = None
+    if args.strategy != "none" and args.strategy not in params["strategies"]:
+        parser.error(
+            f"--strategy {args.strategy!r}: use none or one of {sorted(params['strategies'])}"
+        )
     if args.strategy != "none":
         for item in args.set:
             key, _, value = item.partition("=")
-            params["grpo"][key] = parse_value(value)
+            apply_override(params, args.strategy, key, parse_value(value))
         started = time.perf_counter()
         model, _, _ = train_tapo_policy(model, tokenizer, train, None, params, args.strategy)
         seconds = round(time.perf_counter() - started, 1)

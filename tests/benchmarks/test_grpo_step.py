@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from transformers import AutoModelForCausalLM
 
 from creditflow.models import load_tokenizer
@@ -216,3 +217,16 @@ def test_tapo_settings_reads_set_values_as_yaml_and_exponents_as_floats():
     assert parse("1e-3") == pytest.approx(1e-3)  # YAML 1.1 alone would give the string "1e-3"
     assert parse("32") == 32 and parse("true") is True and parse("[1, 2]") == [1, 2]
     assert parse("token-mean") == "token-mean"
+
+
+def test_tapo_settings_dotted_overrides_reach_the_strategy_the_node_trains():
+    from creditflow.pipelines.tapo.nodes import strategy_params  # noqa: PLC0415
+
+    params = yaml.safe_load(tapo_settings.PARAMETERS.read_text())["tapo"]
+    tapo_settings.apply_override(params, "tapo", "advantage.scale_by_std", False)
+    tapo_settings.apply_override(params, "tapo", "learning_rate", 1e-3)
+    trained = strategy_params(params, "tapo")
+    assert trained["advantage"]["scale_by_std"] is False
+    assert trained["advantage"]["alpha"] == 0.5  # the strategy's other settings stay
+    assert trained["learning_rate"] == pytest.approx(1e-3)
+    assert strategy_params(params, "grpo_sum")["advantage"]["scale_by_std"] is True
