@@ -41,8 +41,9 @@ def summarise_tapo_evaluations(
     """One row per policy: greedy accuracy on seen / unseen (held-out) synthetic languages and
     on MGSM, mean chrF++ (translation reward), format rate; when the evaluation sampled, the
     expected evaluation reward under training-time sampling (``eval_reward_*`` =
-    translation + reasoning, its parts ``sampled_*`` and the format rate of the samples) and, when ``baseline`` names an
-    evaluated policy (the warm start), the gain over it paired by problem id
+    translation + reasoning, its parts ``sampled_*`` and the samples' format rate) and,
+    when ``baseline`` names an evaluated policy (the warm start), the gain over it paired by
+    problem id
     (``eval_reward_gain_*`` and its standard error ``eval_reward_gain_se_*``); and the mean
     sign-conflict rate and the training reward over the first / last 5 steps (NaN for
     policies not trained by GRPO)."""
@@ -102,7 +103,8 @@ def _sampled_rewards(synthetic: pd.DataFrame, rows: pd.Series, unseen: pd.Series
         out[f"sampled_chrf_{split}"] = _sampled_translation(part).mean()
     if "sampled/reward/format" in synthetic:
         # Greedy decoding of even the warm start is almost always well-formed; under sampling
-        # a few % of completions break the format, and GRPO's first steps mend most of them.
+        # a few % of completions break the format (default run: 5.6 % for the warm start,
+        # 3.3 % after summed GRPO).
         out["sampled_format_rate"] = synthetic.loc[rows, "sampled/reward/format"].mean()
     return out
 

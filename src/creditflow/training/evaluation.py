@@ -85,7 +85,9 @@ def sampled_completions(
     coincide more often than independent draws would, and the paired difference of their
     rewards is less noisy while each policy's own mean is still an honest sample (tapo warm
     start vs 25 GRPO steps, 280 problems x 4 samples: standard error of the mean paired
-    difference 0.0127 from one stream, 0.0088 and 0.0085 seeded per call, two seeds). ``batch_size`` counts generated rows per ``generate`` call.
+    difference 0.0127 from one stream, 0.0088 and 0.0085 seeded per call, two seeds).
+    ``batch_size`` counts generated rows per ``generate`` call; the pairing holds only
+    between evaluations with the same ``batch_size`` and ``samples_per_prompt``.
     """
     if samples_per_prompt < 1:
         raise ValueError(f"samples_per_prompt must be >= 1, got {samples_per_prompt}")
