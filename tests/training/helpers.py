@@ -3,7 +3,7 @@
 import torch
 
 from creditflow.training import GRPOConfig, GRPOTrainer
-from creditflow.training.recipes import language_policy
+from creditflow.training.grpo_runs import language_policy
 
 
 def length_reward(completions: list[str], prompt_index: torch.Tensor) -> dict[str, torch.Tensor]:

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from creditflow.training import ConfigError, GRPOConfig, GRPOTrainer
-from creditflow.training.recipes import build_grpo_config
+from creditflow.training.grpo_runs import build_grpo_config
 
 REWARDS = ["format", "translation", "reasoning"]
 VALID = {

@@ -13,7 +13,7 @@ import torch
 from creditflow.algorithms import policy_loss
 from creditflow.rewards import TRANSLATION_CLOSE, translation_segment_end
 from creditflow.training.evaluation import TextRewards
-from creditflow.training.recipes import language_policy
+from creditflow.training.grpo_runs import language_policy
 from tests.training.helpers import make_trainer, spy
 
 TAPO_REWARDS = ["format", "translation", "reasoning"]

@@ -17,7 +17,7 @@ from creditflow.training.evaluation import (
     sampled_completions,
     score_completions,
 )
-from creditflow.training.recipes import merge_overrides, run_grpo
+from creditflow.training.grpo_runs import merge_overrides, run_grpo
 
 
 def test_merge_overrides_merges_mappings_one_level_and_replaces_rewards():

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from creditflow.rewards import translation_segment_end
-from creditflow.training.segments import (
+from creditflow.training.strategies.tapo import (
     PADDING,
     REASONING,
     TRANSLATION,

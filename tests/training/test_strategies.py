@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from creditflow.rollout import RolloutBatch
 from creditflow.training import ADVANTAGE_STRATEGIES, TOKEN_WEIGHT_STRATEGIES, GRPOConfig
 from creditflow.training.config import ConfigError
-from creditflow.training.strategies import sign_conflict_metric, weighted_reward
+from creditflow.training.strategies import SignConflictRate, WeightContext, weighted_reward
 
 A = 1 / math.sqrt(2)  # zscore of (1, 0): mean 0.5, unbiased std sqrt(0.5) -> (+-0.5 / 0.7071)
 
@@ -123,7 +123,7 @@ def _zscore(r: torch.Tensor) -> torch.Tensor:
 
 def test_uniform_weights_are_the_mask_and_accept_the_context(tapo_tokenizer):
     batch = _batch(tapo_tokenizer, [[5, 6], [5]], group_size=2, width=3)
-    context = {"generator": torch.Generator().manual_seed(0), "accelerator": None}
+    context = WeightContext(generator=torch.Generator().manual_seed(0))
     weights, metrics = TOKEN_WEIGHT_STRATEGIES["uniform"].compute(
         {"name": "uniform"}, batch, None, context
     )
@@ -138,10 +138,10 @@ def test_weighted_reward_and_sign_conflict_metric():
         weighted_reward(rewards, {"translation": 2.0, "reasoning": 1.0}), torch.tensor([2.0, 1.0])
     )
     # zscore of the sum (1, 1) is (0, 0): both rows' non-zero segment advantages conflict.
-    assert sign_conflict_metric(rewards, 2, "translation", "reasoning") == {
+    assert SignConflictRate("translation", "reasoning")(rewards, 2) == {
         "adv/sign_conflict_rate": 1.0
     }
-    assert sign_conflict_metric(rewards, 2, "chrf", "reasoning") == {}
+    assert SignConflictRate("chrf", "reasoning")(rewards, 2) == {}
 
 
 @pytest.mark.parametrize(

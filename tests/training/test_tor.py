@@ -28,15 +28,15 @@ from creditflow.rollout import RolloutBatch, SamplingSettings, VisionLanguagePol
 from creditflow.training import TOKEN_WEIGHT_STRATEGIES, GRPOConfig, GRPOTrainer
 from creditflow.training.config import ConfigError
 from creditflow.training.grpo import step_seed
-from creditflow.training.recipes import run_vl_sft, vision_language_policy
+from creditflow.training.strategies import WeightContext, validate_strategies
+from creditflow.training.grpo_runs import run_vl_sft, vision_language_policy
 from creditflow.training.sft import SFTConfig
-from creditflow.training.tor import (
+from creditflow.training.strategies.tor import (
     batch_top_fraction_mask,
     batch_tor_token_weights,
-    target_batch,
     tor_options,
-    train_vl_sft,
 )
+from creditflow.training.vl_sft import target_batch, train_vl_sft
 from tests.rollout.test_vision_policy import (  # noqa: F401 - fixtures are found by name
     make_vl_model,
     tor_tasks,
@@ -297,7 +297,7 @@ def test_two_gloo_processes_weigh_like_one_process_on_the_whole_batch(tmp_path):
 )
 def test_bad_tor_options_fail_in_config_validation(spec, match):
     with pytest.raises(ConfigError, match=match):
-        GRPOConfig.from_params({"token_weights": spec})
+        validate_strategies(GRPOConfig.from_params({"token_weights": spec}))
 
 
 def test_presets_fix_the_ablated_weight_and_keep_paper_defaults():
@@ -311,7 +311,9 @@ def test_presets_fix_the_ablated_weight_and_keep_paper_defaults():
     assert tor_options({"name": "tor_reasoning_only", "alpha_r": 0.2})["gamma_p"] == 0.0
     assert tor_options({"name": "tor_perception_only"})["gamma_r"] == 0.0
     for name in ("tor", "tor_reasoning_only", "tor_perception_only"):
-        GRPOConfig.from_params({"token_weights": {"name": name, "top_p": 0.95}})
+        validate_strategies(
+            GRPOConfig.from_params({"token_weights": {"name": name, "top_p": 0.95}})
+        )
 
 
 # ---------------------------------------------------------------- the strategy on a real rollout
@@ -337,7 +339,7 @@ def test_tor_strategy_weighs_entropy_and_visual_sensitivity(
     """weights = tor_token_weights(batch.entropy, |old_logp - no-image logp|, mask) with the
     step generator; the ablations only change gamma."""
     policy, batch = vl_rollout
-    context = {"generator": torch.Generator().manual_seed(7), "accelerator": None}
+    context = WeightContext(generator=torch.Generator().manual_seed(7))
     weights, metrics = TOKEN_WEIGHT_STRATEGIES[name].compute(
         {"name": name, **options}, batch, policy, context
     )
@@ -357,7 +359,7 @@ def test_tor_strategy_weighs_entropy_and_visual_sensitivity(
 
 def test_tor_strategy_needs_entropy_and_a_no_image_pass(vl_rollout):
     policy, batch = vl_rollout
-    context = {"generator": torch.Generator(), "accelerator": None}
+    context = WeightContext(generator=torch.Generator())
     tor = TOKEN_WEIGHT_STRATEGIES["tor"]
     without_entropy = copy.copy(batch)
     without_entropy.entropy = None

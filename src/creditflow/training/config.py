@@ -34,8 +34,8 @@ class GRPOConfig:
     agg: loss aggregation, one of AGG_MODES.
     max_new_tokens, temperature, top_p, top_k: sampling.
     entropy_top_p: top-p for the per-token entropy (ToR reasoning tokens).
-    advantage: {"name": strategy, ...strategy options} (see training.strategies.ADVANTAGE_STRATEGIES).
-    token_weights: {"name": strategy, ...options} (see training.strategies.TOKEN_WEIGHT_STRATEGIES).
+    advantage: {"name": strategy, ...strategy options} (training.strategies.ADVANTAGE_STRATEGIES).
+    token_weights: {"name": strategy, ...options} (training.strategies.TOKEN_WEIGHT_STRATEGIES).
     rewards: reward name -> weight; the weighted sum is the scalar reward of ``grpo``.
     seed: seeds prompt order, sampling and tie-breaking.
     checkpoint_every: save a resumable checkpoint every N steps (0 = only at the end).
@@ -88,11 +88,8 @@ class GRPOConfig:
         return self.prompts_per_step * self.group_size
 
     def validate(self) -> None:
-        # Imported here: strategies import this module for the config type.
-        from creditflow.training.strategies import (  # noqa: PLC0415 - import cycle
-            ADVANTAGE_STRATEGIES,
-            TOKEN_WEIGHT_STRATEGIES,
-        )
+        """The engine's own fields; the strategy specs (``advantage``, ``token_weights``) are
+        checked beside the strategies, by ``training.strategies.validate_strategies``."""
 
         def need(condition: bool, message: str) -> None:
             if not condition:
@@ -124,19 +121,6 @@ class GRPOConfig:
             f"entropy_top_p must be in (0, 1], got {self.entropy_top_p}",
         )
         need(bool(self.rewards), "rewards must name at least one reward with a weight")
-        for label, spec, table in (
-            ("advantage", self.advantage, ADVANTAGE_STRATEGIES),
-            ("token_weights", self.token_weights, TOKEN_WEIGHT_STRATEGIES),
-        ):
-            need(
-                isinstance(spec, dict) and "name" in spec,
-                f"{label} must be a mapping with a 'name' key, got {spec!r}",
-            )
-            need(
-                spec["name"] in table,
-                f"unknown {label} strategy {spec['name']!r}; valid: {sorted(table)}",
-            )
-            table[spec["name"]].validate(spec, self)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

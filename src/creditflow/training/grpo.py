@@ -2,7 +2,9 @@
 
 Reads top to bottom: ``setup`` (optimizer, schedule, resume), ``train`` (one ``step`` per
 rollout batch), ``save``. Credit assignment is chosen by name in ``training.strategies``; the
-loss is ``algorithms.policy_loss`` (SPEC section 0).
+loop names no method: it calls the advantage and token-weight strategies through their
+protocols and asks them (and the caller) for per-step reward diagnostics. The loss is
+``algorithms.policy_loss`` (SPEC section 0).
 
 Data parallelism (optional, through ``accelerate``): every process draws its own share of the
 step's prompts, samples and scores them, and computes its loss on its own rows; DDP averages
@@ -30,9 +32,11 @@ from creditflow.rollout.batch import Policy, RolloutBatch
 from creditflow.training.checkpoint import CheckpointStore
 from creditflow.training.config import ConfigError, GRPOConfig
 from creditflow.training.strategies import (
-    ADVANTAGE_STRATEGIES,
-    TOKEN_WEIGHT_STRATEGIES,
-    sign_conflict_metric,
+    RewardMetric,
+    WeightContext,
+    advantage_strategy,
+    token_weight_strategy,
+    validate_strategies,
     weighted_reward,
 )
 
@@ -79,6 +83,9 @@ class GRPOTrainer:
         accelerator: an ``accelerate.Accelerator`` for multi-process data parallelism (DDP);
             None runs in this process alone. ``config.prompts_per_step`` and
             ``config.minibatch_size`` stay global counts, split evenly across processes.
+        reward_metrics: per-step diagnostics of the rewards to report beside the ones the
+            advantage strategy reports itself (e.g. ``strategies.SignConflictRate`` for every
+            strategy a comparison runs).
     """
 
     def __init__(
@@ -91,8 +98,10 @@ class GRPOTrainer:
         reference: Policy | None = None,
         progress: bool = True,
         accelerator: Accelerator | None = None,
+        reward_metrics: Sequence[RewardMetric] = (),
     ):
         config.validate()
+        validate_strategies(config)
         if len(prompts) < 1:
             raise ValueError("no prompts to train on")
         self.accelerator = accelerator
@@ -109,8 +118,10 @@ class GRPOTrainer:
         if config.beta > 0 and reference is None:
             self.reference = copy.deepcopy(policy)
             self.reference.module.requires_grad_(False).eval()
-        self.advantage = ADVANTAGE_STRATEGIES[config.advantage["name"]]
-        self.token_weights = TOKEN_WEIGHT_STRATEGIES[config.token_weights["name"]]
+        self.advantage = advantage_strategy(config)
+        self.token_weights = token_weight_strategy(config)
+        # The caller's first, then the strategy's own: a key both report keeps the strategy's.
+        self.reward_metrics = [*reward_metrics, *self.advantage.reward_metrics(config.advantage)]
         self.result = GRPOResult()
         self.start_step = 0
         self._setup_optimizer()
@@ -209,10 +220,10 @@ class GRPOTrainer:
         )  # (B, T)
         # The generator is seeded alike on every process, so a strategy that gathers batch-global
         # statistics through the accelerator breaks ties identically everywhere.
-        weight_context = {
-            "generator": torch.Generator().manual_seed(step_seed(c.seed, step, 1)),
-            "accelerator": self.accelerator,
-        }
+        weight_context = WeightContext(
+            generator=torch.Generator().manual_seed(step_seed(c.seed, step, 1)),
+            accelerator=self.accelerator,
+        )
         weights, weight_metrics = self.token_weights.compute(
             c.token_weights, batch, self.policy, weight_context
         )  # (B, T)
@@ -234,14 +245,8 @@ class GRPOTrainer:
         metrics["reward/total_std"] = total.std().item() if total.numel() > 1 else 0.0
         for name, values in all_rewards.items():
             metrics[f"reward/{name}"] = values.mean().item()
-        metrics.update(
-            sign_conflict_metric(
-                all_rewards,
-                batch.group_size,
-                c.advantage.get("translation_reward", "translation"),
-                c.advantage.get("reasoning_reward", "reasoning"),
-            )
-        )
+        for reward_metric in self.reward_metrics:
+            metrics.update(reward_metric(all_rewards, batch.group_size))
         # These, and lr, are the same on every process; the rest are averaged across them.
         global_keys = {*metrics, "lr"}
         metrics.update(adv_metrics)

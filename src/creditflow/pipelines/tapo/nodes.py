@@ -18,13 +18,13 @@ from creditflow.tasks.tapo import (
 )
 from creditflow.training.checkpoint import CheckpointStore
 from creditflow.training.evaluation import evaluate_text_policy, evaluate_text_policy_sampled
-from creditflow.training.recipes import (
+from creditflow.training.grpo_runs import (
     build_grpo_config,
     merge_overrides,
     run_grpo,
     run_sft,
-    torch_threads,
 )
+from creditflow.training.threads import torch_threads
 
 logger = logging.getLogger(__name__)
 

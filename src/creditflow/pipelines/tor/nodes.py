@@ -22,13 +22,13 @@ from creditflow.reporting import plot_reward_curves
 from creditflow.tasks.tor import format_tor_target, generate_tor_problems, tor_prompt
 from creditflow.training.checkpoint import CheckpointStore
 from creditflow.training.evaluation import evaluate_vl_policy
-from creditflow.training.recipes import (
+from creditflow.training.grpo_runs import (
     build_grpo_config,
     merge_overrides,
     run_vl_grpo,
     run_vl_sft,
-    torch_threads,
 )
+from creditflow.training.threads import torch_threads
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,5 @@
 """ToR in the GRPO engine (SPEC section 2): batch-global token selection, also across DDP
-processes, the ``tor`` token-weight strategy with its ablations, and the supervised warm start
-of a vision-language policy.
+processes, and the ``tor`` token-weight strategy with its ablations.
 
 Shape symbols: ``B`` sequences (this process's share under DDP), ``T`` completion tokens.
 Masks are 1 where a token counts.
@@ -17,18 +16,14 @@ to be selected over the whole batch. The keys come from one draw over the concat
 
 from __future__ import annotations
 
-import logging
 import math
 import time
-from collections.abc import Sequence
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 from creditflow.algorithms import (
     OVERLAP_MODES,
-    masked_mean,
     num_selected,
     top_fraction_threshold,
     tor_weights_from_selection,
@@ -36,11 +31,7 @@ from creditflow.algorithms import (
 )
 from creditflow.rollout.batch import RolloutBatch
 from creditflow.training.config import ConfigError, GRPOConfig
-from creditflow.training.sft import SFTConfig, epoch_batches, sft_optimizer
-
-logger = logging.getLogger(__name__)
-
-Metrics = dict[str, float]
+from creditflow.training.strategies.base import Metrics, Spec, TokenWeightStrategy, WeightContext
 
 # Paper defaults (SPEC section 2); ``top_p`` is the rollout's entropy_top_p and is checked,
 # not defaulted, here.
@@ -177,14 +168,14 @@ def batch_tor_token_weights(
 
 
 # ---------------------------------------------------------------- the token-weight strategy
-def tor_options(spec: dict[str, Any]) -> dict[str, Any]:
+def tor_options(spec: Spec) -> dict[str, Any]:
     """The full option set of a ``tor*`` spec: paper defaults, then the preset, then the spec."""
     options = {**TOR_DEFAULTS, **TOR_PRESETS[spec["name"]]}
     options.update({k: v for k, v in spec.items() if k in TOR_DEFAULTS})
     return options
 
 
-def validate_tor(spec: dict[str, Any], config: GRPOConfig) -> None:
+def validate_tor(spec: Spec, config: GRPOConfig) -> None:
     """Check a ``tor*`` token-weight spec before any model is built."""
     name = spec["name"]
     allowed = set(TOR_OPTIONS) - set(TOR_PRESETS[name])
@@ -220,7 +211,7 @@ def validate_tor(spec: dict[str, Any], config: GRPOConfig) -> None:
 
 
 def tor_weights(
-    spec: dict[str, Any], batch: RolloutBatch, policy: Any, context: dict[str, Any]
+    spec: Spec, batch: RolloutBatch, policy: Any, context: WeightContext
 ) -> tuple[torch.Tensor, Metrics]:
     """ToR token weights (SPEC section 2) for a rollout batch. -> (B, T)
 
@@ -249,8 +240,8 @@ def tor_weights(
         gamma_r=float(options["gamma_r"]),
         gamma_p=float(options["gamma_p"]),
         overlap=options["overlap"],
-        generator=context["generator"],
-        accelerator=context.get("accelerator"),
+        generator=context.generator,
+        accelerator=context.accelerator,
     )
     metrics["time/no_image_pass_s"] = no_image_s
     # Everything ToR adds to a GRPO step: the no-image forward plus both selections.
@@ -258,105 +249,11 @@ def tor_weights(
     return weights, metrics
 
 
-# ---------------------------------------------------------------- supervised warm start
-def target_batch(
-    policy: Any,
-    prompts: Sequence[Any],
-    target_ids: Sequence[Sequence[int]],
-    max_length: int | None = None,
-) -> RolloutBatch:
-    """A rollout batch whose completions are given token ids (teacher forcing), one per prompt.
-
-    Args:
-        policy: a ``VisionLanguagePolicy`` (``encode_prompts`` per-row inputs).
-        prompts: ``B`` prompts ``as_visual_prompt`` accepts.
-        target_ids: ``B`` token-id lists (EOS included).
-        max_length: tokens per example, image prompt included; targets are cut to fit.
-
-    Returns:
-        ``completion_ids`` right-padded, ``completion_mask`` 1 on the targets, ``old_logp``
-        empty; ``extras`` as ``policy.sample`` sets them.
-
-    Raises:
-        ValueError: a prompt alone fills ``max_length`` (it would leave no target token and
-            a 0/0 loss).
-    """
-    encoded = policy.encode_prompts(prompts)
-    prompt_lengths = encoded["attention_mask"].sum(dim=1).tolist()
-    if max_length is not None:
-        too_long = [n for n in prompt_lengths if n >= max_length]
-        if too_long:
-            raise ValueError(
-                f"a prompt has {max(too_long)} tokens (image included), so max_length="
-                f"{max_length} leaves no target token; raise sft max_length"
-            )
-        target_ids = [
-            list(ids)[: max_length - n] for ids, n in zip(target_ids, prompt_lengths, strict=True)
-        ]
-    width = max(len(ids) for ids in target_ids)
-    ids = torch.full((len(target_ids), width), policy.tokenizer.pad_token_id, dtype=torch.long)
-    mask = torch.zeros(len(target_ids), width)
-    for row, tokens in enumerate(target_ids):
-        ids[row, : len(tokens)] = torch.tensor(list(tokens), dtype=torch.long)
-        mask[row, : len(tokens)] = 1.0
-    extras = {k: encoded[k] for k in ("mm_token_type_ids", "pixel_values", "image_grid_thw")}
-    return RolloutBatch(
-        prompt_ids=encoded["input_ids"],
-        prompt_mask=encoded["attention_mask"],
-        completion_ids=ids.to(policy.device),
-        completion_mask=mask.to(policy.device),
-        old_logp=torch.empty(0),
-        completion_texts=[""] * len(target_ids),
-        prompt_index=torch.arange(len(target_ids)),
-        group_size=1,
-        extras=extras,
+# ToR (SPEC section 2) and its ablations "tor_reasoning_only" (gamma_p = 0) and
+# "tor_perception_only" (gamma_r = 0), by name.
+TOR_STRATEGIES: dict[str, TokenWeightStrategy] = {
+    name: TokenWeightStrategy(
+        tor_weights, validate_tor, needs_entropy=True, needs_rollout_logprobs=True
     )
-
-
-def train_vl_sft(
-    policy: Any,
-    prompts: Sequence[Any],
-    targets: Sequence[str],
-    config: SFTConfig,
-    progress: bool = True,
-) -> list[dict[str, float]]:
-    """Train ``policy.module`` in place on (image prompt, target) pairs: mean next-token NLL of
-    the target tokens (EOS included) given the image and the prompt.
-
-    ``policy`` is a ``VisionLanguagePolicy`` with temperature 1 (the loss is its log-prob).
-    Examples longer than ``config.max_length`` tokens (image prompt + target) lose the end of
-    their target. Returns one metrics row per step.
-    """
-    if len(prompts) != len(targets):
-        raise ValueError(f"{len(prompts)} prompts but {len(targets)} targets")
-    if policy.sampling.temperature != 1.0:
-        raise ValueError("SFT scores the model's own distribution: use temperature 1")
-    tokenizer = policy.tokenizer
-    eos = tokenizer.eos_token_id
-    target_ids = [tokenizer(t, add_special_tokens=False)["input_ids"] + [eos] for t in targets]
-    model = policy.module
-    optimizer, scheduler = sft_optimizer(model, config)
-    history = []
-    model.train()
-    batches = epoch_batches(len(prompts), config)
-    for step in tqdm(range(config.steps), desc="VL SFT", disable=not progress):
-        rows = next(batches)
-        batch = target_batch(
-            policy,
-            [prompts[i] for i in rows],
-            [target_ids[i] for i in rows],
-            config.max_length,
-        )
-        logp, _ = policy.completion_logprobs(batch)  # (b, T)
-        loss = -masked_mean(logp, batch.completion_mask)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
-        optimizer.step()
-        scheduler.step()
-        history.append(
-            {"step": step + 1, "sft/loss": loss.item(), "lr": scheduler.get_last_lr()[0]}
-        )
-    model.eval()
-    logger.info("VL SFT done: %d steps, final loss %.4f", config.steps, history[-1]["sft/loss"])
-    return history
+    for name in TOR_PRESETS
+}

@@ -1,7 +1,9 @@
-"""Recipes: the glue between Kedro nodes and the engine for a language or vision-language policy.
+"""GRPO entry points: the glue between Kedro nodes and ``GRPOTrainer`` for a language,
+vision-language or reranker policy.
 
-A node passes its inputs and ``params:`` dict; a recipe validates the parameters first,
-then builds the policy, runs SFT or GRPO, and returns plain results (model, tables).
+A node passes its inputs and ``params:`` dict; an entry point validates the parameters first
+(``build_grpo_config``), then builds the policy, runs GRPO on a copy of the model with
+resumable checkpoints, and returns plain results (model, ``GRPOResult``).
 """
 
 from __future__ import annotations
@@ -9,12 +11,10 @@ from __future__ import annotations
 import copy
 import hashlib
 import logging
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Any
 
 import pandas as pd
-import torch
 
 from creditflow.rollout import (
     LanguagePolicy,
@@ -28,8 +28,8 @@ from creditflow.training.evaluation import TextRewards
 from creditflow.training.grpo import GRPOResult, GRPOTrainer
 from creditflow.training.launch import run_data_parallel
 from creditflow.training.sft import SFTConfig, train_sft
-from creditflow.training.strategies import ADVANTAGE_STRATEGIES
-from creditflow.training.tor import train_vl_sft
+from creditflow.training.strategies import RewardMetric, advantage_strategy, validate_strategies
+from creditflow.training.vl_sft import train_vl_sft
 
 logger = logging.getLogger(__name__)
 
@@ -49,13 +49,14 @@ def build_grpo_config(grpo_params: dict[str, Any], reward_names: Sequence[str]) 
     """A validated ``GRPOConfig`` whose rewards, weighted or read by the advantage strategy
     (TAPO's ``translation_reward`` / ``reasoning_reward``), all exist in ``reward_names``."""
     config = GRPOConfig.from_params(dict(grpo_params))
+    validate_strategies(config)
     unknown = sorted(set(config.rewards) - set(reward_names))
     if unknown:
         raise ConfigError(
             f"rewards {unknown} are weighted but not computed; computed rewards are "
             f"{sorted(reward_names)} (add them to 'reward_functions' or drop the weight)"
         )
-    advantage = ADVANTAGE_STRATEGIES[config.advantage["name"]]
+    advantage = advantage_strategy(config)
     unread = sorted(advantage.reward_names(config.advantage) - set(reward_names))
     if unread:
         raise ConfigError(
@@ -104,6 +105,7 @@ def train_grpo_process(
     config: GRPOConfig,
     reward_names: list[str],
     checkpoints: CheckpointStore | None,
+    reward_metrics: Sequence[RewardMetric] = (),
 ) -> tuple[Any, GRPOResult]:
     """One process of ``run_grpo`` (module level: spawned workers import it by name)."""
     rewards = TextRewards(reward_names, references, answers)
@@ -114,6 +116,7 @@ def train_grpo_process(
         config,
         checkpoints,
         accelerator=accelerator,
+        reward_metrics=reward_metrics,
     )
     result = trainer.train()
     if accelerator is not None:
@@ -131,13 +134,14 @@ def run_grpo(
     reward_names: Sequence[str],
     checkpoints: CheckpointStore | None,
     distributed: dict[str, Any] | None = None,
+    reward_metrics: Sequence[RewardMetric] = (),
 ) -> tuple[Any, GRPOResult]:
     """GRPO on a copy of ``model``; resumes from ``checkpoints`` when a run with the same
     starting weights, prompts, config and process count left one there.
 
     ``distributed``: ``{"num_processes": N, "accelerate": {...Accelerator options...}}`` runs
     the training data-parallel in N processes (``creditflow.training.launch``); None or N = 1
-    trains in this process.
+    trains in this process. ``reward_metrics``: see ``GRPOTrainer``.
     """
     distributed = dict(distributed or {})
     unknown = sorted(set(distributed) - {"num_processes", "accelerate"})
@@ -167,30 +171,13 @@ def run_grpo(
             config,
             list(reward_names),
             checkpoints,
+            list(reward_metrics),
         ),
         accelerate_config=distributed.get("accelerate"),
     )
 
 
 # ---------------------------------------------------------------- vision-language (ToR)
-@contextmanager
-def torch_threads(n: int | None) -> Iterator[None]:
-    """Run the block with ``n`` intra-op CPU threads (``None``: leave torch's setting), then
-    restore the previous count. A tiny model's matmuls are far below what threading pays
-    off for; on a shared CPU the extra threads spin and a step takes 10x longer."""
-    if n is None:
-        yield
-        return
-    if n < 1:
-        raise ConfigError(f"torch_threads must be >= 1 or null, got {n}")
-    previous = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
-
-
 def run_vl_sft(
     model, processor, prompts: Sequence[Any], targets: Sequence[str], sft_params: dict
 ) -> tuple[Any, pd.DataFrame]:

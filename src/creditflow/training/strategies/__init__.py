@@ -1,0 +1,67 @@
+"""Credit-assignment strategies, chosen by name from two small tables (one home per method).
+
+- ``grpo.py``: plain GRPO advantages and uniform token weights (SPEC section 0).
+- ``tapo.py``: TAPO's step-level advantages, the translation segment, the sign-conflict rate
+  (SPEC section 1).
+- ``tor.py``: ToR's batch-global token selection and weights, with its ablations (SPEC 2).
+
+Adding a method means adding a module and a row here, not a branch in the training loop.
+``validate_strategies`` checks a config's strategy specs before any model is built.
+"""
+
+from __future__ import annotations
+
+from creditflow.training.config import ConfigError, GRPOConfig
+from creditflow.training.strategies.base import (
+    AdvantageStrategy,
+    Metrics,
+    RewardMetric,
+    TokenWeightStrategy,
+    WeightContext,
+    weighted_reward,
+)
+from creditflow.training.strategies.grpo import GRPO, UNIFORM
+from creditflow.training.strategies.tapo import TAPO, SignConflictRate
+from creditflow.training.strategies.tor import TOR_STRATEGIES
+
+ADVANTAGE_STRATEGIES: dict[str, AdvantageStrategy] = {"grpo": GRPO, "tapo": TAPO}
+TOKEN_WEIGHT_STRATEGIES: dict[str, TokenWeightStrategy] = {"uniform": UNIFORM, **TOR_STRATEGIES}
+
+
+def advantage_strategy(config: GRPOConfig) -> AdvantageStrategy:
+    return _lookup("advantage", config.advantage, ADVANTAGE_STRATEGIES)
+
+
+def token_weight_strategy(config: GRPOConfig) -> TokenWeightStrategy:
+    return _lookup("token_weights", config.token_weights, TOKEN_WEIGHT_STRATEGIES)
+
+
+def validate_strategies(config: GRPOConfig) -> None:
+    """ConfigError, saying what to fix, when ``config.advantage`` or ``config.token_weights``
+    names no strategy or gives it options it does not take."""
+    advantage_strategy(config).validate(config.advantage, config)
+    token_weight_strategy(config).validate(config.token_weights, config)
+
+
+def _lookup(label: str, spec, table: dict):
+    if not (isinstance(spec, dict) and "name" in spec):
+        raise ConfigError(f"{label} must be a mapping with a 'name' key, got {spec!r}")
+    if spec["name"] not in table:
+        raise ConfigError(f"unknown {label} strategy {spec['name']!r}; valid: {sorted(table)}")
+    return table[spec["name"]]
+
+
+__all__ = [
+    "ADVANTAGE_STRATEGIES",
+    "TOKEN_WEIGHT_STRATEGIES",
+    "AdvantageStrategy",
+    "Metrics",
+    "RewardMetric",
+    "SignConflictRate",
+    "TokenWeightStrategy",
+    "WeightContext",
+    "advantage_strategy",
+    "token_weight_strategy",
+    "validate_strategies",
+    "weighted_reward",
+]

@@ -1,0 +1,122 @@
+"""The two kinds of credit-assignment strategy and what they share.
+
+An *advantage strategy* turns the named per-completion rewards of a rollout batch into
+``(B, T)`` token advantages; a *token-weight strategy* gives the ``(B, T)`` weights ``w`` of
+the loss (SPEC section 0). Each kind has its own call signature (``AdvantageFn``,
+``TokenWeightFn``) and is registered by name in ``training.strategies``; the GRPO loop calls
+them through these types and names no method.
+
+Shape symbols: ``B`` sequences (prompts x G), ``G`` group size, ``T`` completion tokens.
+Masks are 1 where a token counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+
+from creditflow.rollout.batch import RolloutBatch
+from creditflow.training.config import ConfigError, GRPOConfig
+
+Metrics = dict[str, float]
+Spec = Mapping[str, Any]  # {"name": strategy, ...its options}, as written in the parameters
+
+
+class AdvantageFn(Protocol):
+    def __call__(
+        self,
+        spec: Spec,
+        rewards: dict[str, torch.Tensor],
+        batch: RolloutBatch,
+        policy: Any,
+        config: GRPOConfig,
+    ) -> tuple[torch.Tensor, Metrics]:
+        """rewards: name -> (B,); returns ``(advantages (B, T), metrics)``, 0 on padding."""
+        ...
+
+
+@dataclass(frozen=True)
+class WeightContext:
+    """What a token-weight strategy may need beyond the batch.
+
+    generator: seeded per step, identically on every process (tie-breaking).
+    accelerator: an ``accelerate.Accelerator`` (None in a single process). With several
+        processes the batch is this process's share only: a strategy that needs batch-global
+        statistics (ToR's top fraction of all valid tokens, SPEC section 2) gathers them
+        through it before choosing a threshold.
+    """
+
+    generator: torch.Generator
+    accelerator: Any = None
+
+
+class TokenWeightFn(Protocol):
+    def __call__(
+        self, spec: Spec, batch: RolloutBatch, policy: Any, context: WeightContext
+    ) -> tuple[torch.Tensor, Metrics]:
+        """Returns ``(weights (B, T), metrics)``, 0 on padding."""
+        ...
+
+
+# (rewards of the whole rollout batch: name -> (B,), group size G) -> metrics. A diagnostic of
+# the rewards themselves, such as TAPO's sign-conflict rate; computed once per step on the
+# rewards of every process.
+RewardMetric = Callable[[dict[str, torch.Tensor], int], Metrics]
+
+
+def _no_reward_names(spec: Spec) -> set[str]:
+    return set()
+
+
+def _no_reward_metrics(spec: Spec) -> list[RewardMetric]:
+    return []
+
+
+@dataclass(frozen=True)
+class AdvantageStrategy:
+    """compute: the advantages; validate: checks the spec before any model is built;
+    reward_names: the rewards it reads beyond ``config.rewards`` (checked against the
+    computed ones before training); reward_metrics: the per-step diagnostics it reports."""
+
+    compute: AdvantageFn
+    validate: Callable[[Spec, GRPOConfig], None]
+    reward_names: Callable[[Spec], set[str]] = _no_reward_names
+    reward_metrics: Callable[[Spec], list[RewardMetric]] = field(default=_no_reward_metrics)
+
+
+@dataclass(frozen=True)
+class TokenWeightStrategy:
+    """compute: the weights; validate: checks the spec up front; needs_entropy /
+    needs_rollout_logprobs: what the rollout must compute for it (each costs a pass over the
+    (B, T, V) logits)."""
+
+    compute: TokenWeightFn
+    validate: Callable[[Spec, GRPOConfig], None]
+    needs_entropy: bool = False
+    needs_rollout_logprobs: bool = False
+
+
+def reject_unknown_options(spec: Spec, allowed: set[str]) -> None:
+    """ConfigError naming the options of ``spec`` outside ``allowed`` (``name`` included)."""
+    extra = sorted(set(spec) - allowed)
+    if extra:
+        options = sorted(allowed - {"name"}) or "no options"
+        raise ConfigError(f"strategy {spec['name']!r} takes {options}, got unknown {extra}")
+
+
+def no_options(spec: Spec, config: GRPOConfig) -> None:
+    reject_unknown_options(spec, {"name"})
+
+
+def check_scale_by_std(spec: Spec) -> None:
+    scale = spec.get("scale_by_std", True)
+    if not isinstance(scale, bool):
+        raise ConfigError(f"advantage.scale_by_std must be true or false, got {scale!r}")
+
+
+def weighted_reward(rewards: dict[str, torch.Tensor], weights: dict[str, float]) -> torch.Tensor:
+    """(B,) sum of weight * reward over the configured rewards."""
+    return sum(weight * rewards[name] for name, weight in weights.items())

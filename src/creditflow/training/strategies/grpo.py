@@ -1,0 +1,54 @@
+"""Plain GRPO (SPEC section 0): one group-normalised advantage per completion on every token,
+and uniform token weights."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from creditflow.algorithms import group_zscore
+from creditflow.rollout.batch import RolloutBatch
+from creditflow.training.config import GRPOConfig
+from creditflow.training.strategies.base import (
+    AdvantageStrategy,
+    Metrics,
+    Spec,
+    TokenWeightStrategy,
+    WeightContext,
+    check_scale_by_std,
+    no_options,
+    reject_unknown_options,
+    weighted_reward,
+)
+
+
+def grpo_advantages(
+    spec: Spec,
+    rewards: dict[str, torch.Tensor],
+    batch: RolloutBatch,
+    policy: Any,
+    config: GRPOConfig,
+) -> tuple[torch.Tensor, Metrics]:
+    """Trajectory-level GRPO: zscore of the weighted reward sum on every token (centred only
+    with ``scale_by_std: false``). -> (B, T)"""
+    total = weighted_reward(rewards, config.rewards)  # (B,)
+    adv = group_zscore(total, batch.group_size, scale_by_std=spec.get("scale_by_std", True))
+    token_adv = adv.unsqueeze(1) * batch.completion_mask  # (B, T)
+    return token_adv, {"adv/abs_mean": adv.abs().mean().item()}
+
+
+def validate_grpo(spec: Spec, config: GRPOConfig) -> None:
+    reject_unknown_options(spec, {"name", "scale_by_std"})
+    check_scale_by_std(spec)
+
+
+def uniform_weights(
+    spec: Spec, batch: RolloutBatch, policy: Any, context: WeightContext
+) -> tuple[torch.Tensor, Metrics]:
+    """Plain GRPO: every valid token weighs 1. -> (B, T)"""
+    return batch.completion_mask.clone(), {}
+
+
+GRPO = AdvantageStrategy(grpo_advantages, validate_grpo)
+UNIFORM = TokenWeightStrategy(uniform_weights, no_options)

@@ -1,0 +1,120 @@
+"""Supervised warm start of a vision-language policy: next-token loss on the target tokens of
+(image prompt, target) pairs, teacher-forced through the policy's own scoring forward."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from creditflow.algorithms import masked_mean
+from creditflow.rollout.batch import RolloutBatch
+from creditflow.training.sft import SFTConfig, epoch_batches, sft_optimizer
+
+logger = logging.getLogger(__name__)
+
+
+def target_batch(
+    policy: Any,
+    prompts: Sequence[Any],
+    target_ids: Sequence[Sequence[int]],
+    max_length: int | None = None,
+) -> RolloutBatch:
+    """A rollout batch whose completions are given token ids (teacher forcing), one per prompt.
+
+    Args:
+        policy: a ``VisionLanguagePolicy`` (``encode_prompts`` per-row inputs).
+        prompts: ``B`` prompts ``as_visual_prompt`` accepts.
+        target_ids: ``B`` token-id lists (EOS included).
+        max_length: tokens per example, image prompt included; targets are cut to fit.
+
+    Returns:
+        ``completion_ids`` right-padded, ``completion_mask`` 1 on the targets, ``old_logp``
+        empty; ``extras`` as ``policy.sample`` sets them.
+
+    Raises:
+        ValueError: a prompt alone fills ``max_length`` (it would leave no target token and
+            a 0/0 loss).
+    """
+    encoded = policy.encode_prompts(prompts)
+    prompt_lengths = encoded["attention_mask"].sum(dim=1).tolist()
+    if max_length is not None:
+        too_long = [n for n in prompt_lengths if n >= max_length]
+        if too_long:
+            raise ValueError(
+                f"a prompt has {max(too_long)} tokens (image included), so max_length="
+                f"{max_length} leaves no target token; raise sft max_length"
+            )
+        target_ids = [
+            list(ids)[: max_length - n] for ids, n in zip(target_ids, prompt_lengths, strict=True)
+        ]
+    width = max(len(ids) for ids in target_ids)
+    ids = torch.full((len(target_ids), width), policy.tokenizer.pad_token_id, dtype=torch.long)
+    mask = torch.zeros(len(target_ids), width)
+    for row, tokens in enumerate(target_ids):
+        ids[row, : len(tokens)] = torch.tensor(list(tokens), dtype=torch.long)
+        mask[row, : len(tokens)] = 1.0
+    extras = {k: encoded[k] for k in ("mm_token_type_ids", "pixel_values", "image_grid_thw")}
+    return RolloutBatch(
+        prompt_ids=encoded["input_ids"],
+        prompt_mask=encoded["attention_mask"],
+        completion_ids=ids.to(policy.device),
+        completion_mask=mask.to(policy.device),
+        old_logp=torch.empty(0),
+        completion_texts=[""] * len(target_ids),
+        prompt_index=torch.arange(len(target_ids)),
+        group_size=1,
+        extras=extras,
+    )
+
+
+def train_vl_sft(
+    policy: Any,
+    prompts: Sequence[Any],
+    targets: Sequence[str],
+    config: SFTConfig,
+    progress: bool = True,
+) -> list[dict[str, float]]:
+    """Train ``policy.module`` in place on (image prompt, target) pairs: mean next-token NLL of
+    the target tokens (EOS included) given the image and the prompt.
+
+    ``policy`` is a ``VisionLanguagePolicy`` with temperature 1 (the loss is its log-prob).
+    Examples longer than ``config.max_length`` tokens (image prompt + target) lose the end of
+    their target. Returns one metrics row per step.
+    """
+    if len(prompts) != len(targets):
+        raise ValueError(f"{len(prompts)} prompts but {len(targets)} targets")
+    if policy.sampling.temperature != 1.0:
+        raise ValueError("SFT scores the model's own distribution: use temperature 1")
+    tokenizer = policy.tokenizer
+    eos = tokenizer.eos_token_id
+    target_ids = [tokenizer(t, add_special_tokens=False)["input_ids"] + [eos] for t in targets]
+    model = policy.module
+    optimizer, scheduler = sft_optimizer(model, config)
+    history = []
+    model.train()
+    batches = epoch_batches(len(prompts), config)
+    for step in tqdm(range(config.steps), desc="VL SFT", disable=not progress):
+        rows = next(batches)
+        batch = target_batch(
+            policy,
+            [prompts[i] for i in rows],
+            [target_ids[i] for i in rows],
+            config.max_length,
+        )
+        logp, _ = policy.completion_logprobs(batch)  # (b, T)
+        loss = -masked_mean(logp, batch.completion_mask)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+        optimizer.step()
+        scheduler.step()
+        history.append(
+            {"step": step + 1, "sft/loss": loss.item(), "lr": scheduler.get_last_lr()[0]}
+        )
+    model.eval()
+    logger.info("VL SFT done: %d steps, final loss %.4f", config.steps, history[-1]["sft/loss"])
+    return history
