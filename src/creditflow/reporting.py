@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import matplotlib
 
@@ -13,6 +13,15 @@ import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from creditflow.training.reranking import summarise_by_band  # noqa: E402
+
+
+def metrics_frame(history: Sequence[Mapping[str, float]]) -> pd.DataFrame:
+    """Per-step engine history -> a ``*_metrics`` table with an integer ``step`` column (the
+    MLflow hook logs one point per step and rejects fractional steps)."""
+    frame = pd.DataFrame(list(history))
+    if "step" in frame.columns:
+        frame["step"] = frame["step"].round().astype("int64")
+    return frame
 
 
 def plot_reward_curves(

@@ -8,17 +8,17 @@ from hypothesis import strategies as st
 
 from creditflow.pipelines._reranking_common import (
     build_reranker,
-    checked_options,
     greedy_rankings,
     inputs_for,
-    metrics_frame,
     rankings_frame,
     rankings_from_frame,
     reranker_inputs,
     session_exp_scores,
     split_sessions,
 )
+from creditflow.reporting import metrics_frame
 from creditflow.tasks.reranking import generate_catalogue, generate_sessions
+from creditflow.training.config import checked_options
 from creditflow.training.reranking import FEATURE_NAMES, session_features
 
 

@@ -28,9 +28,9 @@ from creditflow.rollout import RolloutBatch, SamplingSettings, VisionLanguagePol
 from creditflow.training import TOKEN_WEIGHT_STRATEGIES, GRPOConfig, GRPOTrainer
 from creditflow.training.config import ConfigError
 from creditflow.training.grpo import step_seed
-from creditflow.training.strategies import WeightContext, validate_strategies
 from creditflow.training.grpo_runs import run_vl_sft, vision_language_policy
 from creditflow.training.sft import SFTConfig
+from creditflow.training.strategies import WeightContext, validate_strategies
 from creditflow.training.strategies.tor import (
     batch_top_fraction_mask,
     batch_tor_token_weights,

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import inspect
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -31,42 +30,6 @@ from creditflow.training.reranking import FEATURE_NAMES, PageReward, session_fea
 logger = logging.getLogger(__name__)
 
 RANKING_COLUMNS = ("session_id", "ranking", "ranked_items")
-
-
-def checked_options(
-    options: Mapping[str, Any] | None, func: Callable, label: str, taken: Sequence[str] = ()
-) -> dict:
-    """``options`` as keyword arguments of ``func``, checked up front: every name must be an
-    argument of ``func`` other than the ``taken`` ones (which the node passes itself), and every
-    argument without a default that is not taken must be given.
-
-    >>> checked_options({"steps": 3}, lambda model, steps, lr=0.1: None, "sft", taken=["model"])
-    {'steps': 3}
-    """
-    options = dict(options or {})
-    arguments = {
-        name: p
-        for name, p in inspect.signature(func).parameters.items()
-        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and name not in set(taken)
-    }
-    unknown = sorted(set(options) - set(arguments))
-    if unknown:
-        raise ValueError(f"unknown {label} option(s) {unknown}; valid: {sorted(arguments)}")
-    missing = sorted(
-        name for name, p in arguments.items() if p.default is p.empty and name not in options
-    )
-    if missing:
-        raise ValueError(f"{label} needs option(s) {missing}; set them in parameters")
-    return options
-
-
-def metrics_frame(history: Sequence[Mapping[str, float]]) -> pd.DataFrame:
-    """Per-step engine history -> a ``*_metrics`` table with an integer ``step`` column (the
-    MLflow hook logs one point per step and rejects fractional steps)."""
-    frame = pd.DataFrame(list(history))
-    if "step" in frame.columns:
-        frame["step"] = frame["step"].round().astype("int64")
-    return frame
 
 
 # ---------------------------------------------------------------- sessions

@@ -6,6 +6,8 @@ Validation runs before any model is built so a broken config fails in seconds.
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -124,3 +126,30 @@ class GRPOConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def checked_options(
+    options: Mapping[str, Any] | None, func: Callable, label: str, taken: Sequence[str] = ()
+) -> dict:
+    """``options`` as keyword arguments of ``func``, checked up front: every name must be an
+    argument of ``func`` other than the ``taken`` ones (which the node passes itself), and every
+    argument without a default that is not taken must be given.
+
+    >>> checked_options({"steps": 3}, lambda model, steps, lr=0.1: None, "sft", taken=["model"])
+    {'steps': 3}
+    """
+    options = dict(options or {})
+    arguments = {
+        name: p
+        for name, p in inspect.signature(func).parameters.items()
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and name not in set(taken)
+    }
+    unknown = sorted(set(options) - set(arguments))
+    if unknown:
+        raise ValueError(f"unknown {label} option(s) {unknown}; valid: {sorted(arguments)}")
+    missing = sorted(
+        name for name, p in arguments.items() if p.default is p.empty and name not in options
+    )
+    if missing:
+        raise ValueError(f"{label} needs option(s) {missing}; set them in parameters")
+    return options

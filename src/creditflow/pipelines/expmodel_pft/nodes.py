@@ -9,8 +9,9 @@ from typing import Any
 import pandas as pd
 
 from creditflow.models.scorer import ExpScorer
-from creditflow.pipelines._reranking_common import checked_options, metrics_frame
+from creditflow.reporting import metrics_frame
 from creditflow.training import expmodel
+from creditflow.training.config import checked_options
 
 logger = logging.getLogger(__name__)
 

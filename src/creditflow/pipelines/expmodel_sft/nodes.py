@@ -13,8 +13,9 @@ from creditflow.models import (
     load_vl_policy,
     train_vl_tokenizer,
 )
-from creditflow.pipelines._reranking_common import checked_options, metrics_frame
+from creditflow.reporting import metrics_frame
 from creditflow.training import expmodel
+from creditflow.training.config import checked_options
 
 
 def build_expmodel_processor(

@@ -9,10 +9,10 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from creditflow.models.reranker import PointerReranker
-from creditflow.pipelines._reranking_common import checked_options
 from creditflow.pipelines.reranker_eval.nodes import rank_and_evaluate
 from creditflow.reporting import plot_metrics_by_band, summarise_rankers_by_band
 from creditflow.tasks.movielens import movielens_sessions
+from creditflow.training.config import checked_options
 from creditflow.training.reranking import EVALUATION_METRICS
 
 logger = logging.getLogger(__name__)

@@ -11,11 +11,10 @@ from matplotlib.figure import Figure
 from creditflow.models.reranker import PointerReranker
 from creditflow.pipelines._reranking_common import (
     inputs_for,
-    metrics_frame,
     run_page_grpo,
     session_exp_scores,
 )
-from creditflow.reporting import plot_reward_curves
+from creditflow.reporting import metrics_frame, plot_reward_curves
 from creditflow.training import CheckpointStore, GRPOConfig
 from creditflow.training.reranking import PageReward, logged_sessions
 

@@ -9,12 +9,12 @@ import pandas as pd
 from creditflow.models.reranker import PointerReranker
 from creditflow.pipelines._reranking_common import (
     build_reranker,
-    checked_options,
     inputs_for,
-    metrics_frame,
     rankings_from_frame,
 )
+from creditflow.reporting import metrics_frame
 from creditflow.training import reranking
+from creditflow.training.config import checked_options
 
 
 def pretrain_reranker(
