@@ -1,6 +1,6 @@
 """ToR in the engine (SPEC section 2): batch-global selection (one process, two simulated
-ranks), the ``tor`` strategy rows and their options, a ToR training step on a real tiny
-Qwen2.5-VL, and the VL warm start."""
+ranks), the ``tor`` strategy rows and their options, and a ToR training step on a real tiny
+Qwen2.5-VL (the VL warm start is in test_vl_sft.py)."""
 
 # The VL fixtures are imported from the rollout tests and requested by name as parameters.
 # ruff: noqa: F811
@@ -24,19 +24,17 @@ from creditflow.algorithms import (
     tor_token_weights,
     visual_sensitivity,
 )
-from creditflow.rollout import RolloutBatch, SamplingSettings, VisionLanguagePolicy
+from creditflow.rollout import SamplingSettings, VisionLanguagePolicy
 from creditflow.training import TOKEN_WEIGHT_STRATEGIES, GRPOConfig, GRPOTrainer
 from creditflow.training.config import ConfigError
 from creditflow.training.grpo import step_seed
-from creditflow.training.grpo_runs import run_vl_sft, vision_language_policy
-from creditflow.training.sft import SFTConfig
+from creditflow.training.grpo_runs import vision_language_policy
 from creditflow.training.strategies import WeightContext, validate_strategies
 from creditflow.training.strategies.tor import (
     batch_top_fraction_mask,
     batch_tor_token_weights,
     tor_options,
 )
-from creditflow.training.vl_sft import target_batch, train_vl_sft
 from tests.rollout.test_vision_policy import (  # noqa: F401 - fixtures are found by name
     make_vl_model,
     tor_tasks,
@@ -448,38 +446,3 @@ def test_uniform_vl_step_runs_no_no_image_pass(
     )
     metrics = trainer.step(0)
     assert calls == [] and "time/no_image_pass_s" not in metrics
-
-
-# ---------------------------------------------------------------- VL warm start
-def test_vl_sft_learns_the_targets(make_vl_model, vl_processor, vl_prompts):
-    """Four fixed targets, 25 steps: the NLL drops well below its start, and the model is
-    trained in place by train_vl_sft while run_vl_sft leaves its input alone."""
-    targets = ["1 + 2 = 3. The answer is \\boxed{3}"] * 2 + ["There are 4. \\boxed{4}"] * 2
-    config = {"steps": 25, "batch_size": 4, "learning_rate": 1e-2, "warmup_steps": 1}
-    model = make_vl_model()
-    before = {k: v.clone() for k, v in model.state_dict().items()}
-    trained, history = run_vl_sft(model, vl_processor, vl_prompts, targets, config)
-    assert trained is not model and all(
-        torch.equal(v, before[k]) for k, v in model.state_dict().items()
-    )
-    losses = history["sft/loss"].tolist()
-    assert len(losses) == 25 and losses[-1] < 0.5 * losses[0]
-    assert not trained.training
-
-
-def test_target_batch_masks_the_targets_and_respects_max_length(
-    make_vl_model, vl_processor, vl_prompts
-):
-    policy = VisionLanguagePolicy(make_vl_model(), vl_processor, SamplingSettings())
-    batch = target_batch(policy, vl_prompts[:2], [[5, 6, 2], [7, 2]])
-    assert isinstance(batch, RolloutBatch)
-    assert batch.completion_ids.tolist() == [[5, 6, 2], [7, 2, 0]]
-    assert batch.completion_mask.tolist() == [[1, 1, 1], [1, 1, 0]]
-    prompt_len = int(batch.prompt_mask[0].sum())
-    cut = target_batch(policy, vl_prompts[:1], [[5, 6, 2]], max_length=prompt_len + 2)
-    assert cut.completion_ids.tolist() == [[5, 6]]
-    with pytest.raises(ValueError, match="raise sft max_length"):
-        target_batch(policy, vl_prompts[:1], [[5, 2]], max_length=prompt_len)
-    hot = VisionLanguagePolicy(policy.module, vl_processor, SamplingSettings(temperature=0.7))
-    with pytest.raises(ValueError, match="temperature 1"):
-        train_vl_sft(hot, vl_prompts[:1], ["x"], SFTConfig(steps=1))

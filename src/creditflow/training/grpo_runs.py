@@ -14,8 +14,6 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-import pandas as pd
-
 from creditflow.rollout import (
     LanguagePolicy,
     SamplingSettings,
@@ -27,9 +25,7 @@ from creditflow.training.config import ConfigError, GRPOConfig
 from creditflow.training.evaluation import TextRewards
 from creditflow.training.grpo import GRPOResult, GRPOTrainer
 from creditflow.training.launch import run_data_parallel
-from creditflow.training.sft import SFTConfig, train_sft
 from creditflow.training.strategies import RewardMetric, advantage_strategy, validate_strategies
-from creditflow.training.vl_sft import train_vl_sft
 
 logger = logging.getLogger(__name__)
 
@@ -83,16 +79,6 @@ def language_policy(model, tokenizer, config: GRPOConfig) -> LanguagePolicy:
 
 def vision_language_policy(model, processor, config: GRPOConfig) -> VisionLanguagePolicy:
     return VisionLanguagePolicy(model, processor, sampling_settings(config))
-
-
-def run_sft(
-    model, tokenizer, prompts: Sequence[str], targets: Sequence[str], sft_params: dict
-) -> tuple[Any, pd.DataFrame]:
-    """SFT a copy of ``model``; returns it and the per-step metrics table."""
-    config = SFTConfig.from_params(dict(sft_params))
-    model = copy.deepcopy(model)
-    history = train_sft(model, tokenizer, list(prompts), list(targets), config)
-    return model.eval(), pd.DataFrame(history)
 
 
 def train_grpo_process(
@@ -178,19 +164,6 @@ def run_grpo(
 
 
 # ---------------------------------------------------------------- vision-language (ToR)
-def run_vl_sft(
-    model, processor, prompts: Sequence[Any], targets: Sequence[str], sft_params: dict
-) -> tuple[Any, pd.DataFrame]:
-    """SFT a copy of a vision-language ``model`` on (image prompt, target) pairs; returns it and
-    the per-step metrics table. ``prompts`` are what ``as_visual_prompt`` accepts."""
-    config = SFTConfig.from_params(dict(sft_params))
-    model = copy.deepcopy(model)
-    visual = [as_visual_prompt(p) for p in prompts]  # decode every image once
-    policy = VisionLanguagePolicy(model, processor, SamplingSettings())
-    history = train_vl_sft(policy, visual, list(targets), config)
-    return model.eval(), pd.DataFrame(history)
-
-
 def run_vl_grpo(
     model,
     processor,

@@ -6,15 +6,18 @@ and GRPO would have no signal; a short SFT on gold completions gives it the form
 
 from __future__ import annotations
 
+import copy
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
+import pandas as pd
 import torch
-from tqdm.auto import tqdm
-from transformers import get_cosine_schedule_with_warmup
 
+from creditflow.training.checkpoint import CheckpointStore
 from creditflow.training.config import ConfigError
+from creditflow.training.supervised import SupervisedConfig, SupervisedTrainer, run_store
 
 logger = logging.getLogger(__name__)
 
@@ -24,17 +27,19 @@ IGNORE_INDEX = -100  # transformers' label value for "no loss here"
 @dataclass
 class SFTConfig:
     """steps: optimizer steps; batch_size: examples per step; learning_rate, weight_decay,
-    warmup_steps, max_grad_norm: AdamW with warm-up then cosine decay; max_length: tokens per
-    example (longer ones are truncated from the right); seed: example order."""
+    warmup_steps, max_grad_norm: AdamW with warm-up then cosine decay (``SupervisedConfig``);
+    max_length: tokens per example (longer ones are truncated from the right); seed: example
+    order; checkpoint_every: steps between checkpoints when a store is given (0: at the end)."""
 
     steps: int = 200
     batch_size: int = 16
     learning_rate: float = 1e-3
     weight_decay: float = 0.0
     warmup_steps: int = 10
-    max_grad_norm: float = 1.0
+    max_grad_norm: float | None = 1.0
     max_length: int = 256
     seed: int = 0
+    checkpoint_every: int = 0
 
     @classmethod
     def from_params(cls, params: dict) -> SFTConfig:
@@ -48,7 +53,22 @@ class SFTConfig:
                 raise ConfigError(f"sft {name} must be >= 1, got {getattr(config, name)}")
         if config.learning_rate <= 0:
             raise ConfigError(f"sft learning_rate must be > 0, got {config.learning_rate}")
+        config.supervised()  # the trainer's own checks (max_grad_norm, warmup_steps, ...)
         return config
+
+    def supervised(self) -> SupervisedConfig:
+        """The trainer's config: warm-up then cosine, clipped to ``max_grad_norm``."""
+        return SupervisedConfig(
+            steps=self.steps,
+            batch_size=self.batch_size,
+            learning_rate=self.learning_rate,
+            weight_decay=self.weight_decay,
+            warmup_steps=self.warmup_steps,
+            schedule="cosine",
+            max_grad_norm=self.max_grad_norm,
+            seed=self.seed,
+            checkpoint_every=self.checkpoint_every,
+        )
 
 
 def build_sft_examples(
@@ -114,32 +134,6 @@ def completion_nll(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     )
 
 
-def sft_optimizer(model, config: SFTConfig):
-    """AdamW over all parameters and warm-up-then-cosine over ``config.steps``."""
-    optimizer = torch.optim.AdamW(
-        model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
-    )
-    scheduler = get_cosine_schedule_with_warmup(
-        optimizer, min(config.warmup_steps, config.steps), config.steps
-    )
-    return optimizer, scheduler
-
-
-def epoch_batches(n_examples: int, config: SFTConfig) -> Iterator[list[int]]:
-    """Endless ``config.batch_size`` row lists: each epoch a fresh permutation from one
-    generator seeded with ``config.seed``; a batch may straddle two epochs."""
-    generator = torch.Generator().manual_seed(config.seed)
-    order, cursor = torch.randperm(n_examples, generator=generator).tolist(), 0
-    while True:
-        rows = []
-        while len(rows) < config.batch_size:
-            if cursor == len(order):  # next epoch, reshuffled
-                order, cursor = torch.randperm(n_examples, generator=generator).tolist(), 0
-            rows.append(order[cursor])
-            cursor += 1
-        yield rows
-
-
 def train_sft(
     model,
     tokenizer,
@@ -148,26 +142,52 @@ def train_sft(
     config: SFTConfig,
     use_chat_template: bool = True,
     progress: bool = True,
+    checkpoints: CheckpointStore | None = None,
 ) -> list[dict[str, float]]:
-    """Train ``model`` in place on (prompt, target) pairs; returns one metrics row per step."""
+    """Train ``model`` in place on (prompt, target) pairs; returns one metrics row per step
+    (``step``, ``sft/loss``, ``lr``). ``checkpoints``: this run's store (``run_store``), or
+    None."""
     examples = build_sft_examples(tokenizer, prompts, targets, config.max_length, use_chat_template)
     device = next(model.parameters()).device
-    optimizer, scheduler = sft_optimizer(model, config)
-    history = []
-    model.train()
-    batches = epoch_batches(len(examples), config)
-    for step in tqdm(range(config.steps), desc="SFT", disable=not progress):
-        rows = next(batches)
+
+    def batch_fn(rows: list[int]) -> dict[str, torch.Tensor]:
         batch = collate_right_padded([examples[i] for i in rows], tokenizer.pad_token_id)
-        batch = {k: v.to(device) for k, v in batch.items()}
+        return {k: v.to(device) for k, v in batch.items()}
+
+    def loss_fn(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
         loss = completion_nll(model, batch)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
-        optimizer.step()
-        scheduler.step()
-        history.append(
-            {"step": step + 1, "sft/loss": loss.item(), "lr": scheduler.get_last_lr()[0]}
-        )
+        return loss, {"sft/loss": loss.item()}
+
+    history = SupervisedTrainer(
+        model,
+        len(examples),
+        batch_fn,
+        loss_fn,
+        config.supervised(),
+        checkpoints,
+        desc="SFT",
+        progress=progress,
+    ).train()
     logger.info("SFT done: %d steps, final loss %.4f", config.steps, history[-1]["sft/loss"])
     return history
+
+
+def run_sft(
+    model,
+    tokenizer,
+    prompts: Sequence[str],
+    targets: Sequence[str],
+    sft_params: dict,
+    checkpoints: CheckpointStore | None = None,
+) -> tuple[Any, pd.DataFrame]:
+    """SFT a copy of ``model``; returns it and the per-step metrics table. With ``checkpoints``
+    the run resumes (or, finished, is just loaded) from its own subdirectory, keyed by the
+    starting weights, the data and the parameters."""
+    config = SFTConfig.from_params(dict(sft_params))
+    model = copy.deepcopy(model)
+    prompts, targets = list(prompts), list(targets)
+    store = run_store(
+        checkpoints, model, config.supervised().run_key(), config.max_length, prompts, targets
+    )
+    history = train_sft(model, tokenizer, prompts, targets, config, checkpoints=store)
+    return model.eval(), pd.DataFrame(history)

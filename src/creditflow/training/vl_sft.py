@@ -3,16 +3,20 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Sequence
 from typing import Any
 
+import pandas as pd
 import torch
-from tqdm.auto import tqdm
 
 from creditflow.algorithms import masked_mean
+from creditflow.rollout import SamplingSettings, VisionLanguagePolicy, as_visual_prompt
 from creditflow.rollout.batch import RolloutBatch
-from creditflow.training.sft import SFTConfig, epoch_batches, sft_optimizer
+from creditflow.training.checkpoint import CheckpointStore
+from creditflow.training.sft import SFTConfig
+from creditflow.training.supervised import SupervisedTrainer, content_digest, run_store
 
 logger = logging.getLogger(__name__)
 
@@ -77,13 +81,15 @@ def train_vl_sft(
     targets: Sequence[str],
     config: SFTConfig,
     progress: bool = True,
+    checkpoints: CheckpointStore | None = None,
 ) -> list[dict[str, float]]:
     """Train ``policy.module`` in place on (image prompt, target) pairs: mean next-token NLL of
     the target tokens (EOS included) given the image and the prompt.
 
     ``policy`` is a ``VisionLanguagePolicy`` with temperature 1 (the loss is its log-prob).
     Examples longer than ``config.max_length`` tokens (image prompt + target) lose the end of
-    their target. Returns one metrics row per step.
+    their target. Returns one metrics row per step (``step``, ``sft/loss``, ``lr``).
+    ``checkpoints``: this run's store (``run_store``), or None.
     """
     if len(prompts) != len(targets):
         raise ValueError(f"{len(prompts)} prompts but {len(targets)} targets")
@@ -92,29 +98,53 @@ def train_vl_sft(
     tokenizer = policy.tokenizer
     eos = tokenizer.eos_token_id
     target_ids = [tokenizer(t, add_special_tokens=False)["input_ids"] + [eos] for t in targets]
-    model = policy.module
-    optimizer, scheduler = sft_optimizer(model, config)
-    history = []
-    model.train()
-    batches = epoch_batches(len(prompts), config)
-    for step in tqdm(range(config.steps), desc="VL SFT", disable=not progress):
-        rows = next(batches)
-        batch = target_batch(
-            policy,
-            [prompts[i] for i in rows],
-            [target_ids[i] for i in rows],
-            config.max_length,
+
+    def batch_fn(rows: list[int]) -> RolloutBatch:
+        return target_batch(
+            policy, [prompts[i] for i in rows], [target_ids[i] for i in rows], config.max_length
         )
+
+    def loss_fn(batch: RolloutBatch) -> tuple[torch.Tensor, dict[str, float]]:
         logp, _ = policy.completion_logprobs(batch)  # (b, T)
         loss = -masked_mean(logp, batch.completion_mask)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
-        optimizer.step()
-        scheduler.step()
-        history.append(
-            {"step": step + 1, "sft/loss": loss.item(), "lr": scheduler.get_last_lr()[0]}
-        )
+        return loss, {"sft/loss": loss.item()}
+
+    model = policy.module
+    history = SupervisedTrainer(
+        model,
+        len(prompts),
+        batch_fn,
+        loss_fn,
+        config.supervised(),
+        checkpoints,
+        desc="VL SFT",
+        progress=progress,
+    ).train()
     model.eval()
     logger.info("VL SFT done: %d steps, final loss %.4f", config.steps, history[-1]["sft/loss"])
     return history
+
+
+def run_vl_sft(
+    model,
+    processor,
+    prompts: Sequence[Any],
+    targets: Sequence[str],
+    sft_params: dict,
+    checkpoints: CheckpointStore | None = None,
+) -> tuple[Any, pd.DataFrame]:
+    """SFT a copy of a vision-language ``model`` on (image prompt, target) pairs; returns it and
+    the per-step metrics table. ``prompts`` are what ``as_visual_prompt`` accepts. With
+    ``checkpoints`` the run resumes (or, finished, is just loaded) from its own subdirectory,
+    keyed by the starting weights, the prompts (texts and pixels), targets and parameters."""
+    config = SFTConfig.from_params(dict(sft_params))
+    model = copy.deepcopy(model)
+    visual = [as_visual_prompt(p) for p in prompts]  # decode every image once
+    targets = list(targets)
+    prompt_keys = [[p.text, content_digest(p.image.tobytes())] for p in visual]
+    store = run_store(
+        checkpoints, model, config.supervised().run_key(), config.max_length, prompt_keys, targets
+    )
+    policy = VisionLanguagePolicy(model, processor, SamplingSettings())
+    history = train_vl_sft(policy, visual, targets, config, checkpoints=store)
+    return model.eval(), pd.DataFrame(history)

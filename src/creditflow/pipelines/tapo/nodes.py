@@ -22,8 +22,8 @@ from creditflow.training.grpo_runs import (
     build_grpo_config,
     merge_overrides,
     run_grpo,
-    run_sft,
 )
+from creditflow.training.sft import run_sft
 from creditflow.training.threads import torch_threads
 
 logger = logging.getLogger(__name__)

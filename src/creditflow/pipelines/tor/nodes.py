@@ -26,9 +26,9 @@ from creditflow.training.grpo_runs import (
     build_grpo_config,
     merge_overrides,
     run_vl_grpo,
-    run_vl_sft,
 )
 from creditflow.training.threads import torch_threads
+from creditflow.training.vl_sft import run_vl_sft
 
 logger = logging.getLogger(__name__)
 

@@ -1,0 +1,293 @@
+"""One supervised trainer for every next-token or pairwise loss: text SFT, VL SFT, ExpModel SFT
+and PFT, reranker pre-training.
+
+A caller supplies two functions, ``batch_fn(rows) -> batch`` (row indices of its examples ->
+whatever its loss reads) and ``loss_fn(batch) -> (loss, metrics)`` (a scalar tensor and
+namespaced floats such as ``{"sft/loss": ...}``); ``SupervisedTrainer`` owns the rest: AdamW and
+the learning-rate schedule, the seeded epoch sampler, gradient clipping, the per-step history
+(``step`` and ``lr`` added to the caller's metrics), a progress bar, and resumable checkpoints in
+a ``CheckpointStore`` (the same store and layout as GRPO's).
+
+One step, in this order (the text and VL SFT loops' order, kept so their results stay
+bit-identical): ``batch_fn`` -> ``loss_fn`` -> ``zero_grad(set_to_none=True)`` -> ``backward``
+-> ``clip_grad_norm_`` (unless ``max_grad_norm`` is None) -> ``optimizer.step`` ->
+``scheduler.step``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+from transformers import get_constant_schedule_with_warmup, get_cosine_schedule_with_warmup
+
+from creditflow.training.checkpoint import CheckpointStore, state_fingerprint
+from creditflow.training.config import ConfigError
+
+logger = logging.getLogger(__name__)
+
+BatchFn = Callable[[list[int]], Any]
+LossFn = Callable[[Any], tuple[torch.Tensor, dict[str, float]]]
+
+
+# Schedule name -> (optimizer, warm-up steps, total steps) -> LambdaLR. With 0 warm-up steps
+# "constant" multiplies the lr by exactly 1.0, i.e. AdamW at a fixed lr.
+SCHEDULES = {
+    "cosine": get_cosine_schedule_with_warmup,
+    "constant": lambda optimizer, warmup, total: get_constant_schedule_with_warmup(
+        optimizer, warmup
+    ),
+}
+
+
+@dataclass(frozen=True)
+class SupervisedConfig:
+    """steps: optimizer steps; batch_size: examples per step (a batch may straddle two epochs);
+    learning_rate, weight_decay: AdamW; schedule: a ``SCHEDULES`` name, "cosine" (linear warm-up
+    over ``warmup_steps``, then cosine decay to 0 at ``steps``) or "constant" (warm-up, then
+    ``learning_rate``); max_grad_norm: clip the gradient norm to this, None for no clipping;
+    seed: example order (``EpochSampler``); checkpoint_every: save every N steps (0: only at the
+    end; without a store nothing is saved)."""
+
+    steps: int
+    batch_size: int
+    learning_rate: float
+    weight_decay: float = 0.0
+    warmup_steps: int = 0
+    schedule: str = "cosine"
+    max_grad_norm: float | None = 1.0
+    seed: int = 0
+    checkpoint_every: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not self.learning_rate > 0:
+            raise ConfigError(f"learning_rate must be > 0, got {self.learning_rate}")
+        for name in ("weight_decay", "warmup_steps", "checkpoint_every"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.schedule not in SCHEDULES:
+            raise ConfigError(
+                f"unknown schedule {self.schedule!r}; valid: {', '.join(sorted(SCHEDULES))}"
+            )
+        if self.max_grad_norm is not None and not self.max_grad_norm > 0:
+            raise ConfigError(
+                f"max_grad_norm must be > 0 or None (no clipping), got {self.max_grad_norm}"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def run_key(self) -> dict[str, Any]:
+        """The fields that change what is trained (``checkpoint_every`` only changes what is
+        saved): a checkpoint resumes a run with the same ``run_key``."""
+        return {k: v for k, v in asdict(self).items() if k != "checkpoint_every"}
+
+
+class EpochSampler:
+    """Endless ``batch_size`` lists of row indices ``0..n-1``: each epoch a fresh ``randperm``
+    from one generator seeded with ``seed``, taken from the front; a batch may straddle two
+    epochs (so every batch is full and no example is skipped).
+
+    >>> sampler = EpochSampler(3, batch_size=2, seed=0)
+    >>> rows = [sampler.next_batch() for _ in range(3)]
+    >>> sorted(rows[0] + rows[1][:1]) == [0, 1, 2]  # the first epoch, then the second
+    True
+    """
+
+    def __init__(self, n: int, batch_size: int, seed: int):
+        if n < 1 or batch_size < 1:
+            raise ValueError(f"need n >= 1 and batch_size >= 1, got {n} and {batch_size}")
+        self.n, self.batch_size = n, batch_size
+        self.generator = torch.Generator().manual_seed(seed)
+        self.order = torch.randperm(n, generator=self.generator).tolist()
+        self.cursor = 0
+
+    def next_batch(self) -> list[int]:
+        rows = []
+        while len(rows) < self.batch_size:
+            if self.cursor == len(self.order):  # next epoch, reshuffled
+                self.order = torch.randperm(self.n, generator=self.generator).tolist()
+                self.cursor = 0
+            rows.append(self.order[self.cursor])
+            self.cursor += 1
+        return rows
+
+    def state_dict(self) -> dict[str, Any]:
+        # get_state() is a uint8 tensor: torch.save/load keeps it as is.
+        return {
+            "n": self.n,
+            "generator": self.generator.get_state(),
+            "order": list(self.order),
+            "cursor": self.cursor,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state["n"] != self.n:
+            raise ValueError(f"sampler state is for {state['n']} examples, not {self.n}")
+        self.generator.set_state(state["generator"])
+        self.order, self.cursor = list(state["order"]), int(state["cursor"])
+
+
+class SupervisedTrainer:
+    """Trains ``module`` in place on ``n_examples`` examples with ``loss_fn``.
+
+    Args:
+        module: what is trained and checkpointed (its weights).
+        n_examples: the examples ``batch_fn`` indexes (``EpochSampler`` rows).
+        batch_fn: ``rows -> batch``; ``loss_fn``: ``batch -> (scalar loss, metrics)``.
+        config: ``SupervisedConfig``.
+        checkpoints: a store for this run only (see ``run_store``); None saves nothing. A store
+            with a checkpoint resumes from it; one at ``config.steps`` is not trained again.
+        parameters: what AdamW updates and clipping measures (default: all of ``module``'s).
+        desc, progress: the progress bar's label, and whether to show it.
+    """
+
+    def __init__(
+        self,
+        module: torch.nn.Module,
+        n_examples: int,
+        batch_fn: BatchFn,
+        loss_fn: LossFn,
+        config: SupervisedConfig,
+        checkpoints: CheckpointStore | None = None,
+        parameters: Iterable[torch.nn.Parameter] | None = None,
+        desc: str = "supervised",
+        progress: bool = True,
+    ):
+        self.module = module
+        self.batch_fn, self.loss_fn = batch_fn, loss_fn
+        self.config = config
+        self.checkpoints = checkpoints
+        self.parameters = list(module.parameters() if parameters is None else parameters)
+        self.desc, self.progress = desc, progress
+        self.sampler = EpochSampler(n_examples, config.batch_size, config.seed)
+        self.optimizer = torch.optim.AdamW(
+            self.parameters, lr=config.learning_rate, weight_decay=config.weight_decay
+        )
+        self.scheduler = SCHEDULES[config.schedule](
+            self.optimizer, min(config.warmup_steps, config.steps), config.steps
+        )
+        self.history: list[dict[str, float]] = []
+        self.start_step = 0
+        self._resume()
+
+    def _resume(self) -> None:
+        if self.checkpoints is None or (path := self.checkpoints.latest()) is None:
+            return
+        state = self.checkpoints.load(path, self.module)
+        saved = {k: v for k, v in state["config"].items() if k != "checkpoint_every"}
+        if saved != self.config.run_key():
+            raise ValueError(
+                f"checkpoint {path} was written with {saved}, not {self.config.run_key()}: "
+                "resume with the same config or use another store"
+            )
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.sampler.load_state_dict(state["sampler"])
+        # Dropout draws from the global generator: an interrupted run continues its stream.
+        torch.set_rng_state(state["rng"])
+        if torch.cuda.is_available() and state.get("cuda_rng") is not None:
+            torch.cuda.set_rng_state_all(state["cuda_rng"])
+        self.history = list(state["history"])
+        self.start_step = state["step"]
+
+    def train(self) -> list[dict[str, float]]:
+        """Run the remaining steps; returns one metrics row per step (resumed ones included)."""
+        c = self.config
+        if self.start_step >= c.steps:
+            logger.info(
+                "%s: checkpoint at step %d of %d, nothing to train",
+                self.desc,
+                self.start_step,
+                c.steps,
+            )
+            return self.history
+        self.module.train()
+        bar = tqdm(
+            range(self.start_step, c.steps),
+            initial=self.start_step,
+            total=c.steps,
+            desc=self.desc,
+            disable=not self.progress,
+        )
+        for step in bar:
+            metrics = self.step()
+            self.history.append(
+                {"step": step + 1, **metrics, "lr": self.scheduler.get_last_lr()[0]}
+            )
+            bar.set_postfix({k: f"{v:.4g}" for k, v in metrics.items()}, refresh=False)
+            done = step + 1
+            if self.checkpoints is not None and (
+                done == c.steps or (c.checkpoint_every and done % c.checkpoint_every == 0)
+            ):
+                self.save(done)
+        return self.history
+
+    def step(self) -> dict[str, float]:
+        """One optimizer step on the sampler's next batch; returns the caller's metrics."""
+        loss, metrics = self.loss_fn(self.batch_fn(self.sampler.next_batch()))
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.config.max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(self.parameters, self.config.max_grad_norm)
+        self.optimizer.step()
+        self.scheduler.step()
+        return metrics
+
+    def save(self, step: int) -> None:
+        self.checkpoints.save(
+            step,
+            self.module,
+            {
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(),
+                "sampler": self.sampler.state_dict(),
+                "rng": torch.get_rng_state(),
+                "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+                "history": self.history,
+                "config": self.config.to_dict(),
+            },
+        )
+
+
+def train_supervised(
+    module: torch.nn.Module,
+    n_examples: int,
+    batch_fn: BatchFn,
+    loss_fn: LossFn,
+    config: SupervisedConfig,
+    **options: Any,
+) -> list[dict[str, float]]:
+    """``SupervisedTrainer(module, n_examples, batch_fn, loss_fn, config, **options).train()``."""
+    return SupervisedTrainer(module, n_examples, batch_fn, loss_fn, config, **options).train()
+
+
+def content_digest(value: torch.Tensor | bytes | str) -> str:
+    """A short sha256 of a tensor's bytes (with its shape and dtype), or of bytes / a string,
+    to key a run by data that ``state_fingerprint``'s JSON cannot hold."""
+    digest = hashlib.sha256()
+    if isinstance(value, torch.Tensor):
+        digest.update(f"{tuple(value.shape)}{value.dtype}".encode())
+        value = value.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes()
+    digest.update(value if isinstance(value, bytes) else value.encode())
+    return digest.hexdigest()[:16]
+
+
+def run_store(
+    checkpoints: CheckpointStore | None, module: torch.nn.Module, *extra: object
+) -> CheckpointStore | None:
+    """The subdirectory of ``checkpoints`` for one run, keyed by ``state_fingerprint(module,
+    *extra)`` (starting weights, config, data): a re-run resumes only the very same run."""
+    if checkpoints is None:
+        return None
+    store = checkpoints.subdirectory(state_fingerprint(module, *extra))
+    logger.info("supervised checkpoints in %s", store.directory)
+    return store
