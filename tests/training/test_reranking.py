@@ -14,7 +14,6 @@ from creditflow.tasks.reranking import HIDDEN_COLUMNS, generate_catalogue, gener
 from creditflow.training import GRPOConfig, GRPOTrainer
 from creditflow.training.reranking import (
     FEATURE_NAMES,
-    PageReward,
     augmented_targets,
     click_first_order,
     evaluate_rankings,
@@ -24,6 +23,7 @@ from creditflow.training.reranking import (
     summarise_by_band,
     teacher_forcing_nll,
 )
+from creditflow.training.strategies.page import PageReward
 
 L = 10
 

@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -343,3 +345,12 @@ class PointerReranker(nn.Module):
         model = cls(RerankerConfig.from_dict(values))
         load_model(model, str(directory / WEIGHTS_NAME), device=device)
         return model.to(device).eval()
+
+
+def build_reranker(n_features: int, architecture: Mapping[str, Any], seed: int) -> PointerReranker:
+    """A freshly initialised reranker reading ``n_features`` features, with the
+    ``RerankerConfig`` fields in ``architecture``; its weights depend only on ``seed`` (the
+    global RNG is left as it was)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return PointerReranker(RerankerConfig.from_dict({"n_features": n_features, **architecture}))

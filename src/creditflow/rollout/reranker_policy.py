@@ -151,3 +151,18 @@ class RerankerPolicy:
         logp = log_probs.gather(-1, batch.completion_ids.unsqueeze(-1)).squeeze(-1)  # (B, L)
         entropy = pointer_entropy(log_probs.detach()) if with_entropy else None
         return logp, entropy
+
+
+@torch.no_grad()
+def greedy_rankings(
+    model: PointerReranker, features: torch.Tensor, mask: torch.Tensor, batch_size: int = 512
+) -> torch.Tensor:
+    """``(N, L)`` arg-max rankings of ``model`` (the page it would serve) for ``features``
+    ``(N, L, F)`` and ``mask`` ``(N, L)``, in batches of ``batch_size`` sessions; leaves the
+    model in eval mode."""
+    model.eval()
+    parts = [
+        model.sample(features[i : i + batch_size], mask[i : i + batch_size], greedy=True)[0]
+        for i in range(0, len(features), batch_size)
+    ]
+    return torch.cat(parts) if parts else torch.zeros(mask.shape, dtype=torch.long)

@@ -14,8 +14,12 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+import torch
+
+from creditflow.models.reranker import PointerReranker
 from creditflow.rollout import (
     LanguagePolicy,
+    RerankerPolicy,
     SamplingSettings,
     VisionLanguagePolicy,
     as_visual_prompt,
@@ -26,6 +30,7 @@ from creditflow.training.evaluation import TextRewards
 from creditflow.training.grpo import GRPOResult, GRPOTrainer
 from creditflow.training.launch import run_data_parallel
 from creditflow.training.strategies import RewardMetric, advantage_strategy, validate_strategies
+from creditflow.training.strategies.page import PageReward
 
 logger = logging.getLogger(__name__)
 
@@ -190,3 +195,39 @@ def run_vl_grpo(
     )
     result = trainer.train()
     return model.eval(), result
+
+
+# ---------------------------------------------------------------- reranker (page-level GRPO)
+def run_page_grpo(
+    model: PointerReranker,
+    features: torch.Tensor,
+    mask: torch.Tensor,
+    reward: PageReward,
+    config: GRPOConfig,
+    checkpoints: CheckpointStore | None,
+) -> tuple[PointerReranker, GRPOResult]:
+    """Page-level GRPO (SPEC 3.5, ``strategies.page``) on a copy of ``model``: prompts are
+    session indices of ``features`` ``(N, L, F)`` / ``mask`` ``(N, L)``, the policy samples
+    rankings at ``config.temperature``; with ``config.beta > 0`` the engine keeps a frozen copy
+    of the starting reranker as the KL reference. Resumes from ``checkpoints`` when a run with
+    the same starting weights, sessions, rewards and config left one there."""
+    policy_model = copy.deepcopy(model)
+    if checkpoints is not None:
+        data_key = _tensor_digest(features, mask, reward.business_gains, reward.exp_scores)
+        reward_key = [reward.alpha, reward.beta, reward.k]
+        run_id = state_fingerprint(policy_model, config.to_dict(), data_key, reward_key)
+        checkpoints = checkpoints.subdirectory(run_id)
+        logger.info("page-level GRPO checkpoints in %s", checkpoints.directory)
+    policy = RerankerPolicy(policy_model, features, mask, temperature=config.temperature)
+    trainer = GRPOTrainer(policy, list(range(len(features))), reward, config, checkpoints)
+    result = trainer.train()
+    return policy_model.eval(), result
+
+
+def _tensor_digest(*tensors: torch.Tensor) -> str:
+    """16 hex digits of the shapes and bytes of ``tensors``: a checkpoint run key."""
+    digest = hashlib.sha256()
+    for tensor in tensors:
+        digest.update(str(tuple(tensor.shape)).encode())
+        digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy())
+    return digest.hexdigest()[:16]

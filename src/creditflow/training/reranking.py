@@ -1,5 +1,6 @@
-"""Generative reranker engine pieces: features, targets, teacher-forced pre-training, the
-page-level reward and evaluation (SPEC section 3, steps 4-5).
+"""Generative reranker engine pieces: features, targets, teacher-forced pre-training and
+evaluation (SPEC section 3, steps 4-5). The page-level GRPO reward is in
+``training.strategies.page``.
 
 Shape symbols: ``N`` sessions, ``B`` sampled pages, ``L`` candidates per session (the longest
 session; shorter ones are padded at the end), ``F`` features. ``mask`` is True on real
@@ -14,7 +15,6 @@ alone.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -23,9 +23,8 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from creditflow.algorithms import augmented_target, masked_mean, ndcg_at_k, page_reward, rank_gains
+from creditflow.algorithms import augmented_target, masked_mean, ndcg_at_k, rank_gains
 from creditflow.models.reranker import PointerReranker, step_mask
-from creditflow.rollout.reranker_policy import parse_rankings
 from creditflow.tasks.reranking import (
     FREQUENCY_BANDS,
     LABEL_CLICKED,
@@ -300,62 +299,6 @@ def pretrain_reranker(
         "pre-trained the reranker for %d steps, final NLL %.4f", steps, history[-1]["pretrain/nll"]
     )
     return history
-
-
-# ---------------------------------------------------------------- page-level reward
-class PageReward:
-    """The page-level GRPO reward ``alpha * R_old + beta * nDCG@k(y, y^s)`` (SPEC 3.5), called
-    as the engine's ``RewardFn``.
-
-    Row ``i`` of the tensors belongs to prompt ``i`` of the trainer (``GRPOTrainer(policy,
-    prompts=list(range(N)), ...)`` with a ``RerankerPolicy`` over the same sessions). Sessions
-    must have all ``L`` candidates real: padding slots would take a share of the ``y^s`` gains.
-
-    Args:
-        business_gains: ``(N, L)`` logged-feedback gains per candidate (clicks: ``R_old`` is the
-            click nDCG@k).
-        exp_scores: ``(N, L)`` experience scores ``s_exp``; their rank gains define ``y^s``.
-        alpha: weight of ``R_old``.
-        beta: weight of the experience alignment.
-        k: nDCG cut-off (>= 1).
-
-    Returns (on call with ``(completions, prompt_index (B,))``): ``{"page", "r_old",
-    "exp_ndcg"}``, each ``(B,)``; ``r_old`` and ``exp_ndcg`` are ``page_reward`` with weights
-    (1, 0) and (0, 1), so ``page = alpha * r_old + beta * exp_ndcg``.
-    """
-
-    def __init__(
-        self,
-        business_gains: torch.Tensor,
-        exp_scores: torch.Tensor,
-        alpha: float,
-        beta: float,
-        k: int,
-    ):
-        if business_gains.dim() != 2 or business_gains.shape != exp_scores.shape:
-            raise ValueError(
-                f"business_gains and exp_scores must both have shape (N, L), got "
-                f"{tuple(business_gains.shape)} and {tuple(exp_scores.shape)}"
-            )
-        if k < 1:
-            raise ValueError(f"k must be >= 1, got {k}")
-        if not (math.isfinite(alpha) and math.isfinite(beta)):
-            raise ValueError(f"alpha and beta must be finite, got {alpha}, {beta}")
-        self.business_gains = business_gains.float()
-        self.exp_scores = exp_scores.float()
-        self.alpha, self.beta, self.k = float(alpha), float(beta), int(k)
-
-    def __call__(
-        self, completions: list[str], prompt_index: torch.Tensor
-    ) -> dict[str, torch.Tensor]:
-        rankings = parse_rankings(completions, self.business_gains.shape[1])  # (B, L)
-        rows = prompt_index.long().cpu()
-        gains, scores = self.business_gains[rows], self.exp_scores[rows]  # (B, L)
-        return {
-            "page": page_reward(rankings, gains, scores, self.alpha, self.beta, self.k),
-            "r_old": page_reward(rankings, gains, scores, 1.0, 0.0, self.k),
-            "exp_ndcg": page_reward(rankings, gains, scores, 0.0, 1.0, self.k),
-        }
 
 
 # ---------------------------------------------------------------- evaluation

@@ -6,7 +6,8 @@ from matplotlib.figure import Figure
 
 from creditflow.ingest import load_movielens
 from creditflow.pipelines.movielens_eval import create_pipeline
-from creditflow.pipelines.reranker_eval.nodes import LOGGED, RERANKER_INPUTS
+from creditflow.pipelines.reranker_eval.nodes import RERANKER_INPUTS
+from creditflow.training.reranker_data import LOGGED
 from tests.pipelines._experience_chain import slice_catalog, smallest_params
 
 pytestmark = [

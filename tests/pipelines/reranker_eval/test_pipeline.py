@@ -9,7 +9,8 @@ from matplotlib.figure import Figure
 from scipy.stats import kendalltau
 
 from creditflow.pipelines.reranker_eval import create_pipeline
-from creditflow.pipelines.reranker_eval.nodes import LOGGED, RERANKER_INPUTS
+from creditflow.pipelines.reranker_eval.nodes import RERANKER_INPUTS
+from creditflow.training.reranker_data import LOGGED
 from tests.pipelines._experience_chain import slice_catalog, smallest_params
 
 pytestmark = [

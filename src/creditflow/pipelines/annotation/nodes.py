@@ -8,8 +8,8 @@ from typing import Any
 import pandas as pd
 
 from creditflow.annotation import build_annotator
-from creditflow.pipelines._reranking_common import split_sessions
 from creditflow.tasks.reranking import generate_catalogue, generate_sessions
+from creditflow.training.reranker_data import split_sessions
 
 logger = logging.getLogger(__name__)
 

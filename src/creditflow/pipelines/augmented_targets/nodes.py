@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from creditflow.pipelines._reranking_common import rankings_frame, session_exp_scores
+from creditflow.training.reranker_data import rankings_frame, session_exp_scores
 from creditflow.training.reranking import augmented_targets, click_first_order, logged_sessions
 
 

@@ -9,10 +9,11 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from creditflow.models.reranker import PointerReranker
-from creditflow.pipelines.reranker_eval.nodes import rank_and_evaluate
+from creditflow.pipelines.reranker_eval.nodes import RERANKER_INPUTS, named_rerankers
 from creditflow.reporting import plot_metrics_by_band, summarise_rankers_by_band
 from creditflow.tasks.movielens import movielens_sessions
 from creditflow.training.config import checked_options
+from creditflow.training.reranker_data import rank_and_evaluate
 from creditflow.training.reranking import EVALUATION_METRICS
 
 logger = logging.getLogger(__name__)
@@ -45,9 +46,15 @@ def evaluate_rerankers_on_movielens(
     the gain), of the positive ratings (``click_ndcg``) and the top-K share of unrated movies.
     MovieLens items have no covers, so there are no experience scores: every reranker reads
     zero score features and ``exp_ndcg`` is not computed."""
-    models = (reranker_click, reranker_yaug, reranker_page_grpo)
+    models = named_rerankers(reranker_click, reranker_yaug, reranker_page_grpo)
     return rank_and_evaluate(
-        movielens_sessions, movielens_item_table, None, models, params, pretrain_params
+        movielens_sessions,
+        movielens_item_table,
+        None,
+        models,
+        RERANKER_INPUTS,
+        pretrain_params,
+        k=params["k"],
     )
 
 

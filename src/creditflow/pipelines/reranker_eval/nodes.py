@@ -9,21 +9,17 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from creditflow.models.reranker import PointerReranker
-from creditflow.pipelines._reranking_common import (
-    greedy_rankings,
-    inputs_for,
-    session_exp_scores,
-)
 from creditflow.pipelines.expmodel_pft.nodes import HELDOUT_ACCURACY
 from creditflow.reporting import kendall_tau, plot_metrics_by_band, summarise_rankers_by_band
 from creditflow.training.expmodel import ok_annotations
-from creditflow.training.reranking import EVALUATION_METRICS, evaluate_rankings, logged_sessions
+from creditflow.training.reranker_data import rank_and_evaluate
+from creditflow.training.reranking import EVALUATION_METRICS
 
 logger = logging.getLogger(__name__)
 
-# Evaluated rankers, in table order: the logged production order, then the greedy pages of the
-# rerankers (name -> which reranker_pretrain setting says what the model reads).
-LOGGED = "logged"
+# Evaluated rankers, in table order: the logged production order (reranker_data.LOGGED), then
+# the greedy pages of the rerankers (name -> which reranker_pretrain setting says what the model
+# reads).
 RERANKER_INPUTS = {"click_pretrained": "click", "yaug_pretrained": "yaug", "yaug_page_grpo": "yaug"}
 
 
@@ -40,33 +36,21 @@ def evaluate_rerankers(
     """Per held-out session and ranker: experience nDCG@K against the hidden true quality,
     click nDCG@K (R_old), nDCG@K against y^s and the share of top-K slots given to never-exposed
     items. Rankers: the logged order and the greedy pages of the three rerankers."""
-    models = (reranker_click, reranker_yaug, reranker_page_grpo)
+    models = named_rerankers(reranker_click, reranker_yaug, reranker_page_grpo)
     return rank_and_evaluate(
-        query_logs_heldout, catalogue_items, item_experience_scores, models, params, pretrain_params
+        query_logs_heldout,
+        catalogue_items,
+        item_experience_scores,
+        models,
+        RERANKER_INPUTS,
+        pretrain_params,
+        k=params["k"],
     )
 
 
-def rank_and_evaluate(
-    sessions: pd.DataFrame,
-    item_table: pd.DataFrame,
-    item_scores: pd.DataFrame | None,
-    models: tuple[PointerReranker, ...],
-    params: dict[str, Any],
-    pretrain_params: dict[str, Any],
-) -> pd.DataFrame:
-    """``evaluate_rankings`` of the logged order and of each model's greedy pages (``models``
-    in ``RERANKER_INPUTS`` order), one long table with a ``ranker`` column. Without
-    ``item_scores`` every reranker reads zero score features and ``exp_ndcg`` is left out."""
-    rankings = {LOGGED: logged_sessions(sessions).logged_order}
-    for (name, kind), model in zip(RERANKER_INPUTS.items(), models, strict=True):
-        features, mask = inputs_for(sessions, item_table, item_scores, pretrain_params, kind)
-        rankings[name] = greedy_rankings(model, features, mask)
-    scores = None if item_scores is None else session_exp_scores(sessions, item_scores)
-    frames = [
-        evaluate_rankings(ranking, sessions, scores, k=params["k"]).assign(ranker=name)
-        for name, ranking in rankings.items()
-    ]
-    return pd.concat(frames, ignore_index=True)
+def named_rerankers(*models: PointerReranker) -> dict[str, PointerReranker]:
+    """``models`` (click, y_aug, page-GRPO rerankers) under their ``RERANKER_INPUTS`` names."""
+    return dict(zip(RERANKER_INPUTS, models, strict=True))
 
 
 def summarise_reranker_evaluation(

@@ -9,21 +9,15 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from creditflow.models.reranker import PointerReranker
-from creditflow.pipelines._reranking_common import (
-    inputs_for,
-    run_page_grpo,
-    session_exp_scores,
-)
 from creditflow.reporting import metrics_frame, plot_reward_curves
-from creditflow.training import CheckpointStore, GRPOConfig
-from creditflow.training.reranking import PageReward, logged_sessions
+from creditflow.training import CheckpointStore
+from creditflow.training.grpo_runs import run_page_grpo
+from creditflow.training.reranker_data import inputs_for, session_exp_scores
+from creditflow.training.reranking import logged_sessions
+from creditflow.training.strategies.page import PageReward, page_grpo_config
 
 logger = logging.getLogger(__name__)
 
-# Set by the node, not in parameters: the engine's scalar reward is PageReward's "page" (its
-# alpha / beta mix is params:reranker_grpo.reward), and a completion is one pointer step per
-# candidate, so its length is L.
-DERIVED_GRPO_KEYS = ("rewards", "max_new_tokens")
 REWARD_COLUMNS = ("reward/page", "reward/r_old", "reward/exp_ndcg", "actor/kl", "actor/entropy")
 
 
@@ -39,19 +33,14 @@ def train_reranker_page_grpo(
     """SPEC 3.5: GRPO from the y_aug reranker with the page reward
     ``alpha * R_old + beta * nDCG@K(y, y^s)`` (R_old the click nDCG@K of the logged session,
     y^s the candidates by s_exp) and a KL term to the pre-trained reranker."""
-    derived = sorted(set(params["grpo"]) & set(DERIVED_GRPO_KEYS))
-    if derived:
-        raise ValueError(f"reranker_grpo.grpo must not set {derived}: the node derives them")
     features, mask = inputs_for(
         query_logs_train, catalogue_items, item_experience_scores, pretrain_params, "yaug"
-    )
+    )  # (N, L, F), (N, L)
+    config = page_grpo_config(params["grpo"], n_candidates=mask.shape[1])
     reward = PageReward(
         logged_sessions(query_logs_train).clicks,
         session_exp_scores(query_logs_train, item_experience_scores),
         **params["reward"],
-    )
-    config = GRPOConfig.from_params(
-        {**params["grpo"], "rewards": {"page": 1.0}, "max_new_tokens": mask.shape[1]}
     )
     model, result = run_page_grpo(reranker_yaug, features, mask, reward, config, checkpoints)
     return model, metrics_frame(result.history), pd.DataFrame(result.samples)

@@ -6,15 +6,11 @@ from typing import Any
 
 import pandas as pd
 
-from creditflow.models.reranker import PointerReranker
-from creditflow.pipelines._reranking_common import (
-    build_reranker,
-    inputs_for,
-    rankings_from_frame,
-)
+from creditflow.models.reranker import PointerReranker, build_reranker
 from creditflow.reporting import metrics_frame
 from creditflow.training import reranking
 from creditflow.training.config import checked_options
+from creditflow.training.reranker_data import inputs_for, rankings_from_frame
 
 
 def pretrain_reranker(

@@ -1,4 +1,5 @@
-"""Helpers shared by the experience-model pipelines: tables <-> padded tensors, option checks."""
+"""The reranker chain's tables <-> padded tensors (``training.reranker_data``), the seeded
+reranker builder and greedy decoding; also the option checks and metrics tables its nodes use."""
 
 import pandas as pd
 import pytest
@@ -6,9 +7,12 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from creditflow.pipelines._reranking_common import (
-    build_reranker,
-    greedy_rankings,
+from creditflow.models.reranker import build_reranker
+from creditflow.reporting import metrics_frame
+from creditflow.rollout.reranker_policy import greedy_rankings
+from creditflow.tasks.reranking import generate_catalogue, generate_sessions
+from creditflow.training.config import checked_options
+from creditflow.training.reranker_data import (
     inputs_for,
     rankings_frame,
     rankings_from_frame,
@@ -16,9 +20,6 @@ from creditflow.pipelines._reranking_common import (
     session_exp_scores,
     split_sessions,
 )
-from creditflow.reporting import metrics_frame
-from creditflow.tasks.reranking import generate_catalogue, generate_sessions
-from creditflow.training.config import checked_options
 from creditflow.training.reranking import FEATURE_NAMES, session_features
 
 

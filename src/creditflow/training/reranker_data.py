@@ -1,9 +1,11 @@
-"""Helpers shared by the experience-model and reranker pipelines (SPEC section 3).
+"""The reranker chain's tables as tensors and back (SPEC section 3).
 
 The pipelines ``annotation`` -> ``expmodel_sft`` -> ``expmodel_pft`` -> ``experience_scoring``
 -> ``augmented_targets`` -> ``reranker_pretrain`` -> ``reranker_grpo`` -> ``reranker_eval`` pass
-sessions, item scores and rankings between them as tables; this module turns those tables into
-the padded tensors the engines take (``creditflow.training.reranking``) and back.
+sessions, item scores and rankings between them as tables; this module splits the sessions,
+turns the tables into the padded tensors the engines take (``training.reranking``,
+``grpo_runs.run_page_grpo``), rankings back into tables, and ranks and evaluates held-out
+sessions with the trained rerankers.
 
 Shape symbols: ``N`` sessions, ``L`` candidates per session, ``F`` candidate features.
 Rankings map position -> candidate index (``creditflow.models.reranker``).
@@ -11,9 +13,6 @@ Rankings map position -> candidate index (``creditflow.models.reranker``).
 
 from __future__ import annotations
 
-import copy
-import hashlib
-import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -21,15 +20,18 @@ import numpy as np
 import pandas as pd
 import torch
 
-from creditflow.models.reranker import PointerReranker, RerankerConfig
-from creditflow.rollout import RerankerPolicy
-from creditflow.training import CheckpointStore, GRPOConfig, GRPOResult, GRPOTrainer
-from creditflow.training.checkpoint import state_fingerprint
-from creditflow.training.reranking import FEATURE_NAMES, PageReward, session_features
-
-logger = logging.getLogger(__name__)
+from creditflow.models.reranker import PointerReranker
+from creditflow.rollout.reranker_policy import greedy_rankings
+from creditflow.training.reranking import (
+    FEATURE_NAMES,
+    evaluate_rankings,
+    logged_sessions,
+    session_features,
+)
 
 RANKING_COLUMNS = ("session_id", "ranking", "ranked_items")
+# The ranker name of the logged production order in evaluation tables.
+LOGGED = "logged"
 
 
 # ---------------------------------------------------------------- sessions
@@ -79,6 +81,7 @@ def session_exp_scores(sessions: pd.DataFrame, item_scores: pd.DataFrame) -> tor
     return scores  # (N, L)
 
 
+# ---------------------------------------------------------------- reranker inputs
 def reranker_inputs(
     sessions: pd.DataFrame,
     items: pd.DataFrame,
@@ -115,7 +118,8 @@ def inputs_for(
     kind: str,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(features (N, L, F), mask (N, L))`` as reranker ``kind`` reads them: with or without
-    the experience-score features (zero when ``item_scores`` is None), less the excluded ones."""
+    the experience-score features (zero when ``item_scores`` is None), less the excluded ones.
+    ``params`` is the ``reranker_pretrain`` group (``rerankers``, ``features.exclude``)."""
     scores = item_scores if reranker_setting(params, kind)["use_exp_scores"] else None
     return reranker_inputs(sessions, item_table, scores, params["features"]["exclude"])
 
@@ -148,57 +152,33 @@ def rankings_from_frame(sessions: pd.DataFrame, frame: pd.DataFrame) -> torch.Te
     return torch.tensor(rows, dtype=torch.long).view(len(rows), L)
 
 
-# ---------------------------------------------------------------- rerankers
-def build_reranker(n_features: int, architecture: Mapping[str, Any], seed: int) -> PointerReranker:
-    """A freshly initialised reranker; its weights depend only on ``seed`` (the global RNG is
-    left as it was)."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return PointerReranker(RerankerConfig.from_dict({"n_features": n_features, **architecture}))
+# ---------------------------------------------------------------- evaluation tables
+def rank_and_evaluate(
+    sessions: pd.DataFrame,
+    item_table: pd.DataFrame,
+    item_scores: pd.DataFrame | None,
+    models: Mapping[str, PointerReranker],
+    kinds: Mapping[str, str],
+    params: Mapping[str, Any],
+    k: int,
+) -> pd.DataFrame:
+    """``evaluate_rankings`` at cut-off ``k`` of the logged order (ranker ``LOGGED``) and of
+    each model's greedy pages, in ``models`` order: one long table with a ``ranker`` column.
 
-
-@torch.no_grad()
-def greedy_rankings(
-    model: PointerReranker, features: torch.Tensor, mask: torch.Tensor, batch_size: int = 512
-) -> torch.Tensor:
-    """``(N, L)`` arg-max rankings of ``model`` (the page it would serve), in batches."""
-    model.eval()
-    parts = [
-        model.sample(features[i : i + batch_size], mask[i : i + batch_size], greedy=True)[0]
-        for i in range(0, len(features), batch_size)
+    ``kinds`` names, per model, the reranker setting of ``params`` (the ``reranker_pretrain``
+    group) that says what it reads. Without ``item_scores`` every reranker reads zero score
+    features and ``exp_ndcg`` is left out.
+    """
+    unnamed = sorted(set(models) - set(kinds))
+    if unnamed:
+        raise ValueError(f"no reranker setting named for model(s) {unnamed}; got {dict(kinds)}")
+    rankings = {LOGGED: logged_sessions(sessions).logged_order}  # (N, L)
+    for name, model in models.items():
+        features, mask = inputs_for(sessions, item_table, item_scores, params, kinds[name])
+        rankings[name] = greedy_rankings(model, features, mask)  # (N, L)
+    scores = None if item_scores is None else session_exp_scores(sessions, item_scores)
+    frames = [
+        evaluate_rankings(ranking, sessions, scores, k=k).assign(ranker=name)
+        for name, ranking in rankings.items()
     ]
-    return torch.cat(parts) if parts else torch.zeros(mask.shape, dtype=torch.long)
-
-
-def run_page_grpo(
-    model: PointerReranker,
-    features: torch.Tensor,
-    mask: torch.Tensor,
-    reward: PageReward,
-    config: GRPOConfig,
-    checkpoints: CheckpointStore | None,
-) -> tuple[PointerReranker, GRPOResult]:
-    """Page-level GRPO (SPEC 3.5) on a copy of ``model``: prompts are session indices, the
-    policy samples rankings at ``config.temperature``; with ``config.beta > 0`` the engine
-    keeps a frozen copy of the starting reranker as the KL reference. Resumes from
-    ``checkpoints`` when a run with the same starting weights, sessions, rewards and config
-    left one there."""
-    policy_model = copy.deepcopy(model)
-    if checkpoints is not None:
-        data_key = _tensor_digest(features, mask, reward.business_gains, reward.exp_scores)
-        reward_key = [reward.alpha, reward.beta, reward.k]
-        run_id = state_fingerprint(policy_model, config.to_dict(), data_key, reward_key)
-        checkpoints = checkpoints.subdirectory(run_id)
-        logger.info("page-level GRPO checkpoints in %s", checkpoints.directory)
-    policy = RerankerPolicy(policy_model, features, mask, temperature=config.temperature)
-    trainer = GRPOTrainer(policy, list(range(len(features))), reward, config, checkpoints)
-    result = trainer.train()
-    return policy_model.eval(), result
-
-
-def _tensor_digest(*tensors: torch.Tensor) -> str:
-    digest = hashlib.sha256()
-    for tensor in tensors:
-        digest.update(str(tuple(tensor.shape)).encode())
-        digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy())
-    return digest.hexdigest()[:16]
+    return pd.concat(frames, ignore_index=True)
