@@ -33,14 +33,20 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 from PIL import Image
-from tqdm.auto import tqdm
 
 from creditflow.algorithms import pairwise_preference_loss
 from creditflow.annotation import DIMENSIONS
 from creditflow.models.scorer import ExpScorer
 from creditflow.models.vision import vl_prompt_inputs
 from creditflow.tasks.reranking import FREQUENCY_BANDS
+from creditflow.training.checkpoint import CheckpointStore
 from creditflow.training.sft import IGNORE_INDEX
+from creditflow.training.supervised import (
+    SupervisedConfig,
+    SupervisedTrainer,
+    content_digest,
+    run_store,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -243,41 +249,62 @@ def train_expmodel_sft(
     max_length: int | None = 1024,
     *,
     weight_decay: float = 0.0,
-    max_grad_norm: float = 1.0,
+    max_grad_norm: float | None = 1.0,
+    checkpoint_every: int = 0,
+    checkpoints: CheckpointStore | None = None,
     progress: bool = False,
 ) -> tuple[torch.nn.Module, list[dict[str, float]]]:
     """SPEC 3.2: fine-tune the VL ``model`` in place to write each item's annotation.
 
-    AdamW at a constant ``lr``, gradients clipped to ``max_grad_norm``; examples are drawn in
-    a seeded order, reshuffled every epoch.
+    AdamW at a constant ``lr``, gradients clipped to ``max_grad_norm`` (None: no clipping);
+    examples are drawn in a seeded order, reshuffled every epoch (``EpochSampler``).
+    ``checkpoints``: a store to resume from and save to every ``checkpoint_every`` steps and at
+    the end; the run goes into a subdirectory keyed by the starting weights, the examples and
+    these options, so only the very same run resumes (a finished one is just loaded).
 
     Returns:
         ``(model, history)``: the model in eval mode and one row per step with ``step``,
-        ``sft/loss`` and ``sft/target_tokens`` (labelled tokens in the batch).
+        ``sft/loss``, ``sft/target_tokens`` (labelled tokens in the batch) and ``lr``.
     """
-    _check_positive(steps=steps, batch_size=batch_size, lr=lr)
+    config = SupervisedConfig(
+        steps=steps,
+        batch_size=batch_size,
+        learning_rate=lr,
+        weight_decay=weight_decay,
+        schedule="constant",
+        max_grad_norm=max_grad_norm,
+        seed=seed,
+        checkpoint_every=checkpoint_every,
+    )
     examples = expmodel_sft_examples(processor, items_df, annotations_df, max_length)
     device = next(model.parameters()).device
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
-    order = _EpochSampler(len(examples), seed)
     pad_id = processor.tokenizer.pad_token_id
-    history = []
-    model.train()
-    for step in tqdm(range(steps), desc="ExpModel SFT", disable=not progress):
-        batch = collate_expmodel_sft([examples[i] for i in order.take(batch_size)], pad_id)
-        batch = {k: v.to(device) for k, v in batch.items()}
+
+    def batch_fn(rows: list[int]) -> dict[str, torch.Tensor]:
+        batch = collate_expmodel_sft([examples[i] for i in rows], pad_id)
+        return {k: v.to(device) for k, v in batch.items()}
+
+    def loss_fn(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
         loss = expmodel_sft_loss(model, batch)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
-        optimizer.step()
-        history.append(
-            {
-                "step": step + 1,
-                "sft/loss": loss.item(),
-                "sft/target_tokens": float((batch["labels"] != IGNORE_INDEX).sum()),
-            }
-        )
+        target_tokens = float((batch["labels"] != IGNORE_INDEX).sum())
+        return loss, {"sft/loss": loss.item(), "sft/target_tokens": target_tokens}
+
+    store = run_store(
+        checkpoints,
+        model,
+        config.run_key(),
+        [[e.input_ids, e.labels, content_digest(e.pixel_values)] for e in examples],
+    )
+    history = SupervisedTrainer(
+        model,
+        len(examples),
+        batch_fn,
+        loss_fn,
+        config,
+        store,
+        desc="ExpModel SFT",
+        progress=progress,
+    ).train()
     logger.info(
         "ExpModel SFT: %d steps on %d items, final loss %.4f",
         steps,
@@ -378,7 +405,9 @@ def train_expmodel_pft(
     heldout_split: str = "items",
     train_backbone: bool = True,
     weight_decay: float = 0.0,
-    max_grad_norm: float = 1.0,
+    max_grad_norm: float | None = 1.0,
+    checkpoint_every: int = 0,
+    checkpoints: CheckpointStore | None = None,
     progress: bool = False,
 ) -> tuple[ExpScorer, list[dict[str, float]], float]:
     """SPEC 3.3: train ``scorer`` in place on ordered pairs with ``pairwise_preference_loss``.
@@ -406,13 +435,26 @@ def train_expmodel_pft(
             backward pass through the vision tower: the fast option for smoke runs. Either
             way, parameters the caller set to ``requires_grad=False`` stay frozen, and every
             ``requires_grad`` flag is as it was on return.
+        weight_decay, max_grad_norm: AdamW's, and the clip norm of the trained parameters'
+            gradients (None: no clipping).
+        checkpoint_every, checkpoints: as in ``train_expmodel_sft`` (the run is keyed by the
+            scorer's weights, the training pairs, their items and these options).
 
     Returns:
         ``(scorer, history, heldout_accuracy)``: the scorer in eval mode; one row per step with
-        ``step``, ``pft/loss``, ``pft/accuracy`` (the batch's pairs) and ``pft/score_mean``;
+        ``step``, ``pft/loss``, ``pft/accuracy`` (the batch's pairs), ``pft/score_mean`` and ``lr``;
         ``pair_accuracy`` on the held-out pairs after training (NaN without held-out pairs).
     """
-    _check_positive(steps=steps, batch_size=batch_size, lr=lr)
+    config = SupervisedConfig(
+        steps=steps,
+        batch_size=batch_size,
+        learning_rate=lr,
+        weight_decay=weight_decay,
+        schedule="constant",
+        max_grad_norm=max_grad_norm,
+        seed=seed,
+        checkpoint_every=checkpoint_every,
+    )
     prompts = _ItemPrompts(items_df)
     train_pairs, heldout_pairs = split_pairs(
         pairs_df, heldout_fraction, seed, heldout_split, known_items=prompts.ids
@@ -421,24 +463,35 @@ def train_expmodel_pft(
     trainable = [p for p in scorer.parameters_to_train(train_backbone) if p.requires_grad]
     if not trainable:
         raise ValueError("no parameter to train: every chosen parameter has requires_grad=False")
-    optimizer = torch.optim.AdamW(trainable, lr=lr, weight_decay=weight_decay)
     device = next(scorer.parameters()).device
-    order = _EpochSampler(len(train_pairs), seed)
     pos_items = train_pairs["pos_item"].tolist()
     neg_items = train_pairs["neg_item"].tolist()
-    history = []
-    scorer.train()
+
+    def batch_fn(rows: list[int]) -> dict[str, torch.Tensor]:
+        batch_items = [pos_items[i] for i in rows] + [neg_items[i] for i in rows]
+        return {k: v.to(device) for k, v in prompts.inputs(processor, batch_items).items()}
+
+    store = run_store(
+        checkpoints,
+        scorer,
+        config.run_key(),
+        {"lam": lam, "train_backbone": train_backbone},
+        [pos_items, neg_items],
+        _items_digest(items_df, set(pos_items) | set(neg_items)),
+    )
+    trainer = SupervisedTrainer(
+        scorer,
+        len(train_pairs),
+        batch_fn,
+        lambda inputs: _pft_loss(scorer, inputs, lam),
+        config,
+        store,
+        parameters=trainable,
+        desc="ExpModel PFT",
+        progress=progress,
+    )
     with _trainable_only(scorer, trainable):
-        for step in tqdm(range(steps), desc="ExpModel PFT", disable=not progress):
-            rows = order.take(batch_size)
-            batch_items = [pos_items[i] for i in rows] + [neg_items[i] for i in rows]
-            inputs = {k: v.to(device) for k, v in prompts.inputs(processor, batch_items).items()}
-            loss, metrics = _pft_loss(scorer, inputs, lam)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(trainable, max_grad_norm)
-            optimizer.step()
-            history.append({"step": step + 1, **metrics})
+        history = trainer.train()
     scorer.eval()
 
     heldout_accuracy = math.nan
@@ -582,23 +635,6 @@ def _trainable_only(module: torch.nn.Module, trainable: Sequence[torch.nn.Parame
             parameter.requires_grad_(flag)
 
 
-class _EpochSampler:
-    """Indices ``0..n-1`` in a seeded order, reshuffled every epoch, taken ``k`` at a time."""
-
-    def __init__(self, n: int, seed: int):
-        self._n = n
-        self._generator = torch.Generator().manual_seed(seed)
-        self._order: list[int] = []
-
-    def take(self, k: int) -> list[int]:
-        rows = []
-        while len(rows) < k:
-            if not self._order:
-                self._order = torch.randperm(self._n, generator=self._generator).tolist()
-            rows.append(self._order.pop())
-        return rows
-
-
 def _split_by_pairs(
     pairs_df: pd.DataFrame, heldout_fraction: float, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -623,6 +659,18 @@ def _split_by_items(
 
 # How train_expmodel_pft holds pairs out: name -> (pairs, fraction, rng) -> (train, held-out) rows.
 HELDOUT_SPLITS = {"items": _split_by_items, "pairs": _split_by_pairs}
+
+
+def _items_digest(items_df: pd.DataFrame, item_ids: set[Any]) -> str:
+    """One digest of what the scorer reads of ``item_ids``: id, category, title and cover."""
+    rows = items_df[items_df["item_id"].isin(item_ids)].sort_values("item_id")
+    return content_digest(
+        b"".join(
+            content_digest(f"{r.item_id}\x00{r.category}\x00{r.title}").encode()
+            + content_digest(bytes(r.image_png)).encode()
+            for r in rows.itertuples(index=False)
+        )
+    )
 
 
 def _check_positive(**values: float) -> None:

@@ -14,6 +14,7 @@ alone.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,7 +22,6 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import torch
-from tqdm.auto import tqdm
 
 from creditflow.algorithms import augmented_target, masked_mean, ndcg_at_k, rank_gains
 from creditflow.models.reranker import PointerReranker, step_mask
@@ -31,6 +31,13 @@ from creditflow.tasks.reranking import (
     LABEL_EXPOSED,
     LABEL_UNEXPOSED,
     category_vocabulary,
+)
+from creditflow.training.checkpoint import CheckpointStore
+from creditflow.training.supervised import (
+    SupervisedConfig,
+    SupervisedTrainer,
+    content_digest,
+    run_store,
 )
 
 logger = logging.getLogger(__name__)
@@ -242,11 +249,17 @@ def pretrain_reranker(
     lr: float,
     seed: int,
     progress: bool = False,
+    *,
+    weight_decay: float = 0.01,
+    max_grad_norm: float | None = None,
+    checkpoint_every: int = 0,
+    checkpoints: CheckpointStore | None = None,
 ) -> list[dict[str, float]]:
     """Teacher-forced pre-training of the reranker on target rankings (SPEC 3, step 4).
 
-    Each step draws ``batch_size`` sessions without replacement (reshuffled every epoch),
-    minimises ``teacher_forcing_nll`` with AdamW and leaves the model in eval mode.
+    Each step draws ``batch_size`` sessions (``EpochSampler``: reshuffled every epoch, a batch
+    may straddle two), minimises ``teacher_forcing_nll`` with AdamW at a constant ``lr`` and
+    leaves the model in eval mode.
 
     Args:
         model: the reranker, trained in place.
@@ -255,19 +268,30 @@ def pretrain_reranker(
         targets: ``(N, L)`` long rankings, e.g. ``augmented_targets`` (y_aug) or
             ``click_first_order`` (the baseline).
         steps: optimizer steps (>= 1).
-        batch_size: sessions per step (>= 1; capped at N).
+        batch_size: sessions per step (>= 1; capped at N, so a batch repeats no session).
         lr: AdamW learning rate (> 0).
         seed: seeds the session order.
         progress: show a progress bar.
+        weight_decay: AdamW's (0.01, torch's default, is what this was tuned with).
+        max_grad_norm: clip the gradient norm to this; None (default) does not clip.
+        checkpoint_every, checkpoints: a store to resume from and save to every
+            ``checkpoint_every`` steps and at the end; the run goes into a subdirectory keyed
+            by the starting weights, the three tensors and these options.
 
     Returns:
-        One row per step: ``{"step", "pretrain/nll"}``.
+        One row per step: ``{"step", "pretrain/nll", "lr"}``.
     """
+    config = SupervisedConfig(
+        steps=steps,
+        batch_size=batch_size,
+        learning_rate=lr,
+        weight_decay=weight_decay,
+        schedule="constant",
+        max_grad_norm=max_grad_norm,
+        seed=seed,
+        checkpoint_every=checkpoint_every,
+    )
     N = features.shape[0]
-    if steps < 1 or batch_size < 1 or not lr > 0:
-        raise ValueError(
-            f"need steps >= 1, batch_size >= 1, lr > 0; got {steps}, {batch_size}, {lr}"
-        )
     if N < 1:
         raise ValueError("no sessions to pre-train on")
     if targets.shape != mask.shape or features.shape[:2] != mask.shape:
@@ -275,25 +299,22 @@ def pretrain_reranker(
             f"need features (N, L, F), mask (N, L), targets (N, L); got {tuple(features.shape)}, "
             f"{tuple(mask.shape)}, {tuple(targets.shape)}"
         )
+    config = dataclasses.replace(config, batch_size=min(batch_size, N))
     device = next(model.parameters()).device
-    generator = torch.Generator().manual_seed(seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
-    batch_size = min(batch_size, N)
-    order, cursor = torch.randperm(N, generator=generator), 0
-    history = []
-    model.train()
-    for step in tqdm(range(steps), desc="pretrain reranker", disable=not progress):
-        if cursor + batch_size > N:  # a new epoch: every session once per pass
-            order, cursor = torch.randperm(N, generator=generator), 0
-        rows = order[cursor : cursor + batch_size]
-        cursor += batch_size
-        loss = teacher_forcing_nll(
-            model, features[rows].to(device), mask[rows].to(device), targets[rows].to(device)
-        )
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        history.append({"step": step + 1, "pretrain/nll": loss.item()})
+
+    def batch_fn(rows: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        index = torch.tensor(rows)
+        return features[index].to(device), mask[index].to(device), targets[index].to(device)
+
+    def loss_fn(batch: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, dict[str, float]]:
+        loss = teacher_forcing_nll(model, *batch)
+        return loss, {"pretrain/nll": loss.item()}
+
+    digests = [content_digest(t) for t in (features, mask, targets)]
+    store = run_store(checkpoints, model, config.run_key(), digests)
+    history = SupervisedTrainer(
+        model, N, batch_fn, loss_fn, config, store, desc="pretrain reranker", progress=progress
+    ).train()
     model.eval()
     logger.info(
         "pre-trained the reranker for %d steps, final NLL %.4f", steps, history[-1]["pretrain/nll"]
