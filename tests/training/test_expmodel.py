@@ -382,6 +382,38 @@ def test_pft_without_backbone_training_touches_only_head_and_last_layer(pft_worl
     assert scorer.backbone.visual.merger.mlp[0].weight.requires_grad
 
 
+@pytest.mark.parametrize("max_grad_norm", [0.5, None])
+def test_pft_clips_only_the_trained_parameters(pft_world, monkeypatch, max_grad_norm):
+    catalogue, pairs, processor = pft_world
+    scorer = ExpScorer.from_generator(make_model(processor, seed=2))
+    trained = [p for p in scorer.parameters_to_train(False) if p.requires_grad]
+    clipped = []
+    clip = torch.nn.utils.clip_grad_norm_
+    monkeypatch.setattr(
+        torch.nn.utils,
+        "clip_grad_norm_",
+        lambda params, norm: clipped.append((params, norm)) or clip(params, norm),
+    )
+    _, history, _ = train_expmodel_pft(
+        scorer,
+        processor,
+        catalogue,
+        pairs.iloc[:20],
+        steps=1,
+        batch_size=2,
+        heldout_fraction=0.0,
+        train_backbone=False,
+        max_grad_norm=max_grad_norm,
+    )
+    assert history[0]["lr"] == 1e-4  # the default constant lr
+    if max_grad_norm is None:
+        assert clipped == []
+    else:
+        ((params, norm),) = clipped
+        assert norm == 0.5 and len(params) == len(trained)
+        assert all(a is b for a, b in zip(params, trained, strict=True))
+
+
 def test_pft_rejects_bad_arguments(pft_world):
     catalogue, pairs, processor = pft_world
     scorer = ExpScorer.from_generator(make_model(processor))

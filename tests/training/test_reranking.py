@@ -11,7 +11,7 @@ from creditflow.algorithms import page_reward
 from creditflow.models.reranker import PointerReranker, RerankerConfig
 from creditflow.rollout import Policy, RerankerPolicy, format_ranking, parse_rankings
 from creditflow.tasks.reranking import HIDDEN_COLUMNS, generate_catalogue, generate_sessions
-from creditflow.training import GRPOConfig, GRPOTrainer
+from creditflow.training import CheckpointStore, GRPOConfig, GRPOTrainer
 from creditflow.training.reranking import (
     FEATURE_NAMES,
     augmented_targets,
@@ -138,6 +138,40 @@ def test_pretraining_validates_its_inputs(features):
     feats, mask = features
     with pytest.raises(ValueError, match="steps"):
         pretrain_reranker(_reranker(), feats, mask, torch.zeros_like(mask).long(), 0, 8, 1e-3, 0)
+
+
+def test_pretraining_keeps_its_optimizer_and_resumes_from_checkpoints(
+    features, monkeypatch, tmp_path
+):
+    """AdamW with torch's default weight decay 0.01, constant lr, no clipping; a finished run
+    in the store is loaded, not trained again."""
+    feats, mask = features
+    targets = torch.arange(mask.shape[1]).expand_as(mask).clone()  # (N, L): index order
+    optimizers = []
+    adamw = torch.optim.AdamW
+    monkeypatch.setattr(
+        torch.optim, "AdamW", lambda *a, **kw: optimizers.append(kw) or adamw(*a, **kw)
+    )
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", None)  # calling it would fail
+    store = CheckpointStore(tmp_path)
+    model = _reranker()
+    history = pretrain_reranker(model, feats, mask, targets, 3, 8, 1e-3, 0, checkpoints=store)
+    assert optimizers == [{"lr": 1e-3, "weight_decay": 0.01}]
+    assert [row["lr"] for row in history] == [1e-3] * 3 and not model.training
+    (run_dir,) = tmp_path.iterdir()
+
+    calls = []
+    monkeypatch.setattr(
+        "creditflow.training.reranking.teacher_forcing_nll", lambda *a: calls.append(a)
+    )
+    loaded = _reranker()  # the same starting weights: the same run
+    assert (
+        pretrain_reranker(loaded, feats, mask, targets, 3, 8, 1e-3, 0, checkpoints=store) == history
+    )
+    assert calls == [] and not loaded.training
+    for name, value in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name], value), name
+    assert [p.name for p in tmp_path.iterdir()] == [run_dir.name]
 
 
 # ---------------------------------------------------------------- reward

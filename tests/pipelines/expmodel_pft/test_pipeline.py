@@ -6,6 +6,7 @@ import pytest
 import torch
 from kedro.runner import SequentialRunner
 
+from creditflow.datasets import CheckpointDirectoryDataset
 from creditflow.models.scorer import ExpScorer
 from creditflow.pipelines.expmodel_pft import create_pipeline
 from tests.pipelines._experience_chain import chain_catalog, slice_catalog, smallest_params
@@ -16,10 +17,11 @@ pytestmark = [
 ]
 
 
-def test_expmodel_pft_pairs_come_from_long_tail_sessions_and_the_scorer_trains():
+def test_expmodel_pft_pairs_come_from_long_tail_sessions_and_the_scorer_trains(tmp_path):
     params = smallest_params()
     pipeline = create_pipeline()
     catalog = slice_catalog(pipeline, params)
+    catalog["expmodel_pft_checkpoints"] = CheckpointDirectoryDataset(str(tmp_path))
     sft_before = {k: v.clone() for k, v in catalog.load("expmodel_sft_model").state_dict().items()}
     SequentialRunner().run(pipeline, catalog)
 

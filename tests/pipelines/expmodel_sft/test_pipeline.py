@@ -7,6 +7,7 @@ import torch
 from kedro.runner import SequentialRunner
 from PIL import Image
 
+from creditflow.datasets import CheckpointDirectoryDataset
 from creditflow.models import vl_prompt_inputs
 from creditflow.pipelines.expmodel_sft import create_pipeline
 from creditflow.training.expmodel import expmodel_prompt
@@ -27,10 +28,11 @@ def _state(model) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-def test_expmodel_sft_trains_a_copy_of_the_initial_model():
+def test_expmodel_sft_trains_a_copy_of_the_initial_model(tmp_path):
     params = smallest_params()
     pipeline = create_pipeline()
     catalog = slice_catalog(pipeline, params)
+    catalog["expmodel_sft_checkpoints"] = CheckpointDirectoryDataset(str(tmp_path))
     SequentialRunner().run(
         pipeline.only_nodes("build_expmodel_processor", "build_expmodel"), catalog
     )
@@ -63,11 +65,21 @@ def test_expmodel_sft_trains_a_copy_of_the_initial_model():
     saved = upstream.load("expmodel_sft_model")
     assert set(saved.state_dict()) == set(sft)
 
+    # A re-run of the same run loads its final checkpoint instead of training again.
+    (run_dir,) = tmp_path.iterdir()
+    assert [p.name for p in sorted(run_dir.iterdir())] == ["step-000002"]
+    SequentialRunner().run(pipeline.only_nodes("train_expmodel_sft"), catalog)
+    again = catalog.load("expmodel_sft_model").state_dict()
+    assert all(torch.equal(again[k], sft[k]) for k in sft)
+    assert catalog.load("expmodel_sft_metrics").equals(metrics)
 
-def test_train_expmodel_sft_rejects_unknown_options():
+
+def test_train_expmodel_sft_rejects_unknown_options(tmp_path):
     params = deep_update(smallest_params(), {"expmodel_sft": {"sft": {"learning_rate": 0.1}}})
     pipeline = create_pipeline().only_nodes("train_expmodel_sft")
+    catalog = slice_catalog(pipeline, params)
+    catalog["expmodel_sft_checkpoints"] = CheckpointDirectoryDataset(str(tmp_path))
     with pytest.raises(
         ValueError, match=r"unknown expmodel_sft.sft option\(s\) \['learning_rate'\]"
     ):
-        SequentialRunner().run(pipeline, slice_catalog(pipeline, params))
+        SequentialRunner().run(pipeline, catalog)

@@ -6,6 +6,7 @@ import pytest
 import torch
 from kedro.runner import SequentialRunner
 
+from creditflow.datasets import CheckpointDirectoryDataset
 from creditflow.models.reranker import PointerReranker
 from creditflow.pipelines.reranker_pretrain import create_pipeline
 from creditflow.pipelines.reranker_pretrain.pipeline import RERANKERS
@@ -18,16 +19,18 @@ pytestmark = [
 ]
 
 
-def _run(pipeline, params, **replace):
+def _run(pipeline, params, root, **replace):
     catalog = slice_catalog(pipeline, params, **replace)
+    catalog["reranker_pretrain_checkpoints"] = CheckpointDirectoryDataset(str(root))
     SequentialRunner().run(pipeline, catalog)
     return catalog
 
 
-def test_both_rerankers_pretrain_and_only_yaug_reads_experience_scores():
+def test_both_rerankers_pretrain_and_only_yaug_reads_experience_scores(tmp_path):
     params = smallest_params()
     pipeline = create_pipeline()
-    catalog = _run(pipeline, params)
+    catalog = _run(pipeline, params, tmp_path / "first")
+    assert len(list((tmp_path / "first").iterdir())) == 2  # one run per reranker
     for kind in RERANKERS:
         model = catalog.load(f"reranker_{kind}")
         assert isinstance(model, PointerReranker) and not model.training
@@ -45,7 +48,7 @@ def test_both_rerankers_pretrain_and_only_yaug_reads_experience_scores():
     # the same table) but not the click baseline.
     scores = catalog.load("item_experience_scores")
     reversed_scores = scores.assign(s_exp=-scores["s_exp"])
-    other = _run(pipeline, params, item_experience_scores=reversed_scores)
+    other = _run(pipeline, params, tmp_path / "other", item_experience_scores=reversed_scores)
     for kind, same in (("click", True), ("yaug", False)):
         before = catalog.load(f"reranker_{kind}").state_dict()
         after = other.load(f"reranker_{kind}").state_dict()

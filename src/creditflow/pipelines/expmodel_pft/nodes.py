@@ -10,7 +10,7 @@ import pandas as pd
 
 from creditflow.models.scorer import ExpScorer
 from creditflow.reporting import metrics_frame
-from creditflow.training import expmodel
+from creditflow.training import CheckpointStore, expmodel
 from creditflow.training.config import checked_options
 
 logger = logging.getLogger(__name__)
@@ -44,21 +44,28 @@ def train_expmodel_pft(
     expmodel_processor,
     catalogue_items: pd.DataFrame,
     expmodel_preference_pairs: pd.DataFrame,
+    checkpoints: CheckpointStore,
     params: dict[str, Any],
 ) -> tuple[ExpScorer, pd.DataFrame]:
     """SPEC 3.3: a scalar head on a copy of the SFT'd backbone, trained on the pairs with
     ``-log sigmoid(s+ - s-) + lambda (s+ + s-)^2``. The metrics table holds one row per step;
-    its last row also holds the pair accuracy on the held-out pairs (``pft/heldout_accuracy``)."""
+    its last row also holds the pair accuracy on the held-out pairs (``pft/heldout_accuracy``).
+    A re-run of the same run resumes from (or loads) its checkpoint in ``checkpoints``."""
     options = checked_options(
         params["pft"],
         expmodel.train_expmodel_pft,
         "expmodel_pft.pft",
-        taken=("scorer", "processor", "items_df", "pairs_df"),
+        taken=("scorer", "processor", "items_df", "pairs_df", "checkpoints"),
     )
     # from_generator shares the backbone: the copy keeps the SFT model as it was saved.
     scorer = ExpScorer.from_generator(copy.deepcopy(expmodel_sft_model))
     scorer, history, heldout_accuracy = expmodel.train_expmodel_pft(
-        scorer, expmodel_processor, catalogue_items, expmodel_preference_pairs, **options
+        scorer,
+        expmodel_processor,
+        catalogue_items,
+        expmodel_preference_pairs,
+        checkpoints=checkpoints,
+        **options,
     )
     metrics = metrics_frame(history)
     metrics[HELDOUT_ACCURACY] = float("nan")  # measured once, after training

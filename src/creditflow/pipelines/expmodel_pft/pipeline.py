@@ -23,6 +23,7 @@ def create_pipeline(**kwargs) -> Pipeline:
                     "expmodel_processor",
                     "catalogue_items",
                     "expmodel_preference_pairs",
+                    "expmodel_pft_checkpoints",
                     PARAMS,
                 ],
                 ["expmodel_scorer", "expmodel_pft_metrics"],

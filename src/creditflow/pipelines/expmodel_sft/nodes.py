@@ -14,7 +14,7 @@ from creditflow.models import (
     train_vl_tokenizer,
 )
 from creditflow.reporting import metrics_frame
-from creditflow.training import expmodel
+from creditflow.training import CheckpointStore, expmodel
 from creditflow.training.config import checked_options
 
 
@@ -52,21 +52,24 @@ def train_expmodel_sft(
     expmodel_processor,
     catalogue_items: pd.DataFrame,
     item_annotations: pd.DataFrame,
+    checkpoints: CheckpointStore,
     params: dict[str, Any],
 ) -> tuple[Any, pd.DataFrame]:
     """SPEC 3.2: SFT a copy of the initial model on the ok annotations (loss on the
-    annotation tokens only); returns it and the per-step metrics."""
+    annotation tokens only); returns it and the per-step metrics. A re-run of the same run
+    resumes from (or, finished, loads) its checkpoint in ``checkpoints``."""
     options = checked_options(
         params["sft"],
         expmodel.train_expmodel_sft,
         "expmodel_sft.sft",
-        taken=("model", "processor", "items_df", "annotations_df"),
+        taken=("model", "processor", "items_df", "annotations_df", "checkpoints"),
     )
     model, history = expmodel.train_expmodel_sft(
         copy.deepcopy(expmodel_initial_model),
         expmodel_processor,
         catalogue_items,
         item_annotations,
+        checkpoints=checkpoints,
         **options,
     )
     return model, metrics_frame(history)

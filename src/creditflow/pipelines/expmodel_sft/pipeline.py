@@ -29,6 +29,7 @@ def create_pipeline(**kwargs) -> Pipeline:
                     "expmodel_processor",
                     "catalogue_items",
                     "item_annotations",
+                    "expmodel_sft_checkpoints",
                     PARAMS,
                 ],
                 ["expmodel_sft_model", "expmodel_sft_metrics"],

@@ -8,7 +8,7 @@ import pandas as pd
 
 from creditflow.models.reranker import PointerReranker, build_reranker
 from creditflow.reporting import metrics_frame
-from creditflow.training import reranking
+from creditflow.training import CheckpointStore, reranking
 from creditflow.training.config import checked_options
 from creditflow.training.reranker_data import inputs_for, rankings_from_frame
 
@@ -18,11 +18,13 @@ def pretrain_reranker(
     query_logs_train: pd.DataFrame,
     catalogue_items: pd.DataFrame,
     item_experience_scores: pd.DataFrame,
+    checkpoints: CheckpointStore,
     params: dict[str, Any],
     kind: str,
 ) -> tuple[PointerReranker, pd.DataFrame]:
     """A fresh reranker trained by teacher forcing to emit ``targets`` (y_aug or click-first)
-    on the training sessions; returns it and the per-step NLL."""
+    on the training sessions; returns it and the per-step NLL. A re-run of the same run
+    resumes from (or loads) its checkpoint in ``checkpoints``."""
     features, mask = inputs_for(
         query_logs_train, catalogue_items, item_experience_scores, params, kind
     )
@@ -31,9 +33,10 @@ def pretrain_reranker(
         params["training"],
         reranking.pretrain_reranker,
         "reranker_pretrain.training",
-        taken=("model", "features", "mask", "targets"),
+        taken=("model", "features", "mask", "targets", "checkpoints"),
     )
+    rankings = rankings_from_frame(query_logs_train, targets)
     history = reranking.pretrain_reranker(
-        model, features, mask, rankings_from_frame(query_logs_train, targets), **training
+        model, features, mask, rankings, checkpoints=checkpoints, **training
     )
     return model, metrics_frame(history).assign(reranker=kind)

@@ -34,6 +34,7 @@ def create_pipeline(**kwargs) -> Pipeline:
                     "query_logs_train",
                     "catalogue_items",
                     "item_experience_scores",
+                    "reranker_pretrain_checkpoints",
                     PARAMS,
                 ],
                 [f"reranker_{kind}", f"reranker_pretrain_{kind}_metrics"],
