@@ -6,8 +6,9 @@ Shape symbols: ``B`` sequences, ``T`` tokens, ``V`` vocabulary (= ``len(tokenize
 import inspect
 import logging
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -112,11 +113,108 @@ def build_tiny_qwen2(
     return model.eval()
 
 
+# Keys a spec may hold besides its ``tiny`` builder options, per source.
 _SPEC_KEYS = {
     "tiny": {"source", "tiny"},
     "pretrained": {"source", "name_or_path", "dtype", "trust_remote_code", "attn_implementation"},
 }
-_TINY_KWARGS = set(inspect.signature(build_tiny_qwen2).parameters) - {"tokenizer"}
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """A validated policy spec, the ``params:`` dict of ``load_policy`` and ``load_vl_policy``::
+
+        {"source": "tiny", "tiny": {...kwargs of the tiny builder...}}
+        {"source": "pretrained",
+         "name_or_path": "Qwen/Qwen2.5-0.5B-Instruct",   # hub id or local directory
+         "dtype": "bfloat16",                            # optional, default "auto"
+         "trust_remote_code": False,                     # optional
+         "attn_implementation": "sdpa"}                  # optional
+
+    source: ``"tiny"`` (a randomly initialised model built here) or ``"pretrained"``.
+    tiny: keyword arguments of the tiny builder (``source: tiny`` only).
+    name_or_path: hub id or local checkpoint directory (``source: pretrained`` only).
+    dtype: a ``DTYPES`` name; ``"auto"`` keeps the checkpoint's.
+    trust_remote_code: whether ``from_pretrained`` may run code shipped with the checkpoint.
+    attn_implementation: one of ``ATTN_IMPLEMENTATIONS``, or None for transformers' default.
+    """
+
+    source: str
+    tiny: Mapping[str, Any] = field(default_factory=dict)
+    name_or_path: str | None = None
+    dtype: str = "auto"
+    trust_remote_code: bool = False
+    attn_implementation: str | None = None
+
+    @classmethod
+    def from_params(
+        cls, spec: Mapping[str, Any], *, tiny_options: Collection[str], example_id: str
+    ) -> "PolicySpec":
+        """Validate ``spec`` before anything is built or loaded.
+
+        Args:
+            spec: a dict of the form above.
+            tiny_options: the keyword arguments the tiny builder takes.
+            example_id: a hub id for the message when ``name_or_path`` is missing.
+
+        Raises:
+            ValueError: an invalid spec, with what to set in ``parameters_*.yml``.
+        """
+        source = spec.get("source")
+        if source not in _SPEC_KEYS:
+            raise ValueError(f"unknown policy source {source!r}; valid: {sorted(_SPEC_KEYS)}")
+        unknown = set(spec) - _SPEC_KEYS[source]
+        if unknown:
+            raise ValueError(
+                f"unknown keys {sorted(unknown)} for policy source {source!r}; "
+                f"valid: {sorted(_SPEC_KEYS[source])}"
+            )
+        if source == "tiny":
+            tiny = dict(spec.get("tiny") or {})
+            unknown = set(tiny) - set(tiny_options)
+            if unknown:
+                raise ValueError(
+                    f"unknown keys {sorted(unknown)} under 'tiny'; valid: {sorted(tiny_options)}"
+                )
+            return cls(source="tiny", tiny=tiny)
+        name_or_path = spec.get("name_or_path")
+        if not name_or_path:
+            raise ValueError(
+                "policy source 'pretrained' needs 'name_or_path': set it in parameters to a "
+                f"Hugging Face id (e.g. '{example_id}') or a local checkpoint directory"
+            )
+        dtype = spec.get("dtype", "auto")
+        if dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {dtype!r}; valid: {list(DTYPES)}")
+        attn = spec.get("attn_implementation")
+        if attn is not None and attn not in ATTN_IMPLEMENTATIONS:
+            raise ValueError(
+                f"unknown attn_implementation {attn!r}; valid: {list(ATTN_IMPLEMENTATIONS)}"
+            )
+        trust_remote_code = spec.get("trust_remote_code", False)
+        if not isinstance(trust_remote_code, bool):
+            # A YAML string such as "false" would be truthy and silently run hub code.
+            raise ValueError(f"trust_remote_code must be true or false, got {trust_remote_code!r}")
+        return cls(
+            source="pretrained",
+            name_or_path=os.fspath(name_or_path),
+            dtype=dtype,
+            trust_remote_code=trust_remote_code,
+            attn_implementation=attn,
+        )
+
+    def from_pretrained_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of ``from_pretrained`` for a ``pretrained`` spec."""
+        kwargs: dict[str, Any] = {
+            "dtype": DTYPES[self.dtype],
+            "trust_remote_code": self.trust_remote_code,
+        }
+        if self.attn_implementation is not None:
+            kwargs["attn_implementation"] = self.attn_implementation
+        return kwargs
+
+
+_TINY_OPTIONS = set(inspect.signature(build_tiny_qwen2).parameters) - {"tokenizer"}
 
 
 def load_policy(
@@ -124,17 +222,10 @@ def load_policy(
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Build or load the policy model and its tokenizer from a ``params:`` dict.
 
-    ``spec`` is one of::
-
-        {"source": "tiny", "tiny": {...build_tiny_qwen2 kwargs...}}   # needs tokenizer=
-        {"source": "pretrained",
-         "name_or_path": "Qwen/Qwen2.5-0.5B-Instruct",   # hub id or local directory
-         "dtype": "float32",                             # or "bfloat16", "float16", "auto"
-         "trust_remote_code": False,
-         "attn_implementation": "sdpa"}                  # optional
-
     Args:
-        spec: the configuration above; validated before anything is built or loaded.
+        spec: a ``PolicySpec`` dict, validated before anything is built or loaded; ``tiny``
+            holds ``build_tiny_qwen2`` kwargs, ``pretrained`` names a causal LM such as
+            ``Qwen/Qwen2.5-0.5B-Instruct``.
         tokenizer: required for ``tiny`` (the model's vocabulary is sized from it). For
             ``pretrained`` it replaces the checkpoint's own tokenizer, e.g. one versioned
             separately in the catalog; it must fit the model's embedding table.
@@ -147,77 +238,33 @@ def load_policy(
         OSError: a pretrained checkpoint that is neither a local directory nor cached while
             offline (``HF_HUB_OFFLINE=1``).
     """
-    source = spec.get("source")
-    if source not in _SPEC_KEYS:
-        raise ValueError(f"unknown policy source {source!r}; valid: {sorted(_SPEC_KEYS)}")
-    unknown = set(spec) - _SPEC_KEYS[source]
-    if unknown:
-        raise ValueError(
-            f"unknown keys {sorted(unknown)} for policy source {source!r}; "
-            f"valid: {sorted(_SPEC_KEYS[source])}"
-        )
-    if source == "tiny":
-        return _build_tiny(spec.get("tiny") or {}, tokenizer)
-    return _load_pretrained(spec, tokenizer)
-
-
-def _build_tiny(
-    kwargs: Mapping[str, Any], tokenizer: PreTrainedTokenizerBase | None
-) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    unknown = set(kwargs) - _TINY_KWARGS
-    if unknown:
-        raise ValueError(
-            f"unknown keys {sorted(unknown)} under 'tiny'; valid: {sorted(_TINY_KWARGS)}"
-        )
-    if tokenizer is None:
-        raise ValueError(
-            "policy source 'tiny' sizes its vocabulary from a tokenizer: pass "
-            "load_policy(spec, tokenizer=...) (e.g. one from train_bpe_tokenizer)"
-        )
-    return build_tiny_qwen2(tokenizer, **kwargs), tokenizer
-
-
-def pretrained_model_kwargs(spec: Mapping[str, Any], example_id: str) -> tuple[str, dict[str, Any]]:
-    """Validate a ``{"source": "pretrained", ...}`` spec; returns ``(name_or_path, kwargs of
-    from_pretrained)``. Shared by text and vision-language policies; ``example_id`` only
-    appears in the error message for a missing ``name_or_path``."""
-    name_or_path = spec.get("name_or_path")
-    if not name_or_path:
-        raise ValueError(
-            "policy source 'pretrained' needs 'name_or_path': set it in parameters to a "
-            f"Hugging Face id (e.g. '{example_id}') or a local checkpoint directory"
-        )
-    dtype_name = spec.get("dtype", "auto")
-    if dtype_name not in DTYPES:
-        raise ValueError(f"unknown dtype {dtype_name!r}; valid: {list(DTYPES)}")
-    attn = spec.get("attn_implementation")
-    if attn is not None and attn not in ATTN_IMPLEMENTATIONS:
-        raise ValueError(
-            f"unknown attn_implementation {attn!r}; valid: {list(ATTN_IMPLEMENTATIONS)}"
-        )
-    trust_remote_code = spec.get("trust_remote_code", False)
-    if not isinstance(trust_remote_code, bool):
-        # A YAML string such as "false" would be truthy and silently run hub code.
-        raise ValueError(f"trust_remote_code must be true or false, got {trust_remote_code!r}")
-    model_kwargs: dict[str, Any] = {
-        "dtype": DTYPES[dtype_name],
-        "trust_remote_code": trust_remote_code,
-    }
-    if attn is not None:
-        model_kwargs["attn_implementation"] = attn
-    return os.fspath(name_or_path), model_kwargs
-
-
-def _load_pretrained(
-    spec: Mapping[str, Any], tokenizer: PreTrainedTokenizerBase | None
-) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    name_or_path, model_kwargs = pretrained_model_kwargs(spec, "Qwen/Qwen2.5-0.5B-Instruct")
-    trust_remote_code = model_kwargs["trust_remote_code"]
-    with _explain_missing_checkpoint(name_or_path):
-        model = AutoModelForCausalLM.from_pretrained(name_or_path, **model_kwargs)
+    policy = PolicySpec.from_params(
+        spec, tiny_options=_TINY_OPTIONS, example_id="Qwen/Qwen2.5-0.5B-Instruct"
+    )
+    if policy.source == "tiny":
         if tokenizer is None:
-            tokenizer = load_tokenizer(name_or_path, trust_remote_code=trust_remote_code)
+            raise ValueError(
+                "policy source 'tiny' sizes its vocabulary from a tokenizer: pass "
+                "load_policy(spec, tokenizer=...) (e.g. one from train_bpe_tokenizer)"
+            )
+        return build_tiny_qwen2(tokenizer, **policy.tiny), tokenizer
+    name_or_path = policy.name_or_path
+    with _explain_missing_checkpoint(name_or_path):
+        model = AutoModelForCausalLM.from_pretrained(
+            name_or_path, **policy.from_pretrained_kwargs()
+        )
+        if tokenizer is None:
+            tokenizer = load_tokenizer(name_or_path, trust_remote_code=policy.trust_remote_code)
+    return ready_for_rollouts(model, tokenizer, name_or_path, own="tokenizer"), tokenizer
 
+
+def ready_for_rollouts(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, name_or_path: str, own: str
+) -> PreTrainedModel:
+    """A loaded checkpoint set up for batched rollouts, in eval mode: ``tokenizer`` pads on the
+    left (with eos when it has no pad token) and fits the embedding table, and ``generate``
+    knows the pad id. ``own`` names what to pass instead of a tokenizer that does not fit
+    (``"tokenizer"``, or ``"processor"`` for a vision-language policy)."""
     # Rollouts generate a batch of prompts; right padding would put pad tokens between a
     # prompt and its completion.
     tokenizer.padding_side = "left"
@@ -227,11 +274,11 @@ def _load_pretrained(
     if len(tokenizer) > model.get_input_embeddings().num_embeddings:
         raise ValueError(
             f"tokenizer has {len(tokenizer)} tokens but {name_or_path} embeds only "
-            f"{model.get_input_embeddings().num_embeddings}; pass the checkpoint's own tokenizer"
+            f"{model.get_input_embeddings().num_embeddings}; pass the checkpoint's own {own}"
         )
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
-    return model.eval(), tokenizer
+    return model.eval()
 
 
 @contextmanager

@@ -23,7 +23,6 @@ completion mask), ``mm_token_type_ids`` (the prompt's, then zeros), ``pixel_valu
 """
 
 import inspect
-import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -43,12 +42,11 @@ from transformers.utils import is_torchvision_available
 
 from creditflow.models.builders import (
     ATTN_IMPLEMENTATIONS,
+    PolicySpec,
     _explain_missing_checkpoint,
-    pretrained_model_kwargs,
+    ready_for_rollouts,
 )
 from creditflow.models.tokenizer import train_bpe_tokenizer
-
-logger = logging.getLogger(__name__)
 
 VISION_START_TOKEN = "<|vision_start|>"
 VISION_END_TOKEN = "<|vision_end|>"
@@ -345,11 +343,9 @@ def _mrope_section(head_dim: int) -> list[int]:
     return [temporal, height, half - temporal - height]
 
 
-_SPEC_KEYS = {
-    "tiny": {"source", "tiny"},
-    "pretrained": {"source", "name_or_path", "dtype", "trust_remote_code", "attn_implementation"},
+_TINY_OPTIONS = set(inspect.signature(build_tiny_qwen2_5_vl).parameters) - {
+    "processor_or_tokenizer"
 }
-_TINY_KWARGS = set(inspect.signature(build_tiny_qwen2_5_vl).parameters) - {"processor_or_tokenizer"}
 
 
 def load_vl_policy(
@@ -357,17 +353,10 @@ def load_vl_policy(
 ) -> tuple[PreTrainedModel, Any]:
     """Build or load the vision-language policy and its processor from a ``params:`` dict.
 
-    ``spec`` is one of::
-
-        {"source": "tiny", "tiny": {...build_tiny_qwen2_5_vl kwargs...}}   # needs processor=
-        {"source": "pretrained",
-         "name_or_path": "Qwen/Qwen2.5-VL-3B-Instruct",  # hub id or local directory
-         "dtype": "bfloat16",                           # or "float32", "float16", "auto"
-         "trust_remote_code": False,
-         "attn_implementation": "sdpa"}                 # optional
-
     Args:
-        spec: the configuration above; validated before anything is built or loaded.
+        spec: a ``models.builders.PolicySpec`` dict, validated before anything is built or
+            loaded; ``tiny`` holds ``build_tiny_qwen2_5_vl`` kwargs, ``pretrained`` names a
+            vision-language checkpoint such as ``Qwen/Qwen2.5-VL-3B-Instruct``.
         processor: required for ``tiny`` (vocabulary and patching come from it). For
             ``pretrained`` it replaces the checkpoint's own; its tokenizer must fit the
             model's embedding table. Without it a Qwen2.5-VL checkpoint loads its processor as
@@ -381,60 +370,25 @@ def load_vl_policy(
         ValueError: an invalid spec, with what to set in ``parameters_*.yml``.
         OSError: a pretrained checkpoint that is neither a local directory nor cached.
     """
-    source = spec.get("source")
-    if source not in _SPEC_KEYS:
-        raise ValueError(f"unknown policy source {source!r}; valid: {sorted(_SPEC_KEYS)}")
-    unknown = set(spec) - _SPEC_KEYS[source]
-    if unknown:
-        raise ValueError(
-            f"unknown keys {sorted(unknown)} for policy source {source!r}; "
-            f"valid: {sorted(_SPEC_KEYS[source])}"
-        )
-    if source == "tiny":
-        return _build_tiny(spec.get("tiny") or {}, processor)
-    return _load_pretrained(spec, processor)
-
-
-def _build_tiny(
-    kwargs: Mapping[str, Any], processor: ImageOnlyQwen2_5_VLProcessor | None
-) -> tuple[PreTrainedModel, Any]:
-    unknown = set(kwargs) - _TINY_KWARGS
-    if unknown:
-        raise ValueError(
-            f"unknown keys {sorted(unknown)} under 'tiny'; valid: {sorted(_TINY_KWARGS)}"
-        )
-    if processor is None:
-        raise ValueError(
-            "policy source 'tiny' sizes its vocabulary and patches from a processor: pass "
-            "load_vl_policy(spec, processor=...) "
-            "(e.g. build_tiny_processor(train_vl_tokenizer(...)))"
-        )
-    return build_tiny_qwen2_5_vl(processor, **kwargs), processor
-
-
-def _load_pretrained(
-    spec: Mapping[str, Any], processor: ImageOnlyQwen2_5_VLProcessor | None
-) -> tuple[PreTrainedModel, Any]:
-    name_or_path, model_kwargs = pretrained_model_kwargs(spec, "Qwen/Qwen2.5-VL-3B-Instruct")
-    trust_remote_code = model_kwargs["trust_remote_code"]
-    with _explain_missing_checkpoint(name_or_path):
-        model = AutoModelForImageTextToText.from_pretrained(name_or_path, **model_kwargs)
+    policy = PolicySpec.from_params(
+        spec, tiny_options=_TINY_OPTIONS, example_id="Qwen/Qwen2.5-VL-3B-Instruct"
+    )
+    if policy.source == "tiny":
         if processor is None:
-            processor = _load_processor(name_or_path, model, trust_remote_code)
-
-    tokenizer = processor.tokenizer
-    tokenizer.padding_side = "left"  # see load_policy: completions are appended on the right
-    if tokenizer.pad_token is None:
-        logger.warning("tokenizer of %s has no pad token; padding with eos", name_or_path)
-        tokenizer.pad_token = tokenizer.eos_token
-    if len(tokenizer) > model.get_input_embeddings().num_embeddings:
-        raise ValueError(
-            f"tokenizer has {len(tokenizer)} tokens but {name_or_path} embeds only "
-            f"{model.get_input_embeddings().num_embeddings}; pass the checkpoint's own processor"
+            raise ValueError(
+                "policy source 'tiny' sizes its vocabulary and patches from a processor: pass "
+                "load_vl_policy(spec, processor=...) "
+                "(e.g. build_tiny_processor(train_vl_tokenizer(...)))"
+            )
+        return build_tiny_qwen2_5_vl(processor, **policy.tiny), processor
+    name_or_path = policy.name_or_path
+    with _explain_missing_checkpoint(name_or_path):
+        model = AutoModelForImageTextToText.from_pretrained(
+            name_or_path, **policy.from_pretrained_kwargs()
         )
-    if model.generation_config.pad_token_id is None:
-        model.generation_config.pad_token_id = tokenizer.pad_token_id
-    return model.eval(), processor
+        if processor is None:
+            processor = _load_processor(name_or_path, model, policy.trust_remote_code)
+    return ready_for_rollouts(model, processor.tokenizer, name_or_path, own="processor"), processor
 
 
 def _load_processor(name_or_path: str, model: PreTrainedModel, trust_remote_code: bool) -> Any:

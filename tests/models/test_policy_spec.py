@@ -1,0 +1,110 @@
+"""The one policy-spec loader behind ``load_policy`` and ``load_vl_policy``: validation of a
+``{source: tiny | pretrained, ...}`` spec, and the weights each loader builds from it.
+
+The stored digests were computed with the loaders as they were before ``PolicySpec`` existed
+(two copies of the spec parsing, one in ``builders.py`` and one in ``vision.py``), under torch
+2.13 / transformers 5.24 on CPU; a change in either library's initialisation changes them too.
+"""
+
+import hashlib
+
+import pytest
+import torch
+
+from creditflow.models import (
+    build_tiny_processor,
+    load_policy,
+    load_vl_policy,
+    train_vl_tokenizer,
+)
+from creditflow.models.builders import DTYPES, PolicySpec
+
+VL_CORPUS = [
+    "Look at the image and answer the question. Put the final answer in \\boxed{}.",
+    "How many red circles plus blue squares are there?",
+    "What is the height of bar B minus the height of bar A?",
+    "Add the two numbers in the picture.",
+    "2 red circles + 3 blue squares = 5. The answer is \\boxed{5}",
+    "Bar B is 7 and bar A is 3. 7 - 3 = 4. The answer is \\boxed{4}",
+]
+TINY_TEXT = {"source": "tiny", "tiny": {"hidden_size": 32, "num_hidden_layers": 1, "seed": 3}}
+TINY_VL = {"source": "tiny", "tiny": {"hidden_size": 32, "vision_depth": 1, "seed": 3}}
+
+
+def state_digest(model) -> str:
+    """16 hex digits of every state_dict entry's name, dtype, shape and bytes."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
+        digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy())
+    return digest.hexdigest()[:16]
+
+
+@pytest.fixture(scope="module")
+def processor():
+    return build_tiny_processor(train_vl_tokenizer(VL_CORPUS * 10, vocab_size=400), image_size=112)
+
+
+def test_text_policies_have_the_weights_they_had_before_the_shared_loader(tokenizer, tmp_path):
+    model, _ = load_policy(TINY_TEXT, tokenizer=tokenizer)
+    assert state_digest(model) == "925a73a155554b83"
+    model, _ = load_policy({"source": "tiny"}, tokenizer=tokenizer)
+    assert state_digest(model) == "3e6f4942ce0dfd2e"
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    loaded, _ = load_policy({"source": "pretrained", "name_or_path": tmp_path, "dtype": "bfloat16"})
+    assert loaded.dtype == torch.bfloat16 and state_digest(loaded) == "5fb0c22a11fddda2"
+
+
+def test_vl_policies_have_the_weights_they_had_before_the_shared_loader(processor, tmp_path):
+    model, _ = load_vl_policy(TINY_VL, processor=processor)
+    assert state_digest(model) == "5004d1c9caf1cf61"
+    model.save_pretrained(tmp_path)
+    processor.save_pretrained(tmp_path)
+    loaded, proc = load_vl_policy(
+        {"source": "pretrained", "name_or_path": tmp_path, "dtype": "bfloat16"}
+    )
+    assert loaded.dtype == torch.bfloat16 and state_digest(loaded) == "26db4064b664fa45"
+    assert proc.tokenizer.padding_side == "left"
+
+
+def test_from_params_fills_the_pretrained_defaults():
+    spec = PolicySpec.from_params(
+        {"source": "pretrained", "name_or_path": "org/model"}, tiny_options=(), example_id="x"
+    )
+    assert spec == PolicySpec(source="pretrained", name_or_path="org/model")
+    assert spec.from_pretrained_kwargs() == {"dtype": DTYPES["auto"], "trust_remote_code": False}
+    eager = PolicySpec.from_params(
+        {
+            "source": "pretrained",
+            "name_or_path": "m",
+            "dtype": "bfloat16",
+            "attn_implementation": "eager",
+        },
+        tiny_options=(),
+        example_id="x",
+    )
+    assert eager.from_pretrained_kwargs() == {
+        "dtype": torch.bfloat16,
+        "trust_remote_code": False,
+        "attn_implementation": "eager",
+    }
+
+
+def test_from_params_keeps_the_tiny_options_and_checks_their_names():
+    spec = PolicySpec.from_params(
+        {"source": "tiny", "tiny": {"seed": 1}}, tiny_options=("seed",), example_id="x"
+    )
+    assert spec == PolicySpec(source="tiny", tiny={"seed": 1})
+    assert PolicySpec.from_params({"source": "tiny"}, tiny_options=(), example_id="x").tiny == {}
+    with pytest.raises(
+        ValueError, match=r"unknown keys \['width'\] under 'tiny'; valid: \['seed'\]"
+    ):
+        PolicySpec.from_params(
+            {"source": "tiny", "tiny": {"width": 2}}, tiny_options=("seed",), example_id="x"
+        )
+
+
+def test_a_missing_name_or_path_names_the_example_id():
+    with pytest.raises(ValueError, match="e.g. 'org/example'"):
+        PolicySpec.from_params({"source": "pretrained"}, tiny_options=(), example_id="org/example")
