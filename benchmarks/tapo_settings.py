@@ -115,7 +115,8 @@ def main() -> None:
             key, _, value = item.partition("=")
             apply_override(params, args.strategy, key, parse_value(value))
         started = time.perf_counter()
-        model, _, _ = train_tapo_policy(model, tokenizer, train, None, params, args.strategy)
+        strategy = params["strategies"][args.strategy]
+        model, _, _ = train_tapo_policy(model, tokenizer, train, None, params, strategy)
         seconds = round(time.perf_counter() - started, 1)
 
     grpo = params["grpo"]

@@ -63,9 +63,9 @@ def test_the_dag_has_one_task_per_node_of_the_tapo_pipeline(tapo_dag, tapo_pipel
     expected = {slugify(node.name): f'"{node.name}"' for node in tapo_pipeline.nodes}
     assert tasks == expected
     # Naming: node names slugified, one Kedro node per task.
-    for node in ("train_tapo_policy_tapo", "evaluate_tapo_policy_sft", "ingest_mgsm_problems"):
+    for node in ("tapo.train_tapo_policy", "evaluate_tapo_policy_sft", "ingest_mgsm_problems"):
         assert tasks[slugify(node)] == f'"{node}"'
-    assert "train-tapo-policy-tapo" in tasks
+    assert "tapo-train-tapo-policy" in tasks
 
 
 @pytest.mark.slow
@@ -77,5 +77,5 @@ def test_the_dag_edges_are_the_pipeline_dependencies(tapo_dag, tapo_pipeline):
         for parent in parents
     }
     assert edges == expected
-    assert ("warm-start-tapo-policy", "train-tapo-policy-tapo") in edges
-    assert ("ingest-mgsm-problems", "evaluate-tapo-policy-tapo") in edges
+    assert ("warm-start-tapo-policy", "tapo-train-tapo-policy") in edges
+    assert ("ingest-mgsm-problems", "tapo-evaluate-tapo-policy") in edges

@@ -34,11 +34,14 @@ from kedro.runner import SequentialRunner
 
 from creditflow.datasets import CheckpointDirectoryDataset
 from creditflow.ingest import load_mgsm
+from creditflow.pipelines.comparison import configured_strategies
 from creditflow.pipelines.tapo import create_pipeline
-from creditflow.pipelines.tapo.pipeline import STRATEGIES
-from tests.pipelines._params import TAPO_SMALLEST, deep_update
+from tests.pipelines._params import TAPO_SMALLEST, deep_update, parameter_datasets
 
 pytestmark = pytest.mark.filterwarnings("ignore:register_new_resolver:UserWarning")
+
+# The compared strategies, as the pipeline reads them from conf/base/parameters_tapo.yml.
+STRATEGIES = tuple(configured_strategies("tapo"))
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 SUBPROCESS_TIMEOUT_S = 300
@@ -104,11 +107,14 @@ def run_tapo_smallest(
     mgsm = load_mgsm(Path(shared_data) / "mgsm", ["en", "de", "zh"], max_rows=2)
     pipeline = create_pipeline()
     datasets = {
-        "params:tapo": MemoryDataset(smallest_tapo_params(overrides)),
+        **parameter_datasets("tapo", smallest_tapo_params(overrides)),
         "mgsm_problems": MemoryDataset(mgsm),
     }
     for name in pipeline.all_outputs():
         datasets[name] = KeptMemoryDataset(copy_mode="assign")
+    datasets["tapo_sft_checkpoints"] = CheckpointDirectoryDataset(
+        str(Path(checkpoint_root) / "sft")
+    )
     for strategy in STRATEGIES:
         datasets[f"tapo_checkpoints_{strategy}"] = CheckpointDirectoryDataset(
             str(Path(checkpoint_root) / strategy)

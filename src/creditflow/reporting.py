@@ -15,10 +15,11 @@ from matplotlib.figure import Figure  # noqa: E402
 from creditflow.training.reranking import summarise_by_band  # noqa: E402
 
 
-def metrics_frame(history: Sequence[Mapping[str, float]]) -> pd.DataFrame:
-    """Per-step engine history -> a ``*_metrics`` table with an integer ``step`` column (the
-    MLflow hook logs one point per step and rejects fractional steps)."""
-    frame = pd.DataFrame(list(history))
+def metrics_frame(history: Sequence[Mapping[str, float]] | pd.DataFrame) -> pd.DataFrame:
+    """Per-step engine history (rows, or a frame of them) -> a ``*_metrics`` table with an
+    integer ``step`` column (the MLflow hook logs one point per step and rejects fractional
+    steps)."""
+    frame = history.copy() if isinstance(history, pd.DataFrame) else pd.DataFrame(list(history))
     if "step" in frame.columns:
         frame["step"] = frame["step"].round().astype("int64")
     return frame

@@ -220,7 +220,7 @@ def test_tapo_settings_reads_set_values_as_yaml_and_exponents_as_floats():
 
 
 def test_tapo_settings_dotted_overrides_reach_the_strategy_the_node_trains():
-    from creditflow.pipelines.tapo.nodes import strategy_params  # noqa: PLC0415
+    from creditflow.training.grpo_runs import strategy_params  # noqa: PLC0415
 
     params = yaml.safe_load(tapo_settings.PARAMETERS.read_text())["tapo"]
     tapo_settings.apply_override(params, "tapo", "advantage.scale_by_std", False)

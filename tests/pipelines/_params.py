@@ -45,3 +45,21 @@ TAPO_SMALLEST = {
         "samples_per_problem": 2,
     },
 }
+
+
+def parameter_datasets(group: str, params: dict) -> dict:
+    """MemoryDatasets of ``params:<group>`` and of every nested key (``params:<group>.a.b``),
+    as a Kedro session registers them: the namespaced strategy nodes read
+    ``params:<group>.strategies.<name>``."""
+    from kedro.io import MemoryDataset  # noqa: PLC0415 - keep this module import-light
+
+    datasets = {}
+
+    def add(name: str, value) -> None:
+        datasets[name] = MemoryDataset(value)
+        if isinstance(value, dict):
+            for key, inner in value.items():
+                add(f"{name}.{key}", inner)
+
+    add(f"params:{group}", params)
+    return datasets

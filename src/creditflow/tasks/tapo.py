@@ -855,3 +855,17 @@ def format_tapo_target(question_en: str, answer: str, reasoning: str | None = No
 def tapo_prompt(question: str) -> str:
     """The user turn the policy sees: ``TAPO_INSTRUCTION``, a blank line, then the question."""
     return f"{TAPO_INSTRUCTION}\n\n{question}"
+
+
+EVALUATION_COLUMNS = ("dataset", "id", "language", "question", "question_en", "answer")
+
+
+def tapo_evaluation_problems(
+    synthetic: pd.DataFrame, mgsm: pd.DataFrame, mgsm_max_per_language: int
+) -> pd.DataFrame:
+    """The evaluation table: the synthetic problems (``dataset="synthetic"``), then the first
+    ``mgsm_max_per_language`` MGSM problems of each language (``dataset="mgsm"``), with
+    ``EVALUATION_COLUMNS``."""
+    capped = mgsm.groupby("language", sort=True).head(mgsm_max_per_language)
+    frames = [synthetic.assign(dataset="synthetic"), capped.assign(dataset="mgsm")]
+    return pd.concat(frames, ignore_index=True)[list(EVALUATION_COLUMNS)]

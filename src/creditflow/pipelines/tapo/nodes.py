@@ -9,21 +9,24 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from creditflow.models import load_policy, load_tokenizer, train_bpe_tokenizer
-from creditflow.reporting import plot_reward_curves, summarise_tapo_evaluations
+from creditflow.pipelines.comparison import labelled_tables
+from creditflow.reporting import metrics_frame, plot_reward_curves, summarise_tapo_evaluations
 from creditflow.tasks.tapo import (
     format_tapo_target,
     generate_tapo_problems,
     split_by_language,
+    tapo_evaluation_problems,
     tapo_prompt,
 )
 from creditflow.training.checkpoint import CheckpointStore
-from creditflow.training.evaluation import evaluate_text_policy, evaluate_text_policy_sampled
+from creditflow.training.evaluation import evaluate_text_problems
 from creditflow.training.grpo_runs import (
     build_grpo_config,
     merge_overrides,
     run_grpo,
 )
 from creditflow.training.sft import run_sft
+from creditflow.training.strategies import SignConflictRate
 from creditflow.training.threads import torch_threads
 
 logger = logging.getLogger(__name__)
@@ -66,9 +69,14 @@ def build_tapo_policy(tapo_tokenizer, params: dict[str, Any]):
 
 
 def warm_start_tapo_policy(
-    tapo_initial_policy, tapo_tokenizer, tapo_train_tasks: pd.DataFrame, params: dict[str, Any]
+    tapo_initial_policy,
+    tapo_tokenizer,
+    tapo_train_tasks: pd.DataFrame,
+    checkpoints: CheckpointStore,
+    params: dict[str, Any],
 ):
-    """SFT on gold TAPO completions so the policy can produce the format before RL."""
+    """SFT on gold TAPO completions so the policy can produce the format before RL; resumes
+    from ``checkpoints`` (a finished run with the same inputs is loaded, not retrained)."""
     prompts = [tapo_prompt(q) for q in tapo_train_tasks["question"]]
     with torch_threads(params["torch_threads"]):
         return run_sft(
@@ -77,6 +85,7 @@ def warm_start_tapo_policy(
             prompts,
             _sft_targets(tapo_train_tasks),
             params["sft"],
+            checkpoints,
         )
 
 
@@ -86,10 +95,11 @@ def train_tapo_policy(
     tapo_train_tasks: pd.DataFrame,
     checkpoints: CheckpointStore,
     params: dict[str, Any],
-    strategy: str,
+    strategy: dict[str, Any],
 ):
-    """GRPO from the warm start under one credit-assignment strategy of ``params['strategies']``."""
-    grpo_params = strategy_params(params, strategy)
+    """GRPO from the warm start under one strategy (``strategy``: its overrides of
+    ``params['grpo']``). Every strategy reports the sign-conflict rate of its rewards."""
+    grpo_params = merge_overrides(params["grpo"], strategy)
     distributed = grpo_params.pop("distributed", None)  # process layout, not a GRPOConfig field
     config = build_grpo_config(grpo_params, params["reward_functions"])
     with torch_threads(params["torch_threads"]):
@@ -103,88 +113,50 @@ def train_tapo_policy(
             params["reward_functions"],
             checkpoints,
             distributed,
+            reward_metrics=[SignConflictRate()],
         )
-    metrics = pd.DataFrame(result.history).assign(strategy=strategy)
-    samples = pd.DataFrame(result.samples).assign(strategy=strategy)
-    return model, metrics, samples
+    return model, metrics_frame(result.history), pd.DataFrame(result.samples)
 
 
 def evaluate_tapo_policy(
-    model,
-    tapo_tokenizer,
-    tapo_eval_tasks: pd.DataFrame,
-    mgsm_problems: pd.DataFrame,
-    params: dict[str, Any],
-    label: str,
+    model, tapo_tokenizer, tapo_eval_tasks: pd.DataFrame, mgsm_problems: pd.DataFrame, params
 ) -> pd.DataFrame:
     """Greedy completions on the synthetic evaluation set and (capped) MGSM, scored with the
-    training rewards; one row per problem. With ``evaluation.samples_per_problem`` > 0 the
-    synthetic rows also get ``sampled/reward/<name>``: the mean reward of that many completions
-    sampled as in training (the quantity GRPO maximises), from a seed shared by every policy."""
-    evaluation = params["evaluation"]
-    mgsm = mgsm_problems.groupby("language", sort=True).head(evaluation["mgsm_max_per_language"])
-    frames = [tapo_eval_tasks.assign(dataset="synthetic"), mgsm.assign(dataset="mgsm")]
-    problems = pd.concat(frames, ignore_index=True)[
-        ["dataset", "id", "language", "question", "question_en", "answer"]
-    ]
-    prompts = [tapo_prompt(q) for q in problems["question"]]
+    training rewards, one row per problem; the synthetic rows also get
+    ``sampled/reward/<name>`` (``evaluation.samples_per_problem`` completions sampled as in
+    training, from a seed every policy shares)."""
+    evaluation, sampling = params["evaluation"], params["grpo"]
+    problems = tapo_evaluation_problems(
+        tapo_eval_tasks, mgsm_problems, evaluation["mgsm_max_per_language"]
+    )
     with torch_threads(params["torch_threads"]):
-        scored = evaluate_text_policy(
+        return evaluate_text_problems(
             model,
             tapo_tokenizer,
-            prompts,
-            list(problems["question_en"]),
-            list(problems["answer"]),
+            problems,
+            [tapo_prompt(q) for q in problems["question"]],
             params["reward_functions"],
             max_new_tokens=evaluation["max_new_tokens"],
             batch_size=evaluation["batch_size"],
+            samples_per_problem=evaluation.get("samples_per_problem", 0),
+            sampled_rows=problems["dataset"] == "synthetic",
+            temperature=sampling.get("temperature", 1.0),
+            top_p=sampling.get("top_p", 1.0),
+            seed=params["seed"],
         )
-    table = pd.concat([problems, scored], axis=1).assign(policy=label)
-    k = evaluation.get("samples_per_problem", 0)
-    if k:
-        synthetic = table["dataset"] == "synthetic"
-        sampling = params["grpo"]
-        with torch_threads(params["torch_threads"]):
-            sampled = evaluate_text_policy_sampled(
-                model,
-                tapo_tokenizer,
-                [prompt for prompt, keep in zip(prompts, synthetic, strict=True) if keep],
-                list(table.loc[synthetic, "question_en"]),
-                list(table.loc[synthetic, "answer"]),
-                params["reward_functions"],
-                max_new_tokens=evaluation["max_new_tokens"],
-                samples_per_prompt=k,
-                temperature=sampling.get("temperature", 1.0),
-                top_p=sampling.get("top_p", 1.0),
-                batch_size=evaluation["batch_size"],
-                seed=params["seed"],
-            )
-        sampled.index = table.index[synthetic]
-        table = table.join(sampled.add_prefix("sampled/"))
-    return table
 
 
 def compare_tapo_strategies(
-    params: dict[str, Any], *tables: pd.DataFrame, n_evaluations: int
+    params: dict[str, Any], tapo_results_sft: pd.DataFrame, **tables: pd.DataFrame
 ) -> tuple[pd.DataFrame, Figure]:
     """The comparison table (accuracy on seen/unseen languages and MGSM, chrF++, format rate,
-    sign-conflict rate in training) and the reward curves per strategy. ``tables`` holds
-    ``n_evaluations`` evaluation tables, then the training-metrics tables."""
-    evaluations = pd.concat(tables[:n_evaluations], ignore_index=True)
-    metrics = pd.concat(tables[n_evaluations:], ignore_index=True)
+    gains over the warm start, sign-conflict rate in training) and the reward curves.
+    ``tables``: ``results/<strategy>`` and ``metrics/<strategy>`` of every strategy."""
+    evaluations, metrics = labelled_tables(params["strategies"], tapo_results_sft, tables)
     table = summarise_tapo_evaluations(evaluations, metrics, params["tasks"]["holdout_languages"])
     logger.info("TAPO comparison:\n%s", table.to_string(index=False))
-    return table, plot_reward_curves(
-        metrics, ["reward/total", "reward/reasoning", "reward/translation", "reward/format"]
-    )
-
-
-def strategy_params(params: dict[str, Any], strategy: str) -> dict[str, Any]:
-    if strategy not in params["strategies"]:
-        raise ValueError(
-            f"unknown strategy {strategy!r}; parameters define {sorted(params['strategies'])}"
-        )
-    return merge_overrides(params["grpo"], params["strategies"][strategy])
+    curves = ["reward/total", "reward/reasoning", "reward/translation", "reward/format"]
+    return table, plot_reward_curves(metrics, curves)
 
 
 def _sft_targets(tasks: pd.DataFrame) -> list[str]:

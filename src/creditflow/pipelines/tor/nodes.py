@@ -17,8 +17,9 @@ from creditflow.models import (
     load_vl_policy,
     train_vl_tokenizer,
 )
+from creditflow.pipelines.comparison import labelled_tables
 from creditflow.pipelines.tor.report import summarise_tor_runs
-from creditflow.reporting import plot_reward_curves
+from creditflow.reporting import metrics_frame, plot_reward_curves
 from creditflow.tasks.tor import format_tor_target, generate_tor_problems, tor_prompt
 from creditflow.training.checkpoint import CheckpointStore
 from creditflow.training.evaluation import evaluate_vl_policy
@@ -74,9 +75,14 @@ def build_vl_policy(tor_processor, params: dict[str, Any]):
 
 
 def sft_warmstart_tor(
-    tor_initial_policy, tor_processor, tor_train_tasks: pd.DataFrame, params: dict[str, Any]
+    tor_initial_policy,
+    tor_processor,
+    tor_train_tasks: pd.DataFrame,
+    checkpoints: CheckpointStore,
+    params: dict[str, Any],
 ):
-    """SFT on gold reasoning + boxed answers, so the policy answers in the format before RL."""
+    """SFT on gold reasoning + boxed answers, so the policy answers in the format before RL;
+    resumes from ``checkpoints`` (a finished run with the same inputs is loaded)."""
     with torch_threads(params["torch_threads"]):
         model, metrics = run_vl_sft(
             tor_initial_policy,
@@ -84,8 +90,9 @@ def sft_warmstart_tor(
             _train_prompts(tor_train_tasks),
             _sft_targets(tor_train_tasks),
             params["sft"],
+            checkpoints,
         )
-    return model, _integer_steps(metrics)
+    return model, metrics_frame(metrics)
 
 
 def train_tor_policy(
@@ -94,10 +101,12 @@ def train_tor_policy(
     tor_train_tasks: pd.DataFrame,
     checkpoints: CheckpointStore,
     params: dict[str, Any],
-    strategy: str,
+    strategy: dict[str, Any],
 ):
-    """GRPO from the warm start with one token-weight strategy of ``params['strategies']``."""
-    config = build_grpo_config(strategy_params(params, strategy), params["reward_functions"])
+    """GRPO from the warm start with one token-weight strategy (``strategy``: its overrides
+    of ``params['grpo']``)."""
+    grpo_params = merge_overrides(params["grpo"], strategy)
+    config = build_grpo_config(grpo_params, params["reward_functions"])
     with torch_threads(params["torch_threads"]):
         model, result = run_vl_grpo(
             tor_sft_policy,
@@ -109,9 +118,7 @@ def train_tor_policy(
             params["reward_functions"],
             checkpoints,
         )
-    metrics = _integer_steps(pd.DataFrame(result.history)).assign(strategy=strategy)
-    samples = pd.DataFrame(result.samples).assign(strategy=strategy)
-    return model, metrics, samples
+    return model, metrics_frame(result.history), pd.DataFrame(result.samples)
 
 
 def evaluate_tor_policy(
@@ -121,7 +128,6 @@ def evaluate_tor_policy(
     tabmwp_problems: pd.DataFrame,
     mathvision_problems: pd.DataFrame,
     params: dict[str, Any],
-    label: str,
 ) -> pd.DataFrame:
     """Greedy answers on the held-out synthetic problems, TabMWP (question + table image) and
     MATH-Vision testmini (choices in the prompt, letters compared through the boxed answer),
@@ -141,29 +147,20 @@ def evaluate_tor_policy(
             max_new_tokens=evaluation["max_new_tokens"],
             batch_size=evaluation["batch_size"],
         )
-    return pd.concat([problems, scored], axis=1).assign(policy=label)
+    return pd.concat([problems, scored], axis=1)
 
 
 def compare_tor_strategies(
-    params: dict[str, Any], *tables: pd.DataFrame, n_evaluations: int
+    params: dict[str, Any], tor_results_sft: pd.DataFrame, **tables: pd.DataFrame
 ) -> tuple[pd.DataFrame, Figure]:
     """The comparison table (accuracy per evaluation set, token-selection statistics, step
-    time) and the reward curves per strategy. ``tables`` holds ``n_evaluations`` evaluation
-    tables, then the training-metrics tables."""
-    evaluations = pd.concat(tables[:n_evaluations], ignore_index=True)
-    metrics = pd.concat(tables[n_evaluations:], ignore_index=True)
+    time) and the reward curves per strategy. ``tables``: ``results/<strategy>`` and
+    ``metrics/<strategy>`` of every strategy."""
+    evaluations, metrics = labelled_tables(params["strategies"], tor_results_sft, tables)
     table = summarise_tor_runs(evaluations, metrics)
     logger.info("ToR comparison:\n%s", table.to_string(index=False))
     curves = ["reward/total", "tor/selected_frac", "actor/entropy", "completion/length"]
     return table, plot_reward_curves(metrics, curves)
-
-
-def strategy_params(params: dict[str, Any], strategy: str) -> dict[str, Any]:
-    if strategy not in params["strategies"]:
-        raise ValueError(
-            f"unknown strategy {strategy!r}; parameters define {sorted(params['strategies'])}"
-        )
-    return merge_overrides(params["grpo"], params["strategies"][strategy])
 
 
 def choice_question(question: str, choices: list[str]) -> str:
@@ -222,11 +219,6 @@ def _image(image: bytes | str) -> bytes | Image.Image:
         return image
     with Image.open(image) as opened:
         return opened.convert("RGB")
-
-
-def _integer_steps(metrics: pd.DataFrame) -> pd.DataFrame:
-    # The MLflow hook logs *_metrics tables per step and needs an integer step column.
-    return metrics.astype({"step": "int64"})
 
 
 def _train_prompts(tasks: pd.DataFrame) -> list[tuple[str, bytes]]:

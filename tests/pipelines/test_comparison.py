@@ -1,0 +1,66 @@
+"""The per-strategy comparisons are modular pipelines: one namespace per strategy of YAML."""
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from creditflow.pipelines import tapo, tor
+from creditflow.pipelines.comparison import configured_strategies, labelled_tables
+
+pytestmark = pytest.mark.filterwarnings("ignore:register_new_resolver:UserWarning")
+
+
+@pytest.mark.parametrize(("group", "module"), [("tapo", tapo), ("tor", tor)])
+def test_every_configured_strategy_is_a_namespace_with_train_and_evaluate(group, module):
+    strategies = configured_strategies(group)
+    pipeline = module.create_pipeline()
+    namespaces = {n.namespace for n in pipeline.nodes} - {None}
+    assert namespaces == set(strategies)
+    for name in strategies:
+        nodes = pipeline.only_nodes_with_namespaces([name]).nodes
+        assert sorted(n.name for n in nodes) == [
+            f"{name}.evaluate_{group}_policy",
+            f"{name}.train_{group}_policy",
+        ]
+        # Stable dataset names: the catalog patterns and the docs keep working.
+        outputs = set().union(*(n.outputs for n in nodes))
+        assert f"{group}_policy_{name}" in outputs and f"{group}_results_{name}" in outputs
+        assert f"params:{group}.strategies.{name}" in pipeline.inputs()
+
+
+def test_a_strategy_added_only_in_yaml_joins_the_comparison(tmp_path: Path, project_root: Path):
+    conf = tmp_path / "conf"
+    (conf / "base").mkdir(parents=True)
+    (conf / "local").mkdir()
+    params = yaml.safe_load((project_root / "conf/base/parameters_tapo.yml").read_text())
+    params["tapo"]["strategies"]["tapo_alpha_0.8"] = {
+        "advantage": {"name": "tapo", "alpha": 0.8},
+        "rewards": {"translation": 1.0, "reasoning": 1.0},
+    }
+    (conf / "base" / "parameters_tapo.yml").write_text(yaml.safe_dump(params))
+    strategies = configured_strategies("tapo", conf_source=conf)
+    assert strategies[-1] == "tapo_alpha_0.8"
+    pipeline = tapo.create_pipeline(strategies)
+    assert "tapo_alpha_0.8.train_tapo_policy" in {n.name for n in pipeline.nodes}
+    compare = next(n for n in pipeline.nodes if n.name == "compare_tapo_strategies")
+    assert "tapo_results_tapo_alpha_0.8" in compare.inputs
+
+
+def test_a_strategy_the_pipeline_lacks_fails_the_comparison_loudly():
+    table = pd.DataFrame({"x": [1.0]})
+    tables = {"results/grpo_sum": table, "metrics/grpo_sum": table}
+    evaluations, metrics = labelled_tables({"grpo_sum": {}}, table, tables)
+    assert evaluations["policy"].tolist() == ["sft", "grpo_sum"]
+    assert metrics["strategy"].tolist() == ["grpo_sum"]
+    with pytest.raises(ValueError, match=r"\['extra'\] are in the parameters but not in the"):
+        labelled_tables({"grpo_sum": {}, "extra": {}}, table, tables)
+
+
+def test_no_strategies_is_a_clear_error(tmp_path: Path):
+    (tmp_path / "base").mkdir()
+    (tmp_path / "local").mkdir()
+    (tmp_path / "base" / "parameters_tapo.yml").write_text("tapo: {seed: 0}\n")
+    with pytest.raises(ValueError, match="no strategies under tapo.strategies"):
+        configured_strategies("tapo", conf_source=tmp_path)
