@@ -23,9 +23,15 @@ def test_chain_writes_every_artefact_through_the_catalog():
     for name in sorted(pipeline.all_outputs()):
         assert type(catalog.get(name)).__name__ != "MemoryDataset", name
         assert catalog.exists(name), name
-    assert pipeline.inputs() == {f"params:{n}" for n in CHAIN if n != "augmented_targets"} | {
-        "reranker_grpo_checkpoints"
+    # The training pipelines' checkpoint stores are directories the chain reads as inputs.
+    checkpoints = {
+        f"{n}_checkpoints"
+        for n in ("expmodel_sft", "expmodel_pft", "reranker_pretrain", "reranker_grpo")
     }
+    assert (
+        pipeline.inputs()
+        == {f"params:{n}" for n in CHAIN if n != "augmented_targets"} | checkpoints
+    )
     table = catalog.load("reranker_evaluation")  # read back from CSV
     assert set(table["ranker"]) == {
         "logged",
