@@ -248,7 +248,7 @@ _RECORDING_CLI = textwrap.dedent(
 
 @pytest.mark.slow
 def test_the_project_leaves_the_deterministic_switch_to_the_user(project_root, tmp_path):
-    """Neither settings.py's hooks nor the recipes call ``torch.use_deterministic_algorithms``
+    """Neither settings.py's hooks nor the GRPO entry points call ``torch.use_deterministic_algorithms``
     (docs/reproducibility.md says how a user turns it on). A real ``kedro run`` of the tapo
     set-up and SFT nodes, through the documented switch, keeps it on throughout.
 
