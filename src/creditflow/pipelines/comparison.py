@@ -16,12 +16,13 @@ knows ``--params``, so ``--params`` can change a listed strategy's settings but 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import pandas as pd
 from kedro.config import OmegaConfigLoader
-from kedro.pipeline import Pipeline, pipeline
+from kedro.framework.project import settings
+from kedro.pipeline import Node, Pipeline, pipeline
 
 RESULTS_PREFIX, METRICS_PREFIX = "results/", "metrics/"
 
@@ -39,7 +40,7 @@ def project_root() -> Path:
 def configured_strategies(group: str, conf_source: str | Path | None = None) -> list[str]:
     """The strategy names under ``<group>.strategies`` in the project's parameters, in file
     order. Raises ValueError when there are none."""
-    conf_source = conf_source or project_root() / "conf"
+    conf_source = conf_source or project_root() / settings.CONF_SOURCE
     loader = OmegaConfigLoader(
         str(conf_source),
         base_env="base",
@@ -55,31 +56,77 @@ def configured_strategies(group: str, conf_source: str | Path | None = None) -> 
     return list(strategies)
 
 
-def strategy_pipelines(
-    template: Pipeline,
+# Catalog names of each strategy's datasets (``{group}``: the pipeline, ``{strategy}``: its
+# name), the same for every comparison.
+STRATEGY_DATASETS = {
+    "checkpoints": "{group}_checkpoints_{strategy}",
+    "policy": "{group}_policy_{strategy}",
+    "metrics": "{group}_{strategy}_metrics",
+    "samples": "{group}_samples_{strategy}",
+    "results": "{group}_results_{strategy}",
+}
+
+
+def strategy_template(
+    group: str,
+    train: Callable,
+    evaluate: Callable,
+    train_inputs: Sequence[str],
+    evaluation_inputs: Sequence[str],
+) -> Pipeline:
+    """Train one strategy from the warm start, then evaluate it.
+
+    ``train(*train_inputs, checkpoints, params, strategy) -> (policy, metrics, samples)``, where
+    ``strategy`` is the strategy's overrides of ``params['grpo']``;
+    ``evaluate(policy, *evaluation_inputs) -> results``.
+    """
+    params = f"params:{group}"
+    return Pipeline(
+        [
+            Node(
+                train,
+                [*train_inputs, "checkpoints", params, "params:strategy"],
+                ["policy", "metrics", "samples"],
+                name=f"train_{group}_policy",
+            ),
+            Node(
+                evaluate, ["policy", *evaluation_inputs], "results", name=f"evaluate_{group}_policy"
+            ),
+        ]
+    )
+
+
+def comparison_pipeline(
     group: str,
     strategies: Sequence[str],
-    shared_inputs: set[str],
-    outputs: Mapping[str, str],
+    train: Callable,
+    evaluate: Callable,
+    compare: Callable,
+    train_inputs: Sequence[str],
+    evaluation_inputs: Sequence[str],
 ) -> Pipeline:
-    """``template`` once per strategy, namespaced by the strategy's name.
+    """``strategy_template`` once per strategy, namespaced by the strategy's name, then the
+    comparison node.
 
-    Args:
-        template: the per-strategy nodes; they read ``params:<group>`` (shared), ``params:
-            strategy`` (mapped to ``params:<group>.strategies.<name>``) and ``checkpoints``
-            (mapped to ``<group>_checkpoints_<name>``).
-        shared_inputs: datasets every strategy reads under their own names (the warm start,
-            the tasks, ...).
-        outputs: template dataset -> stable catalog name with a ``{strategy}`` field (for
-            example ``{"policy": "tapo_policy_{strategy}"}``), so ``--load-versions`` examples
-            and the docs keep their names.
+    Every strategy reads ``train_inputs`` and ``evaluation_inputs`` (the warm start, the
+    tasks, ...) under their own names, ``params:<group>``, and ``params:strategy`` mapped to
+    ``params:<group>.strategies.<name>``; its outputs get the stable ``STRATEGY_DATASETS``
+    names, so ``--load-versions`` examples and the docs keep their names.
+    ``compare(params, <group>_results_sft, **{"results/<name>": ..., "metrics/<name>": ...})
+    -> (<group>_comparison, <group>_reward_curves)``.
     """
+    template = strategy_template(group, train, evaluate, train_inputs, evaluation_inputs)
+    shared = {d: d for d in template.inputs() if not d.startswith("params:") and d != "checkpoints"}
+
+    def named(dataset: str, name: str) -> str:
+        return STRATEGY_DATASETS[dataset].format(group=group, strategy=name)
+
     instances = [
         pipeline(
             template,
             namespace=name,
-            inputs={**{d: d for d in shared_inputs}, "checkpoints": f"{group}_checkpoints_{name}"},
-            outputs={d: pattern.format(strategy=name) for d, pattern in outputs.items()},
+            inputs={**shared, "checkpoints": named("checkpoints", name)},
+            outputs={d: named(d, name) for d in ("policy", "metrics", "samples", "results")},
             parameters={
                 f"params:{group}": f"params:{group}",
                 "params:strategy": f"params:{group}.strategies.{name}",
@@ -87,19 +134,17 @@ def strategy_pipelines(
         )
         for name in strategies
     ]
-    return sum(instances, Pipeline([]))
-
-
-def comparison_inputs(
-    group: str, strategies: Sequence[str], results: str, metrics: str
-) -> dict[str, str]:
-    """Keyword inputs of a comparison node: ``results/<name>`` and ``metrics/<name>`` per
-    strategy (``results`` / ``metrics``: catalog patterns with a ``{strategy}`` field)."""
-    inputs = {"params": f"params:{group}"}
+    inputs = {"params": f"params:{group}", f"{group}_results_sft": f"{group}_results_sft"}
     for name in strategies:
-        inputs[RESULTS_PREFIX + name] = results.format(strategy=name)
-        inputs[METRICS_PREFIX + name] = metrics.format(strategy=name)
-    return inputs
+        inputs[RESULTS_PREFIX + name] = named("results", name)
+        inputs[METRICS_PREFIX + name] = named("metrics", name)
+    report = Node(
+        compare,
+        inputs,
+        [f"{group}_comparison", f"{group}_reward_curves"],
+        name=f"compare_{group}_strategies",
+    )
+    return Pipeline([*instances, report])
 
 
 def labelled_tables(

@@ -3,8 +3,8 @@
 
 Every strategy listed under ``tor.strategies`` in ``conf/base/parameters_tor.yml`` trains from
 the same warm start with the same seed and budget; only the token weights differ: plain GRPO
-(``uniform``), ToR with the paper's defaults (``tor``) and its ablations. Each is the
-``strategy_template`` in its own namespace, with stable dataset names:
+(``uniform``), ToR with the paper's defaults (``tor``) and its ablations. Each is
+``comparison.strategy_template`` in its own namespace, with stable dataset names:
 ``tor_policy_<strategy>``, ``tor_<strategy>_metrics``, ``tor_samples_<strategy>``,
 ``tor_results_<strategy>``.
 """
@@ -15,11 +15,7 @@ from collections.abc import Sequence
 
 from kedro.pipeline import Node, Pipeline
 
-from creditflow.pipelines.comparison import (
-    comparison_inputs,
-    configured_strategies,
-    strategy_pipelines,
-)
+from creditflow.pipelines.comparison import comparison_pipeline, configured_strategies
 from creditflow.pipelines.tor import nodes
 
 PARAMS = "params:tor"
@@ -30,40 +26,6 @@ EVALUATION_INPUTS = [
     "mathvision_problems",
     PARAMS,
 ]
-# Template dataset -> catalog name of each strategy's copy.
-STRATEGY_OUTPUTS = {
-    "policy": "tor_policy_{strategy}",
-    "metrics": "tor_{strategy}_metrics",
-    "samples": "tor_samples_{strategy}",
-    "results": "tor_results_{strategy}",
-}
-
-
-def strategy_template() -> Pipeline:
-    """Train one token-weight strategy from the warm start, then evaluate it."""
-    return Pipeline(
-        [
-            Node(
-                nodes.train_tor_policy,
-                [
-                    "tor_sft_policy",
-                    "tor_processor",
-                    "tor_train_tasks",
-                    "checkpoints",
-                    PARAMS,
-                    "params:strategy",
-                ],
-                ["policy", "metrics", "samples"],
-                name="train_tor_policy",
-            ),
-            Node(
-                nodes.evaluate_tor_policy,
-                ["policy", *EVALUATION_INPUTS],
-                "results",
-                name="evaluate_tor_policy",
-            ),
-        ]
-    )
 
 
 def create_pipeline(strategies: Sequence[str] | None = None, **kwargs) -> Pipeline:
@@ -109,29 +71,13 @@ def create_pipeline(strategies: Sequence[str] | None = None, **kwargs) -> Pipeli
             ),
         ]
     )
-    per_strategy = strategy_pipelines(
-        strategy_template(),
+    comparison = comparison_pipeline(
         "tor",
         strategies,
-        shared_inputs={
-            "tor_sft_policy",
-            "tor_processor",
-            "tor_train_tasks",
-            "tor_eval_tasks",
-            "tabmwp_problems",
-            "mathvision_problems",
-        },
-        outputs=STRATEGY_OUTPUTS,
-    )
-    report = Node(
+        nodes.train_tor_policy,
+        nodes.evaluate_tor_policy,
         nodes.compare_tor_strategies,
-        {
-            "tor_results_sft": "tor_results_sft",
-            **comparison_inputs(
-                "tor", strategies, STRATEGY_OUTPUTS["results"], STRATEGY_OUTPUTS["metrics"]
-            ),
-        },
-        ["tor_comparison", "tor_reward_curves"],
-        name="compare_tor_strategies",
+        train_inputs=["tor_sft_policy", "tor_processor", "tor_train_tasks"],
+        evaluation_inputs=EVALUATION_INPUTS,
     )
-    return Pipeline([setup, per_strategy, report], tags=["tor"])
+    return Pipeline([setup, comparison], tags=["tor"])

@@ -19,6 +19,7 @@ import torch
 from creditflow.algorithms import page_reward
 from creditflow.rollout.reranker_policy import parse_rankings
 from creditflow.training.config import GRPOConfig
+from creditflow.training.strategies import validate_strategies
 
 # Set by ``page_grpo_config``, never by parameters: the engine's scalar reward is PageReward's
 # "page" (its alpha / beta mix is PageReward's own), and a completion is one pointer step per
@@ -86,11 +87,14 @@ def page_grpo_config(grpo_params: Mapping[str, Any], n_candidates: int) -> GRPOC
     ``"page"`` reward, ``n_candidates`` = ``L`` pointer steps per completion).
 
     Raises:
-        ValueError: ``grpo_params`` sets a derived key.
+        ValueError: ``grpo_params`` sets a derived key; ``ConfigError`` (a ValueError) for a
+            broken setting or strategy spec.
     """
     derived = sorted(set(grpo_params) & set(DERIVED_GRPO_KEYS))
     if derived:
         raise ValueError(f"reranker_grpo.grpo must not set {derived}: page-level GRPO derives them")
-    return GRPOConfig.from_params(
+    config = GRPOConfig.from_params(
         {**grpo_params, "rewards": {"page": 1.0}, "max_new_tokens": n_candidates}
     )
+    validate_strategies(config)  # a bad advantage / token_weights spec fails before training
+    return config
