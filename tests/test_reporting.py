@@ -1,5 +1,5 @@
-"""Reporting helpers: the TAPO comparison table and the experience-model evaluation
-(Kendall's tau, tables, plots)."""
+"""Reporting helpers: per-step metrics tables, the TAPO comparison table and the
+experience-model evaluation (Kendall's tau, tables, plots)."""
 
 import math
 
@@ -13,11 +13,18 @@ from scipy.stats import kendalltau
 
 from creditflow.reporting import (
     kendall_tau,
+    metrics_frame,
     plot_metrics_by_band,
     summarise_rankers_by_band,
     summarise_tapo_evaluations,
     training_reward_ends,
 )
+
+
+def test_metrics_frame_makes_steps_integers():
+    frame = metrics_frame([{"step": 1.0, "loss": 0.5}, {"step": 2.0, "loss": 0.25}])
+    assert frame["step"].dtype == "int64" and frame["step"].tolist() == [1, 2]
+    assert frame["loss"].tolist() == [0.5, 0.25]
 
 
 def test_kendall_tau_hand_case_with_ties():

@@ -55,9 +55,9 @@ SMALLEST: dict[str, dict[str, Any]] = {
                 "vision_depth": 1,
             }
         },
-        "sft": {"steps": 2, "batch_size": 4},
+        "training": {"steps": 2, "batch_size": 4},
     },
-    "expmodel_pft": {"pairs": {"max_pairs": 60}, "pft": {"steps": 2, "batch_size": 4}},
+    "expmodel_pft": {"pairs": {"max_pairs": 60}, "training": {"steps": 2, "batch_size": 4}},
     "experience_scoring": {"batch_size": 16},
     "reranker_pretrain": {
         "model": {"d_model": 8, "n_heads": 2, "dim_feedforward": 16},

@@ -13,9 +13,12 @@ from creditflow.annotation import HeuristicAnnotator, parse_annotation
 from creditflow.models import build_tiny_processor, build_tiny_qwen2_5_vl, train_vl_tokenizer
 from creditflow.models.scorer import ExpScorer
 from creditflow.tasks.reranking import generate_catalogue, generate_sessions
+from creditflow.training.config import ConfigError
 from creditflow.training.expmodel import (
+    EXPMODEL_TRAINING,
     HELDOUT_SPLITS,
     PAIR_COLUMNS,
+    PFTOptions,
     collate_expmodel_sft,
     expmodel_prompt,
     expmodel_sft_examples,
@@ -28,6 +31,7 @@ from creditflow.training.expmodel import (
     train_expmodel_sft,
 )
 from creditflow.training.sft import IGNORE_INDEX
+from creditflow.training.supervised import SupervisedConfig
 
 IMAGE_SIZE = 56
 # 56 px / 14 px patches = 4 x 4 = 16 patches per image; merged 2 x 2 -> 4 image tokens.
@@ -68,6 +72,13 @@ def processor(items, annotations):
 
 def make_model(processor, seed=0):
     return build_tiny_qwen2_5_vl(processor, seed=seed, **TINY_VL)
+
+
+def _training(steps: int = 2, batch_size: int = 4, learning_rate: float = 1e-3):
+    """The chain's ExpModel settings (``EXPMODEL_TRAINING``) at a test's size."""
+    return SupervisedConfig(
+        steps=steps, batch_size=batch_size, learning_rate=learning_rate, **EXPMODEL_TRAINING
+    )
 
 
 # --- SFT ----------------------------------------------------------------------------------------
@@ -176,7 +187,7 @@ def test_a_few_sft_steps_lower_the_loss_on_a_fixed_batch(processor, items, annot
     with torch.no_grad():
         before = expmodel_sft_loss(model, batch).item()
     model, history = train_expmodel_sft(
-        model, processor, subset, annotations, steps=8, batch_size=4, lr=3e-3, seed=0
+        model, processor, subset, annotations, training=_training(8, 4, 3e-3)
     )
     with torch.no_grad():
         after = expmodel_sft_loss(model, batch).item()
@@ -328,12 +339,8 @@ def test_pft_orders_pairs_of_unseen_items_above_chance(pft_world, tmp_path):
         processor,
         catalogue,
         pairs,
-        steps=40,
-        batch_size=16,
-        lr=3e-3,
-        lam=0.01,
-        seed=0,
-        heldout_fraction=0.4,
+        training=_training(40, 16, 3e-3),
+        options=PFTOptions(lam=0.01, heldout_fraction=0.4),
     )
     assert accuracy > 0.65, accuracy
     assert len(history) == 40
@@ -361,11 +368,8 @@ def test_pft_without_backbone_training_touches_only_head_and_last_layer(pft_worl
         processor,
         catalogue,
         pairs.iloc[:40],
-        steps=2,
-        batch_size=4,
-        lr=1e-2,
-        heldout_fraction=0.0,
-        train_backbone=False,
+        training=_training(2, 4, 1e-2),
+        options=PFTOptions(heldout_fraction=0.0, train_backbone=False),
     )
     assert np.isnan(accuracy) and len(history) == 2
     changed = {k for k, v in scorer.state_dict().items() if not torch.equal(v, before[k])}
@@ -399,13 +403,13 @@ def test_pft_clips_only_the_trained_parameters(pft_world, monkeypatch, max_grad_
         processor,
         catalogue,
         pairs.iloc[:20],
-        steps=1,
-        batch_size=2,
-        heldout_fraction=0.0,
-        train_backbone=False,
-        max_grad_norm=max_grad_norm,
+        training=SupervisedConfig.from_params(
+            {"steps": 1, "batch_size": 2, "learning_rate": 1e-4},
+            **{**EXPMODEL_TRAINING, "max_grad_norm": max_grad_norm},
+        ),
+        options=PFTOptions(heldout_fraction=0.0, train_backbone=False),
     )
-    assert history[0]["lr"] == 1e-4  # the default constant lr
+    assert history[0]["lr"] == 1e-4  # constant
     if max_grad_norm is None:
         assert clipped == []
     else:
@@ -417,12 +421,23 @@ def test_pft_clips_only_the_trained_parameters(pft_world, monkeypatch, max_grad_
 def test_pft_rejects_bad_arguments(pft_world):
     catalogue, pairs, processor = pft_world
     scorer = ExpScorer.from_generator(make_model(processor))
-    with pytest.raises(ValueError, match="valid: items, pairs"):
-        train_expmodel_pft(scorer, processor, catalogue, pairs, heldout_split="sessions")
-    with pytest.raises(ValueError, match="heldout_fraction"):
-        train_expmodel_pft(scorer, processor, catalogue, pairs, heldout_fraction=1.0)
     with pytest.raises(ValueError, match="missing from items_df"):
-        train_expmodel_pft(scorer, processor, catalogue.iloc[:5], pairs)
+        train_expmodel_pft(scorer, processor, catalogue.iloc[:5], pairs, training=_training())
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"heldout_split": "sessions"}, "valid: items, pairs"),
+        ({"heldout_fraction": 1.0}, "heldout_fraction"),
+        ({"lam": "abc"}, "lam"),
+        ({"train_backbone": "false"}, "train_backbone"),
+        ({"steps": 2}, r"unknown PFT option\(s\) \['steps'\]; valid keys are \['lam'"),
+    ],
+)
+def test_pft_options_reject_bad_values(params, message):
+    with pytest.raises(ConfigError, match=message):
+        PFTOptions.from_params(params)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

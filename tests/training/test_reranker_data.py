@@ -1,5 +1,6 @@
 """The reranker chain's tables <-> padded tensors (``training.reranker_data``), the seeded
-reranker builder and greedy decoding; also the option checks and metrics tables its nodes use."""
+reranker builder and greedy decoding; also ``checked_options``, which the preference-pair and
+MovieLens-session nodes use."""
 
 import pandas as pd
 import pytest
@@ -8,7 +9,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from creditflow.models.reranker import build_reranker
-from creditflow.reporting import metrics_frame
 from creditflow.rollout.reranker_policy import greedy_rankings
 from creditflow.tasks.reranking import generate_catalogue, generate_sessions
 from creditflow.training.config import checked_options
@@ -41,12 +41,6 @@ def test_checked_options_rejects_unknown_and_missing_names():
         checked_options({"steps": 2, "model": 1}, _train, "x", taken=["model"])
     with pytest.raises(ValueError, match=r"x needs option\(s\) \['steps'\]"):
         checked_options({"lr": 0.5}, _train, "x", taken=["model"])
-
-
-def test_metrics_frame_makes_steps_integers():
-    frame = metrics_frame([{"step": 1.0, "loss": 0.5}, {"step": 2.0, "loss": 0.25}])
-    assert frame["step"].dtype == "int64" and frame["step"].tolist() == [1, 2]
-    assert frame["loss"].tolist() == [0.5, 0.25]
 
 
 @given(n=st.integers(2, 60), fraction=st.floats(0.05, 0.95), seed=st.integers(0, 3))

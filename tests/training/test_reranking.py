@@ -14,6 +14,7 @@ from creditflow.tasks.reranking import HIDDEN_COLUMNS, generate_catalogue, gener
 from creditflow.training import CheckpointStore, GRPOConfig, GRPOTrainer
 from creditflow.training.reranking import (
     FEATURE_NAMES,
+    PRETRAIN_TRAINING,
     augmented_targets,
     click_first_order,
     evaluate_rankings,
@@ -24,6 +25,7 @@ from creditflow.training.reranking import (
     teacher_forcing_nll,
 )
 from creditflow.training.strategies.page import PageReward
+from creditflow.training.supervised import SupervisedConfig
 
 L = 10
 
@@ -113,6 +115,13 @@ def test_augmented_targets_put_padding_last():
 
 
 # ---------------------------------------------------------------- pre-training
+def _training(steps: int = 3, batch_size: int = 8, learning_rate: float = 1e-3):
+    """The chain's pre-training settings (``PRETRAIN_TRAINING``) at a test's size."""
+    return SupervisedConfig(
+        steps=steps, batch_size=batch_size, learning_rate=learning_rate, **PRETRAIN_TRAINING
+    )
+
+
 @pytest.mark.slow
 def test_pretraining_on_y_aug_lowers_nll_and_ranks_clicks_first(sessions, features, exp_scores):
     feats, mask = features
@@ -120,9 +129,7 @@ def test_pretraining_on_y_aug_lowers_nll_and_ranks_clicks_first(sessions, featur
     targets = augmented_targets(logs.clicks.bool(), exp_scores, mask)
     model = _reranker()
     before = teacher_forcing_nll(model, feats, mask, targets).item()
-    history = pretrain_reranker(
-        model, feats, mask, targets, steps=80, batch_size=32, lr=1e-2, seed=0
-    )
+    history = pretrain_reranker(model, feats, mask, targets, training=_training(80, 32, 1e-2))
     after = teacher_forcing_nll(model, feats, mask, targets).item()
     assert len(history) == 80 and history[-1]["step"] == 80.0
     assert after < 0.25 * before, (before, after)
@@ -136,8 +143,8 @@ def test_pretraining_on_y_aug_lowers_nll_and_ranks_clicks_first(sessions, featur
 
 def test_pretraining_validates_its_inputs(features):
     feats, mask = features
-    with pytest.raises(ValueError, match="steps"):
-        pretrain_reranker(_reranker(), feats, mask, torch.zeros_like(mask).long(), 0, 8, 1e-3, 0)
+    with pytest.raises(ValueError, match="need features"):
+        pretrain_reranker(_reranker(), feats, mask, torch.zeros(1, 2).long(), training=_training())
 
 
 def test_pretraining_keeps_its_optimizer_and_resumes_from_checkpoints(
@@ -155,7 +162,10 @@ def test_pretraining_keeps_its_optimizer_and_resumes_from_checkpoints(
     monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", None)  # calling it would fail
     store = CheckpointStore(tmp_path)
     model = _reranker()
-    history = pretrain_reranker(model, feats, mask, targets, 3, 8, 1e-3, 0, checkpoints=store)
+    training = SupervisedConfig.from_params(
+        {"steps": 3, "batch_size": 8, "learning_rate": 1e-3, "seed": 0}, **PRETRAIN_TRAINING
+    )
+    history = pretrain_reranker(model, feats, mask, targets, training=training, checkpoints=store)
     assert optimizers == [{"lr": 1e-3, "weight_decay": 0.01}]
     assert [row["lr"] for row in history] == [1e-3] * 3 and not model.training
     (run_dir,) = tmp_path.iterdir()
@@ -165,9 +175,8 @@ def test_pretraining_keeps_its_optimizer_and_resumes_from_checkpoints(
         "creditflow.training.reranking.teacher_forcing_nll", lambda *a: calls.append(a)
     )
     loaded = _reranker()  # the same starting weights: the same run
-    assert (
-        pretrain_reranker(loaded, feats, mask, targets, 3, 8, 1e-3, 0, checkpoints=store) == history
-    )
+    again = pretrain_reranker(loaded, feats, mask, targets, training=training, checkpoints=store)
+    assert again == history
     assert calls == [] and not loaded.training
     for name, value in model.state_dict().items():
         assert torch.equal(loaded.state_dict()[name], value), name

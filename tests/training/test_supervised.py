@@ -250,6 +250,40 @@ def test_a_malformed_config_fails_before_training(overrides, message):
         SupervisedConfig(**params)
 
 
+def test_from_params_puts_params_over_the_callers_defaults():
+    params = {"steps": 3, "batch_size": 2, "learning_rate": 1, "seed": 4}
+    config = SupervisedConfig.from_params(params, schedule="constant", max_grad_norm=None)
+    assert config == SupervisedConfig(
+        steps=3, batch_size=2, learning_rate=1.0, schedule="constant", max_grad_norm=None, seed=4
+    )
+    assert type(config.learning_rate) is float  # 1 and 1.0 are the same run
+    overridden = SupervisedConfig.from_params({**params, "max_grad_norm": 0.5}, max_grad_norm=None)
+    assert overridden.max_grad_norm == 0.5
+
+
+VALID = {"steps": 2, "batch_size": 2, "learning_rate": 1e-3}
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({**VALID, "steps": "abc"}, r"`steps` must be int, got 'abc' \(str\)"),
+        ({**VALID, "steps": True}, "`steps` must be int"),
+        ({**VALID, "steps": 2.5}, "`steps` must be int"),
+        ({**VALID, "learning_rate": "1e-3"}, "`learning_rate` must be float"),
+        ({**VALID, "max_grad_norm": "none"}, "`max_grad_norm` must be float or null"),
+        ({**VALID, "schedule": 1}, "`schedule` must be str"),
+        ({**VALID, "lr": 1e-3}, "`lr` is now `learning_rate`"),
+        ({**VALID, "lam": 0.1}, r"unknown supervised key `lam`; valid keys are \['steps', "),
+        ({"steps": 2}, r"needs \['batch_size', 'learning_rate'\]"),
+        ({**VALID, "steps": 0}, "steps must be >= 1"),  # then the field checks
+    ],
+)
+def test_from_params_rejects_unknown_keys_and_wrong_types(params, message):
+    with pytest.raises(ConfigError, match=message):
+        SupervisedConfig.from_params(params)
+
+
 def test_sft_parameters_are_checked_by_the_trainer_rules_too():
     with pytest.raises(ConfigError, match="max_grad_norm"):
         SFTConfig.from_params({"max_grad_norm": -1.0})

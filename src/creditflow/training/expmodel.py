@@ -25,7 +25,7 @@ import logging
 import math
 from collections.abc import Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -40,6 +40,7 @@ from creditflow.models.scorer import ExpScorer
 from creditflow.models.vision import vl_prompt_inputs
 from creditflow.tasks.reranking import FREQUENCY_BANDS
 from creditflow.training.checkpoint import CheckpointStore
+from creditflow.training.config import ConfigError
 from creditflow.training.sft import IGNORE_INDEX
 from creditflow.training.supervised import (
     SupervisedConfig,
@@ -60,6 +61,10 @@ SCORE_COLUMNS = ("item_id", "s_exp")
 # Annotated overall scores are rounded to 2 decimals (0.2 steps for the heuristic annotator):
 # a difference meant to equal the margin must not fall below it by float rounding.
 _MARGIN_TOLERANCE = 1e-9
+# The chain's ``SupervisedConfig`` settings for ExpModel SFT and PFT, under the YAML's
+# ``training`` keys (``SupervisedConfig.from_params(params, **EXPMODEL_TRAINING)``): AdamW at a
+# constant learning rate without weight decay, gradients clipped to norm 1.0.
+EXPMODEL_TRAINING = {"schedule": "constant", "weight_decay": 0.0, "max_grad_norm": 1.0}
 
 
 # --- prompts and targets ----------------------------------------------------------------------
@@ -242,40 +247,25 @@ def train_expmodel_sft(
     processor: Any,
     items_df: pd.DataFrame,
     annotations_df: pd.DataFrame,
-    steps: int = 200,
-    batch_size: int = 8,
-    lr: float = 1e-3,
-    seed: int = 0,
-    max_length: int | None = 1024,
     *,
-    weight_decay: float = 0.0,
-    max_grad_norm: float | None = 1.0,
-    checkpoint_every: int = 0,
+    training: SupervisedConfig,
+    max_length: int | None = 1024,
     checkpoints: CheckpointStore | None = None,
     progress: bool = False,
 ) -> tuple[torch.nn.Module, list[dict[str, float]]]:
     """SPEC 3.2: fine-tune the VL ``model`` in place to write each item's annotation.
 
-    AdamW at a constant ``lr``, gradients clipped to ``max_grad_norm`` (None: no clipping);
-    examples are drawn in a seeded order, reshuffled every epoch (``EpochSampler``).
-    ``checkpoints``: a store to resume from and save to every ``checkpoint_every`` steps and at
-    the end; the run goes into a subdirectory keyed by the starting weights, the examples and
-    these options, so only the very same run resumes (a finished one is just loaded).
+    ``training``: steps, items per step, AdamW and clipping (the chain's settings:
+    ``EXPMODEL_TRAINING``); examples are drawn in a seeded order, reshuffled every epoch
+    (``EpochSampler``). ``max_length``: as in ``expmodel_sft_examples``. ``checkpoints``: a
+    store to resume from and save to every ``training.checkpoint_every`` steps and at the end;
+    the run goes into a subdirectory keyed by the starting weights, the examples and
+    ``training``, so only the very same run resumes (a finished one is just loaded).
 
     Returns:
         ``(model, history)``: the model in eval mode and one row per step with ``step``,
         ``sft/loss``, ``sft/target_tokens`` (labelled tokens in the batch) and ``lr``.
     """
-    config = SupervisedConfig(
-        steps=steps,
-        batch_size=batch_size,
-        learning_rate=lr,
-        weight_decay=weight_decay,
-        schedule="constant",
-        max_grad_norm=max_grad_norm,
-        seed=seed,
-        checkpoint_every=checkpoint_every,
-    )
     examples = expmodel_sft_examples(processor, items_df, annotations_df, max_length)
     device = next(model.parameters()).device
     pad_id = processor.tokenizer.pad_token_id
@@ -292,7 +282,7 @@ def train_expmodel_sft(
     store = run_store(
         checkpoints,
         model,
-        config.run_key(),
+        training.run_key(),
         [[e.input_ids, e.labels, content_digest(e.pixel_values)] for e in examples],
     )
     history = SupervisedTrainer(
@@ -300,14 +290,14 @@ def train_expmodel_sft(
         len(examples),
         batch_fn,
         loss_fn,
-        config,
+        training,
         store,
         desc="ExpModel SFT",
         progress=progress,
     ).train()
     logger.info(
         "ExpModel SFT: %d steps on %d items, final loss %.4f",
-        steps,
+        training.steps,
         len(examples),
         history[-1]["sft/loss"],
     )
@@ -390,74 +380,94 @@ def pair_accuracy(s_pos: torch.Tensor, s_neg: torch.Tensor) -> float:
     return float(right.mean())
 
 
+@dataclass(frozen=True)
+class PFTOptions:
+    """What PFT trains on and how, beside its ``SupervisedConfig``.
+
+    lam: weight of the centring term ``mean((s+ + s-)^2)`` (>= 0).
+    heldout_fraction: share held out, in [0, 1); 0 gives no held-out metric.
+    heldout_split: what ``heldout_fraction`` is a share of (``HELDOUT_SPLITS``): ``"items"``
+        holds out items and evaluates on pairs of two unseen items, dropping pairs that mix the
+        two sides; this measures what ``s_exp`` is for, scoring items without pairs.
+        ``"pairs"`` holds out pairs; their items are mostly trained on through other pairs, so
+        it mostly measures how well the scores of seen items fit.
+    train_backbone: True trains every parameter; False only the head, the last decoder layer
+        and the final norm (``ExpScorer.parameters_to_train``), which skips the backward pass
+        through the vision tower: the fast option for smoke runs.
+    """
+
+    lam: float = 0.01
+    heldout_fraction: float = 0.2
+    heldout_split: str = "items"
+    train_backbone: bool = True
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any]) -> PFTOptions:
+        """The options of a ``parameters_*.yml`` block; ConfigError on an unknown key."""
+        valid = [f.name for f in fields(cls)]
+        unknown = sorted(set(params) - set(valid))
+        if unknown:
+            raise ConfigError(f"unknown PFT option(s) {unknown}; valid keys are {valid}")
+        return cls(**params)
+
+    def __post_init__(self) -> None:
+        if type(self.lam) not in (int, float) or self.lam < 0:
+            raise ConfigError(f"lam must be a number >= 0, got {self.lam!r}")
+        if type(self.heldout_fraction) not in (int, float) or not 0 <= self.heldout_fraction < 1:
+            raise ConfigError(f"heldout_fraction must lie in [0, 1), got {self.heldout_fraction!r}")
+        if self.heldout_split not in HELDOUT_SPLITS:
+            raise ConfigError(
+                f"unknown heldout_split {self.heldout_split!r}; valid: "
+                f"{', '.join(sorted(HELDOUT_SPLITS))}"
+            )
+        if not isinstance(self.train_backbone, bool):
+            raise ConfigError(f"train_backbone must be true or false, got {self.train_backbone!r}")
+
+
 def train_expmodel_pft(
     scorer: ExpScorer,
     processor: Any,
     items_df: pd.DataFrame,
     pairs_df: pd.DataFrame,
-    steps: int = 200,
-    batch_size: int = 16,
-    lr: float = 1e-4,
-    lam: float = 0.01,
-    seed: int = 0,
-    heldout_fraction: float = 0.2,
     *,
-    heldout_split: str = "items",
-    train_backbone: bool = True,
-    weight_decay: float = 0.0,
-    max_grad_norm: float | None = 1.0,
-    checkpoint_every: int = 0,
+    training: SupervisedConfig,
+    options: PFTOptions | None = None,
     checkpoints: CheckpointStore | None = None,
     progress: bool = False,
 ) -> tuple[ExpScorer, list[dict[str, float]], float]:
     """SPEC 3.3: train ``scorer`` in place on ordered pairs with ``pairwise_preference_loss``.
 
-    Part of the pairs is held out (``heldout_split``) and scored after training. Each step
-    scores the ``2 * batch_size`` items of ``batch_size`` training pairs in one left-padded
-    forward.
+    Part of the pairs is held out (``options.heldout_split``) and scored after training. Each
+    step scores the ``2 * batch_size`` items of ``batch_size`` training pairs in one
+    left-padded forward.
 
     Args:
         scorer: ``ExpScorer`` on the SFT'd backbone.
         processor: the ExpModel's processor.
         items_df: ``item_id, category, title, image_png`` of every item in ``pairs_df``.
         pairs_df: ``preference_pairs`` output (``pos_item``, ``neg_item``).
-        steps, batch_size, lr: AdamW optimizer steps, pairs per step, constant learning rate.
-        lam: weight of the centring term ``mean((s+ + s-)^2)``.
-        seed: held-out split and pair order.
-        heldout_fraction: share held out, in [0, 1); 0 gives no held-out metric.
-        heldout_split: what ``heldout_fraction`` is a share of (``HELDOUT_SPLITS``):
-            ``"items"`` (default) holds out items and evaluates on pairs of two unseen items,
-            dropping pairs that mix the two sides; this measures what ``s_exp`` is for, scoring
-            items without pairs. ``"pairs"`` holds out pairs; their items are mostly trained on
-            through other pairs, so it mostly measures how well the scores of seen items fit.
-        train_backbone: True trains every parameter; False only the head, the last decoder
-            layer and the final norm (``ExpScorer.parameters_to_train``), which skips the
-            backward pass through the vision tower: the fast option for smoke runs. Either
-            way, parameters the caller set to ``requires_grad=False`` stay frozen, and every
-            ``requires_grad`` flag is as it was on return.
-        weight_decay, max_grad_norm: AdamW's, and the clip norm of the trained parameters'
-            gradients (None: no clipping).
-        checkpoint_every, checkpoints: as in ``train_expmodel_sft`` (the run is keyed by the
-            scorer's weights, the training pairs, their items and these options).
+        training: steps, pairs per step, AdamW and clipping (the chain's settings:
+            ``EXPMODEL_TRAINING``); its ``seed`` also draws the held-out split.
+        options: ``PFTOptions`` (None: its defaults). Either way of ``train_backbone``, parameters the caller set
+            to ``requires_grad=False`` stay frozen, and every ``requires_grad`` flag is as it
+            was on return.
+        checkpoints: as in ``train_expmodel_sft`` (the run is keyed by the scorer's weights,
+            the training pairs, their items, ``training``, ``lam`` and ``train_backbone``).
 
     Returns:
         ``(scorer, history, heldout_accuracy)``: the scorer in eval mode; one row per step with
         ``step``, ``pft/loss``, ``pft/accuracy`` (the batch's pairs), ``pft/score_mean`` and ``lr``;
         ``pair_accuracy`` on the held-out pairs after training (NaN without held-out pairs).
     """
-    config = SupervisedConfig(
-        steps=steps,
-        batch_size=batch_size,
-        learning_rate=lr,
-        weight_decay=weight_decay,
-        schedule="constant",
-        max_grad_norm=max_grad_norm,
-        seed=seed,
-        checkpoint_every=checkpoint_every,
-    )
+    options = options or PFTOptions()
+    lam, train_backbone = options.lam, options.train_backbone
     prompts = _ItemPrompts(items_df)
     train_pairs, heldout_pairs = split_pairs(
-        pairs_df, heldout_fraction, seed, heldout_split, known_items=prompts.ids
+        pairs_df,
+        options.heldout_fraction,
+        training.seed,
+        options.heldout_split,
+        known_items=prompts.ids,
     )
     # A parameter the caller froze stays frozen.
     trainable = [p for p in scorer.parameters_to_train(train_backbone) if p.requires_grad]
@@ -474,7 +484,7 @@ def train_expmodel_pft(
     store = run_store(
         checkpoints,
         scorer,
-        config.run_key(),
+        training.run_key(),
         {"lam": lam, "train_backbone": train_backbone},
         [pos_items, neg_items],
         _items_digest(items_df, set(pos_items) | set(neg_items)),
@@ -484,7 +494,7 @@ def train_expmodel_pft(
         len(train_pairs),
         batch_fn,
         lambda inputs: _pft_loss(scorer, inputs, lam),
-        config,
+        training,
         store,
         parameters=trainable,
         desc="ExpModel PFT",
@@ -497,7 +507,9 @@ def train_expmodel_pft(
     heldout_accuracy = math.nan
     if not heldout_pairs.empty:
         needed = pd.unique(heldout_pairs[["pos_item", "neg_item"]].to_numpy().ravel())
-        scores = score_items(scorer, processor, prompts.frame(needed), batch_size=2 * batch_size)
+        scores = score_items(
+            scorer, processor, prompts.frame(needed), batch_size=2 * training.batch_size
+        )
         s_exp = scores.set_index("item_id")["s_exp"]
         heldout_accuracy = pair_accuracy(
             torch.tensor(s_exp.loc[heldout_pairs["pos_item"]].to_numpy()),
@@ -505,7 +517,7 @@ def train_expmodel_pft(
         )
     logger.info(
         "ExpModel PFT: %d steps on %d pairs, final loss %.4f, held-out accuracy %.3f (%d pairs)",
-        steps,
+        training.steps,
         len(train_pairs),
         history[-1]["pft/loss"],
         heldout_accuracy,

@@ -55,6 +55,10 @@ FEATURE_NAMES = (
     "label_unexposed",
 )
 _LABEL_COLUMN = {LABEL_CLICKED: 0, LABEL_EXPOSED: 1, LABEL_UNEXPOSED: 2}
+# The chain's ``SupervisedConfig`` settings for pre-training, under the YAML's ``training`` keys
+# (``SupervisedConfig.from_params(params, **PRETRAIN_TRAINING)``): AdamW at a constant learning
+# rate with weight decay 0.01 (torch's default, what this was tuned with), no clipping.
+PRETRAIN_TRAINING = {"schedule": "constant", "weight_decay": 0.01, "max_grad_norm": None}
 
 
 # ---------------------------------------------------------------- session tensors
@@ -244,22 +248,16 @@ def pretrain_reranker(
     features: torch.Tensor,
     mask: torch.Tensor,
     targets: torch.Tensor,
-    steps: int,
-    batch_size: int,
-    lr: float,
-    seed: int,
-    progress: bool = False,
     *,
-    weight_decay: float = 0.01,
-    max_grad_norm: float | None = None,
-    checkpoint_every: int = 0,
+    training: SupervisedConfig,
     checkpoints: CheckpointStore | None = None,
+    progress: bool = False,
 ) -> list[dict[str, float]]:
     """Teacher-forced pre-training of the reranker on target rankings (SPEC 3, step 4).
 
-    Each step draws ``batch_size`` sessions (``EpochSampler``: reshuffled every epoch, a batch
-    may straddle two), minimises ``teacher_forcing_nll`` with AdamW at a constant ``lr`` and
-    leaves the model in eval mode.
+    Each step draws ``training.batch_size`` sessions (``EpochSampler``: reshuffled every epoch,
+    a batch may straddle two), minimises ``teacher_forcing_nll`` with AdamW and leaves the
+    model in eval mode.
 
     Args:
         model: the reranker, trained in place.
@@ -267,30 +265,17 @@ def pretrain_reranker(
         mask: ``(N, L)`` bool, True on real candidates.
         targets: ``(N, L)`` long rankings, e.g. ``augmented_targets`` (y_aug) or
             ``click_first_order`` (the baseline).
-        steps: optimizer steps (>= 1).
-        batch_size: sessions per step (>= 1; capped at N, so a batch repeats no session).
-        lr: AdamW learning rate (> 0).
-        seed: seeds the session order.
+        training: steps, sessions per step (capped at N, so a batch repeats no session), AdamW,
+            clipping and the session order's seed; the chain's settings are
+            ``PRETRAIN_TRAINING``.
+        checkpoints: a store to resume from and save to every ``training.checkpoint_every``
+            steps and at the end; the run goes into a subdirectory keyed by the starting
+            weights, the three tensors and ``training``.
         progress: show a progress bar.
-        weight_decay: AdamW's (0.01, torch's default, is what this was tuned with).
-        max_grad_norm: clip the gradient norm to this; None (default) does not clip.
-        checkpoint_every, checkpoints: a store to resume from and save to every
-            ``checkpoint_every`` steps and at the end; the run goes into a subdirectory keyed
-            by the starting weights, the three tensors and these options.
 
     Returns:
         One row per step: ``{"step", "pretrain/nll", "lr"}``.
     """
-    config = SupervisedConfig(
-        steps=steps,
-        batch_size=batch_size,
-        learning_rate=lr,
-        weight_decay=weight_decay,
-        schedule="constant",
-        max_grad_norm=max_grad_norm,
-        seed=seed,
-        checkpoint_every=checkpoint_every,
-    )
     N = features.shape[0]
     if N < 1:
         raise ValueError("no sessions to pre-train on")
@@ -299,7 +284,7 @@ def pretrain_reranker(
             f"need features (N, L, F), mask (N, L), targets (N, L); got {tuple(features.shape)}, "
             f"{tuple(mask.shape)}, {tuple(targets.shape)}"
         )
-    config = dataclasses.replace(config, batch_size=min(batch_size, N))
+    config = dataclasses.replace(training, batch_size=min(training.batch_size, N))
     device = next(model.parameters()).device
 
     def batch_fn(rows: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -317,7 +302,9 @@ def pretrain_reranker(
     ).train()
     model.eval()
     logger.info(
-        "pre-trained the reranker for %d steps, final NLL %.4f", steps, history[-1]["pretrain/nll"]
+        "pre-trained the reranker for %d steps, final NLL %.4f",
+        config.steps,
+        history[-1]["pretrain/nll"],
     )
     return history
 

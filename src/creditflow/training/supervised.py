@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
+import typing
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any
 
 import torch
@@ -64,6 +65,37 @@ class SupervisedConfig:
     seed: int = 0
     checkpoint_every: int = 0
 
+    # Keys the trainers once took as keyword arguments, and the field each one became.
+    RENAMED: typing.ClassVar[dict[str, str]] = {"lr": "learning_rate"}
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any], **defaults: Any) -> SupervisedConfig:
+        """A config from a ``parameters_*.yml`` block: ``params`` over the caller's
+        ``defaults`` (e.g. ``schedule="constant"``) over the field defaults, checked before
+        anything is built.
+
+        >>> SupervisedConfig.from_params(
+        ...     {"steps": 3, "batch_size": 2, "learning_rate": 0.1}, schedule="constant"
+        ... ).schedule
+        'constant'
+
+        Raises:
+            ConfigError: an unknown or renamed key (listing the valid ones), a value of the
+                wrong type (naming the field), a missing required field or a bad value.
+        """
+        names = [f.name for f in fields(cls)]
+        for key in sorted(set(params) | set(defaults)):
+            if key in cls.RENAMED:
+                raise ConfigError(f"`{key}` is now `{cls.RENAMED[key]}`: rename it in parameters")
+            if key not in names:
+                raise ConfigError(f"unknown supervised key `{key}`; valid keys are {names}")
+        values = {**defaults, **params}
+        missing = [f.name for f in fields(cls) if f.default is MISSING and f.name not in values]
+        if missing:
+            raise ConfigError(f"supervised training needs {missing}; set them in parameters")
+        hints = typing.get_type_hints(cls)
+        return cls(**{key: _typed(key, value, hints[key]) for key, value in values.items()})
+
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size"):
             if getattr(self, name) < 1:
@@ -89,6 +121,21 @@ class SupervisedConfig:
         """The fields that change what is trained (``checkpoint_every`` only changes what is
         saved): a checkpoint resumes a run with the same ``run_key``."""
         return {k: v for k, v in asdict(self).items() if k != "checkpoint_every"}
+
+
+def _typed(name: str, value: Any, hint: Any) -> Any:
+    """``value`` checked against the field type ``hint`` (``int``, ``float``, ``str`` or
+    ``float | None``); an int is taken for a float (as a float, so ``1`` and ``1.0`` are the
+    same run). A bool is no number here: YAML's ``true`` for ``steps`` is a typo."""
+    allowed = typing.get_args(hint) or (hint,)
+    if value is None and type(None) in allowed:
+        return None
+    if float in allowed and type(value) in (int, float):
+        return float(value)
+    if type(value) in allowed:
+        return value
+    expected = " or ".join("null" if t is type(None) else t.__name__ for t in allowed)
+    raise ConfigError(f"`{name}` must be {expected}, got {value!r} ({type(value).__name__})")
 
 
 class EpochSampler:

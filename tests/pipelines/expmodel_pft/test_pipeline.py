@@ -9,7 +9,13 @@ from kedro.runner import SequentialRunner
 from creditflow.datasets import CheckpointDirectoryDataset
 from creditflow.models.scorer import ExpScorer
 from creditflow.pipelines.expmodel_pft import create_pipeline
-from tests.pipelines._experience_chain import chain_catalog, slice_catalog, smallest_params
+from creditflow.training.config import ConfigError
+from tests.pipelines._experience_chain import (
+    chain_catalog,
+    deep_update,
+    slice_catalog,
+    smallest_params,
+)
 
 pytestmark = [
     pytest.mark.slow,
@@ -51,3 +57,21 @@ def test_expmodel_pft_pairs_come_from_long_tail_sessions_and_the_scorer_trains(t
     # The file-backed chain saved the scorer as a directory ExpScorer.from_pretrained reads.
     saved = chain_catalog().load("expmodel_scorer")
     assert isinstance(saved, ExpScorer) and not saved.training
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"training": {"lr": 0.1}}, "`lr` is now `learning_rate`"),
+        ({"training": {"batch_size": "abc"}}, "`batch_size` must be int"),
+        ({"pft": {"steps": 2}}, r"unknown PFT option\(s\) \['steps'\]"),
+    ],
+)
+def test_train_expmodel_pft_rejects_a_broken_config(tmp_path, overrides, message):
+    params = deep_update(smallest_params(), {"expmodel_pft": overrides})
+    pipeline = create_pipeline().only_nodes("train_expmodel_pft")
+    catalog = slice_catalog(pipeline, params)
+    catalog["expmodel_pft_checkpoints"] = CheckpointDirectoryDataset(str(tmp_path))
+    with pytest.raises(ConfigError, match=message):
+        SequentialRunner().run(pipeline, catalog)
+    assert list(tmp_path.iterdir()) == []  # it failed before anything trained

@@ -10,6 +10,7 @@ from PIL import Image
 from creditflow.datasets import CheckpointDirectoryDataset
 from creditflow.models import vl_prompt_inputs
 from creditflow.pipelines.expmodel_sft import create_pipeline
+from creditflow.training.config import ConfigError
 from creditflow.training.expmodel import expmodel_prompt
 from tests.pipelines._experience_chain import (
     chain_catalog,
@@ -74,12 +75,19 @@ def test_expmodel_sft_trains_a_copy_of_the_initial_model(tmp_path):
     assert catalog.load("expmodel_sft_metrics").equals(metrics)
 
 
-def test_train_expmodel_sft_rejects_unknown_options(tmp_path):
-    params = deep_update(smallest_params(), {"expmodel_sft": {"sft": {"learning_rate": 0.1}}})
+@pytest.mark.parametrize(
+    ("training", "message"),
+    [
+        ({"lr": 0.1}, "`lr` is now `learning_rate`"),
+        ({"steps": "abc"}, "`steps` must be int"),
+        ({"max_length": 64}, r"unknown supervised key `max_length`; valid keys are \['steps'"),
+    ],
+)
+def test_train_expmodel_sft_rejects_a_broken_training_block(tmp_path, training, message):
+    params = deep_update(smallest_params(), {"expmodel_sft": {"training": training}})
     pipeline = create_pipeline().only_nodes("train_expmodel_sft")
     catalog = slice_catalog(pipeline, params)
     catalog["expmodel_sft_checkpoints"] = CheckpointDirectoryDataset(str(tmp_path))
-    with pytest.raises(
-        ValueError, match=r"unknown expmodel_sft.sft option\(s\) \['learning_rate'\]"
-    ):
+    with pytest.raises(ConfigError, match=message):
         SequentialRunner().run(pipeline, catalog)
+    assert list(tmp_path.iterdir()) == []  # it failed before anything trained

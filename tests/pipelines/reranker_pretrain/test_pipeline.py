@@ -10,8 +10,14 @@ from creditflow.datasets import CheckpointDirectoryDataset
 from creditflow.models.reranker import PointerReranker
 from creditflow.pipelines.reranker_pretrain import create_pipeline
 from creditflow.pipelines.reranker_pretrain.pipeline import RERANKERS
+from creditflow.training.config import ConfigError
 from creditflow.training.reranking import FEATURE_NAMES
-from tests.pipelines._experience_chain import chain_catalog, slice_catalog, smallest_params
+from tests.pipelines._experience_chain import (
+    chain_catalog,
+    deep_update,
+    slice_catalog,
+    smallest_params,
+)
 
 pytestmark = [
     pytest.mark.slow,
@@ -53,3 +59,10 @@ def test_both_rerankers_pretrain_and_only_yaug_reads_experience_scores(tmp_path)
         before = catalog.load(f"reranker_{kind}").state_dict()
         after = other.load(f"reranker_{kind}").state_dict()
         assert all(torch.equal(before[k], after[k]) for k in before) is same, kind
+
+
+def test_an_old_lr_key_fails_before_anything_trains(tmp_path):
+    params = deep_update(smallest_params(), {"reranker_pretrain": {"training": {"lr": 3e-3}}})
+    with pytest.raises(ConfigError, match="`lr` is now `learning_rate`"):
+        _run(create_pipeline(), params, tmp_path)
+    assert not tmp_path.exists() or list(tmp_path.iterdir()) == []

@@ -12,6 +12,7 @@ from creditflow.models.scorer import ExpScorer
 from creditflow.reporting import metrics_frame
 from creditflow.training import CheckpointStore, expmodel
 from creditflow.training.config import checked_options
+from creditflow.training.supervised import SupervisedConfig
 
 logger = logging.getLogger(__name__)
 
@@ -51,12 +52,8 @@ def train_expmodel_pft(
     ``-log sigmoid(s+ - s-) + lambda (s+ + s-)^2``. The metrics table holds one row per step;
     its last row also holds the pair accuracy on the held-out pairs (``pft/heldout_accuracy``).
     A re-run of the same run resumes from (or loads) its checkpoint in ``checkpoints``."""
-    options = checked_options(
-        params["pft"],
-        expmodel.train_expmodel_pft,
-        "expmodel_pft.pft",
-        taken=("scorer", "processor", "items_df", "pairs_df", "checkpoints"),
-    )
+    training = SupervisedConfig.from_params(params["training"], **expmodel.EXPMODEL_TRAINING)
+    options = expmodel.PFTOptions.from_params(params["pft"])
     # from_generator shares the backbone: the copy keeps the SFT model as it was saved.
     scorer = ExpScorer.from_generator(copy.deepcopy(expmodel_sft_model))
     scorer, history, heldout_accuracy = expmodel.train_expmodel_pft(
@@ -64,8 +61,9 @@ def train_expmodel_pft(
         expmodel_processor,
         catalogue_items,
         expmodel_preference_pairs,
+        training=training,
+        options=options,
         checkpoints=checkpoints,
-        **options,
     )
     metrics = metrics_frame(history)
     metrics[HELDOUT_ACCURACY] = float("nan")  # measured once, after training

@@ -15,7 +15,7 @@ from creditflow.models import (
 )
 from creditflow.reporting import metrics_frame
 from creditflow.training import CheckpointStore, expmodel
-from creditflow.training.config import checked_options
+from creditflow.training.supervised import SupervisedConfig
 
 
 def build_expmodel_processor(
@@ -58,18 +58,14 @@ def train_expmodel_sft(
     """SPEC 3.2: SFT a copy of the initial model on the ok annotations (loss on the
     annotation tokens only); returns it and the per-step metrics. A re-run of the same run
     resumes from (or, finished, loads) its checkpoint in ``checkpoints``."""
-    options = checked_options(
-        params["sft"],
-        expmodel.train_expmodel_sft,
-        "expmodel_sft.sft",
-        taken=("model", "processor", "items_df", "annotations_df", "checkpoints"),
-    )
+    training = SupervisedConfig.from_params(params["training"], **expmodel.EXPMODEL_TRAINING)
     model, history = expmodel.train_expmodel_sft(
         copy.deepcopy(expmodel_initial_model),
         expmodel_processor,
         catalogue_items,
         item_annotations,
+        training=training,
+        max_length=params["max_length"],
         checkpoints=checkpoints,
-        **options,
     )
     return model, metrics_frame(history)

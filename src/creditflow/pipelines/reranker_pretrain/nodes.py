@@ -9,8 +9,8 @@ import pandas as pd
 from creditflow.models.reranker import PointerReranker, build_reranker
 from creditflow.reporting import metrics_frame
 from creditflow.training import CheckpointStore, reranking
-from creditflow.training.config import checked_options
 from creditflow.training.reranker_data import inputs_for, rankings_from_frame
+from creditflow.training.supervised import SupervisedConfig
 
 
 def pretrain_reranker(
@@ -25,18 +25,13 @@ def pretrain_reranker(
     """A fresh reranker trained by teacher forcing to emit ``targets`` (y_aug or click-first)
     on the training sessions; returns it and the per-step NLL. A re-run of the same run
     resumes from (or loads) its checkpoint in ``checkpoints``."""
+    training = SupervisedConfig.from_params(params["training"], **reranking.PRETRAIN_TRAINING)
     features, mask = inputs_for(
         query_logs_train, catalogue_items, item_experience_scores, params, kind
     )
     model = build_reranker(features.shape[-1], params["model"], seed=params["model_seed"])
-    training = checked_options(
-        params["training"],
-        reranking.pretrain_reranker,
-        "reranker_pretrain.training",
-        taken=("model", "features", "mask", "targets", "checkpoints"),
-    )
     rankings = rankings_from_frame(query_logs_train, targets)
     history = reranking.pretrain_reranker(
-        model, features, mask, rankings, checkpoints=checkpoints, **training
+        model, features, mask, rankings, training=training, checkpoints=checkpoints
     )
     return model, metrics_frame(history).assign(reranker=kind)
