@@ -35,17 +35,17 @@ def test_a_strategy_added_only_in_yaml_joins_the_comparison(tmp_path: Path, proj
     (conf / "base").mkdir(parents=True)
     (conf / "local").mkdir()
     params = yaml.safe_load((project_root / "conf/base/parameters_tapo.yml").read_text())
-    params["tapo"]["strategies"]["tapo_alpha_0.8"] = {
+    params["tapo"]["strategies"]["tapo_alpha_08"] = {
         "advantage": {"name": "tapo", "alpha": 0.8},
         "rewards": {"translation": 1.0, "reasoning": 1.0},
     }
     (conf / "base" / "parameters_tapo.yml").write_text(yaml.safe_dump(params))
     strategies = configured_strategies("tapo", conf_source=conf)
-    assert strategies[-1] == "tapo_alpha_0.8"
+    assert strategies[-1] == "tapo_alpha_08"
     pipeline = tapo.create_pipeline(strategies)
-    assert "tapo_alpha_0.8.train_tapo_policy" in {n.name for n in pipeline.nodes}
+    assert "tapo_alpha_08.train_tapo_policy" in {n.name for n in pipeline.nodes}
     compare = next(n for n in pipeline.nodes if n.name == "compare_tapo_strategies")
-    assert "tapo_results_tapo_alpha_0.8" in compare.inputs
+    assert "tapo_results_tapo_alpha_08" in compare.inputs
 
 
 def test_a_strategy_the_pipeline_lacks_fails_the_comparison_loudly():
@@ -58,9 +58,16 @@ def test_a_strategy_the_pipeline_lacks_fails_the_comparison_loudly():
         labelled_tables({"grpo_sum": {}, "extra": {}}, table, tables)
 
 
-def test_no_strategies_is_a_clear_error(tmp_path: Path):
+@pytest.mark.parametrize(
+    ("yaml_text", "match"),
+    [
+        ("tapo: {seed: 0}\n", "no strategies under tapo.strategies"),
+        ("tapo: {strategies: {alpha.8: {}}}\n", r"\['alpha.8'\] .* cannot be Kedro namespaces"),
+    ],
+)
+def test_no_or_badly_named_strategies_are_clear_errors(tmp_path: Path, yaml_text, match):
     (tmp_path / "base").mkdir()
     (tmp_path / "local").mkdir()
-    (tmp_path / "base" / "parameters_tapo.yml").write_text("tapo: {seed: 0}\n")
-    with pytest.raises(ValueError, match="no strategies under tapo.strategies"):
+    (tmp_path / "base" / "parameters_tapo.yml").write_text(yaml_text)
+    with pytest.raises(ValueError, match=match):
         configured_strategies("tapo", conf_source=tmp_path)

@@ -16,6 +16,7 @@ knows ``--params``, so ``--params`` can change a listed strategy's settings but 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from kedro.framework.project import settings
 from kedro.pipeline import Node, Pipeline, pipeline
 
 RESULTS_PREFIX, METRICS_PREFIX = "results/", "metrics/"
+STRATEGY_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # a namespace and a dataset-name part
 
 
 def project_root() -> Path:
@@ -52,6 +54,12 @@ def configured_strategies(group: str, conf_source: str | Path | None = None) -> 
         raise ValueError(
             f"no strategies under {group}.strategies in {conf_source}/*/parameters_{group}.yml; "
             "list at least one"
+        )
+    bad = [name for name in strategies if not STRATEGY_NAME.fullmatch(str(name))]
+    if bad:
+        raise ValueError(
+            f"strategy names {bad} under {group}.strategies cannot be Kedro namespaces: use "
+            "letters, digits and underscores (a '.' would nest namespaces)"
         )
     return list(strategies)
 
