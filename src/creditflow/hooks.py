@@ -27,6 +27,8 @@ from kedro.framework.hooks import hook_impl
 from kedro.io import AbstractVersionedDataset, CatalogProtocol
 from kedro.pipeline import Pipeline
 
+from creditflow.pipelines.comparison import check_strategies
+
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
 
@@ -132,6 +134,21 @@ def _dataset_record(catalog: CatalogProtocol, name: str, operation: str) -> dict
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+class ComparisonCheckHook:
+    """Fails a run before its first node when a tapo / tor comparison would leave out a
+    strategy of the run's parameters: the strategy list is fixed when the pipeline is built,
+    so one added with ``--params`` or ``--env`` would otherwise train nothing and be noticed
+    only at the comparison node, after every other strategy has trained."""
+
+    @hook_impl
+    def before_pipeline_run(self, pipeline: Pipeline, catalog: CatalogProtocol) -> None:
+        def group_params(group: str) -> Mapping[str, Any] | None:
+            name = f"params:{group}"
+            return catalog.load(name) if name in catalog else None
+
+        check_strategies(pipeline, group_params)
 
 
 class RunManifestHook:

@@ -4,10 +4,15 @@ https://docs.kedro.org/en/stable/configure/configuration_basics/#configuration""
 
 # Instantiated project hooks (docs/reproducibility.md): a JSON manifest per run in
 # data/08_reporting/run_manifests/, and MLflow tracking configured by params:tracking.
-from creditflow.hooks import MlflowTrackingHook, RunManifestHook  # noqa: E402
+from creditflow.hooks import (  # noqa: E402
+    ComparisonCheckHook,
+    MlflowTrackingHook,
+    RunManifestHook,
+)
 
 # Hooks are executed in a Last-In-First-Out (LIFO) order.
-HOOKS = (RunManifestHook(), MlflowTrackingHook())
+# ComparisonCheckHook last, so it runs first and fails a run before MLflow opens one.
+HOOKS = (RunManifestHook(), MlflowTrackingHook(), ComparisonCheckHook())
 
 # Installed plugins for which to disable hook auto-registration.
 # DISABLE_HOOKS_FOR_PLUGINS = ("kedro-viz",)

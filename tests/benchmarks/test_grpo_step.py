@@ -220,13 +220,13 @@ def test_tapo_settings_reads_set_values_as_yaml_and_exponents_as_floats():
 
 
 def test_tapo_settings_dotted_overrides_reach_the_strategy_the_node_trains():
-    from creditflow.training.grpo_runs import strategy_params  # noqa: PLC0415
+    from creditflow.training.grpo_runs import merge_overrides  # noqa: PLC0415
 
     params = yaml.safe_load(tapo_settings.PARAMETERS.read_text())["tapo"]
     tapo_settings.apply_override(params, "tapo", "advantage.scale_by_std", False)
     tapo_settings.apply_override(params, "tapo", "learning_rate", 1e-3)
-    trained = strategy_params(params, "tapo")
+    trained = merge_overrides(params["grpo"], params["strategies"]["tapo"])
     assert trained["advantage"]["scale_by_std"] is False
     assert trained["advantage"]["alpha"] == 0.5  # the strategy's other settings stay
     assert trained["learning_rate"] == pytest.approx(1e-3)
-    assert strategy_params(params, "grpo_sum")["advantage"]["scale_by_std"] is True
+    assert params["strategies"]["grpo_sum"]["advantage"]["scale_by_std"] is True

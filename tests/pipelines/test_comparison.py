@@ -71,3 +71,32 @@ def test_no_or_badly_named_strategies_are_clear_errors(tmp_path: Path, yaml_text
     (tmp_path / "base" / "parameters_tapo.yml").write_text(yaml_text)
     with pytest.raises(ValueError, match=match):
         configured_strategies("tapo", conf_source=tmp_path)
+
+
+def test_a_strategy_added_after_the_pipeline_was_built_fails_before_the_first_node():
+    from kedro.io import DataCatalog, MemoryDataset  # noqa: PLC0415
+
+    from creditflow.hooks import ComparisonCheckHook  # noqa: PLC0415
+
+    pipeline = tapo.create_pipeline(["grpo_sum", "tapo"])
+    params = {"strategies": {"grpo_sum": {}, "tapo": {}}}
+    catalog = DataCatalog({"params:tapo": MemoryDataset(params)})
+    ComparisonCheckHook().before_pipeline_run(pipeline, catalog)  # all built: passes
+    params["strategies"]["extra"] = {}  # as --params tapo.strategies.extra... would add it
+    catalog = DataCatalog({"params:tapo": MemoryDataset(params)})
+    with pytest.raises(ValueError, match=r"\['extra'\] are in the parameters but not in the"):
+        ComparisonCheckHook().before_pipeline_run(pipeline, catalog)
+    # A run of one namespace has no comparison node: nothing to check.
+    ComparisonCheckHook().before_pipeline_run(
+        pipeline.only_nodes_with_namespaces(["tapo"]), catalog
+    )
+    # Pipelines without a comparison (or without the parameters) are left alone.
+    ComparisonCheckHook().before_pipeline_run(pipeline, DataCatalog({}))
+
+
+def test_sft_is_not_a_strategy_name(tmp_path: Path):
+    (tmp_path / "base").mkdir()
+    (tmp_path / "local").mkdir()
+    (tmp_path / "base" / "parameters_tor.yml").write_text("tor: {strategies: {sft: {}}}\n")
+    with pytest.raises(ValueError, match="may not define 'sft'"):
+        configured_strategies("tor", conf_source=tmp_path)

@@ -132,7 +132,7 @@ def test_uniform_weights_are_the_mask_and_accept_the_context(tapo_tokenizer):
     assert metrics == {}
 
 
-def test_weighted_reward_and_sign_conflict_metric():
+def test_weighted_reward_and_the_sign_conflict_rate():
     rewards = {"translation": torch.tensor([1.0, 0.0]), "reasoning": torch.tensor([0.0, 1.0])}
     torch.testing.assert_close(
         weighted_reward(rewards, {"translation": 2.0, "reasoning": 1.0}), torch.tensor([2.0, 1.0])

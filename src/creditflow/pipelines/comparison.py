@@ -9,8 +9,9 @@ the stored warm start.
 
 The strategy list is read when the pipeline is built, from the configuration files (base,
 then the ``KEDRO_ENV`` environment, ``local`` by default): Kedro builds pipelines before it
-knows ``--params``, so ``--params`` can change a listed strategy's settings but cannot add one
-(the comparison node then fails, saying so, instead of leaving it out silently).
+knows ``--params`` or ``--env``, so those can change a listed strategy's settings but cannot
+add one. ``check_strategies`` (run by ``hooks.ComparisonCheckHook`` before the first node)
+then fails the run, saying so, instead of leaving the strategy out silently.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from kedro.pipeline import Node, Pipeline, pipeline
 
 RESULTS_PREFIX, METRICS_PREFIX = "results/", "metrics/"
 STRATEGY_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # a namespace and a dataset-name part
+WARM_START = "sft"  # the label of the warm start's row and datasets, not a strategy name
 
 
 def project_root() -> Path:
@@ -43,12 +45,9 @@ def configured_strategies(group: str, conf_source: str | Path | None = None) -> 
     """The strategy names under ``<group>.strategies`` in the project's parameters, in file
     order. Raises ValueError when there are none."""
     conf_source = conf_source or project_root() / settings.CONF_SOURCE
-    loader = OmegaConfigLoader(
-        str(conf_source),
-        base_env="base",
-        default_run_env="local",
-        env=os.environ.get("KEDRO_ENV"),
-    )
+    loader_args = {"base_env": "base", "default_run_env": "local"}
+    loader_args.update({k: v for k, v in settings.CONFIG_LOADER_ARGS.items() if k in loader_args})
+    loader = OmegaConfigLoader(str(conf_source), env=os.environ.get("KEDRO_ENV"), **loader_args)
     strategies = (loader["parameters"].get(group) or {}).get("strategies") or {}
     if not strategies:
         raise ValueError(
@@ -60,6 +59,11 @@ def configured_strategies(group: str, conf_source: str | Path | None = None) -> 
         raise ValueError(
             f"strategy names {bad} under {group}.strategies cannot be Kedro namespaces: use "
             "letters, digits and underscores (a '.' would nest namespaces)"
+        )
+    if WARM_START in strategies:
+        raise ValueError(
+            f"{group}.strategies may not define {WARM_START!r}: it names the warm start's "
+            f"datasets ({group}_results_{WARM_START}, ...); rename the strategy"
         )
     return list(strategies)
 
@@ -167,14 +171,35 @@ def labelled_tables(
             with ``--params``, after the pipeline was built).
     """
     names = [key[len(RESULTS_PREFIX) :] for key in tables if key.startswith(RESULTS_PREFIX)]
-    missing = sorted(set(configured) - set(names))
-    if missing:
-        raise ValueError(
-            f"strategies {missing} are in the parameters but not in the pipeline: the strategy "
-            "list is read from conf/ when the pipeline is built, so --params cannot add one; "
-            "add it to the parameters file instead"
-        )
+    _check_built(configured, names)
     evaluations = [warm_start.assign(policy="sft")]
     evaluations += [tables[RESULTS_PREFIX + n].assign(policy=n) for n in names]
     metrics = [tables[METRICS_PREFIX + n].assign(strategy=n) for n in names]
     return pd.concat(evaluations, ignore_index=True), pd.concat(metrics, ignore_index=True)
+
+
+def _check_built(configured: Mapping[str, object], built: Sequence[str]) -> None:
+    missing = sorted(set(configured) - set(built))
+    if missing:
+        raise ValueError(
+            f"strategies {missing} are in the parameters but not in the pipeline: the strategy "
+            "list is read from conf/base and conf/local (or $KEDRO_ENV) when the pipeline is "
+            "built, so --params and --env cannot add one; add it to those parameter files"
+        )
+
+
+def check_strategies(
+    pipeline: Pipeline, group_params: Callable[[str], Mapping[str, object] | None]
+) -> None:
+    """Before a run: for each comparison node the run includes, every strategy under
+    ``<group>.strategies`` of the run's parameters (``--params`` and ``--env`` applied; read
+    with ``group_params(group)``, None when the group has none) has its namespace in
+    ``pipeline``. Raises ValueError naming the missing ones."""
+    for node in pipeline.nodes:
+        match = re.fullmatch(r"compare_(\w+)_strategies", node.name)
+        params = group_params(match.group(1)) if match else None
+        if not params:
+            continue
+        prefix = f"{match.group(1)}_results_"
+        built = [d[len(prefix) :] for d in node.inputs if d.startswith(prefix)]
+        _check_built(params.get("strategies") or {}, built)

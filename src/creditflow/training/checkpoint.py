@@ -91,3 +91,37 @@ def state_fingerprint(module: torch.nn.Module, *extra: object) -> str:
         )
     digest.update(json.dumps(extra, sort_keys=True, default=str).encode())
     return digest.hexdigest()[:16]
+
+
+def tokenizer_digest(tokenizer: Any) -> str:
+    """A short sha256 of a tokenizer's vocabulary, added tokens and chat template: two
+    tokenizers of the same size but other ids must not share a checkpoint."""
+    vocab = json.dumps(sorted(tokenizer.get_vocab().items()))
+    return content_digest(f"{vocab}\x00{getattr(tokenizer, 'chat_template', None)}")
+
+
+def content_digest(value: torch.Tensor | bytes | str) -> str:
+    """A short sha256 of a tensor's bytes (with its shape and dtype), or of bytes / a string,
+    to key a run by data that ``state_fingerprint``'s JSON cannot hold."""
+    digest = hashlib.sha256()
+    if isinstance(value, torch.Tensor):
+        digest.update(f"{tuple(value.shape)}{value.dtype}".encode())
+        value = value.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes()
+    digest.update(value if isinstance(value, bytes) else value.encode())
+    return digest.hexdigest()[:16]
+
+
+def run_store(
+    checkpoints: CheckpointStore | None, module: torch.nn.Module, *extra: object
+) -> CheckpointStore | None:
+    """The subdirectory of ``checkpoints`` for one run, keyed by ``state_fingerprint(module,
+    *extra)`` (starting weights, config, data) and the intra-op thread count (float reductions
+    differ with it, so a run at 2 threads must not resume one trained at 1): a re-run resumes
+    only the very same run."""
+    if checkpoints is None:
+        return None
+    store = checkpoints.subdirectory(
+        state_fingerprint(module, *extra, {"torch_threads": torch.get_num_threads()})
+    )
+    logger.info("checkpoints of this run in %s", store.directory)
+    return store

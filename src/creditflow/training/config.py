@@ -153,3 +153,13 @@ def checked_options(
     if missing:
         raise ValueError(f"{label} needs option(s) {missing}; set them in parameters")
     return options
+
+
+def reject_moved_keys(params: Mapping[str, Any], moved: Mapping[str, str], group: str) -> None:
+    """ConfigError when ``params`` (the ``group`` parameters) still sets a key that moved:
+    ``moved`` maps old key -> where it lives now. Without this an old override (a
+    ``conf/local`` file, ``--params``) would be silently ignored."""
+    stale = {old: new for old, new in moved.items() if old in params}
+    if stale:
+        hints = "; ".join(f"{group}.{old} is now {group}.{new}" for old, new in stale.items())
+        raise ConfigError(f"{hints}: move those settings in your parameters")

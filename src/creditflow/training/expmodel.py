@@ -39,15 +39,10 @@ from creditflow.annotation import DIMENSIONS
 from creditflow.models.scorer import ExpScorer
 from creditflow.models.vision import vl_prompt_inputs
 from creditflow.tasks.reranking import FREQUENCY_BANDS
-from creditflow.training.checkpoint import CheckpointStore
+from creditflow.training.checkpoint import CheckpointStore, content_digest, run_store
 from creditflow.training.config import ConfigError
 from creditflow.training.sft import IGNORE_INDEX
-from creditflow.training.supervised import (
-    SupervisedConfig,
-    SupervisedTrainer,
-    content_digest,
-    run_store,
-)
+from creditflow.training.supervised import SupervisedConfig, SupervisedTrainer
 
 logger = logging.getLogger(__name__)
 

@@ -9,7 +9,6 @@ resumable checkpoints, and returns plain results (model, ``GRPOResult``).
 from __future__ import annotations
 
 import copy
-import hashlib
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -24,7 +23,12 @@ from creditflow.rollout import (
     VisionLanguagePolicy,
     as_visual_prompt,
 )
-from creditflow.training.checkpoint import CheckpointStore, state_fingerprint
+from creditflow.training.checkpoint import (
+    CheckpointStore,
+    content_digest,
+    run_store,
+    tokenizer_digest,
+)
 from creditflow.training.config import ConfigError, GRPOConfig
 from creditflow.training.evaluation import TextRewards
 from creditflow.training.grpo import GRPOResult, GRPOTrainer
@@ -44,16 +48,6 @@ def merge_overrides(base: dict[str, Any], overrides: dict[str, Any] | None) -> d
         else:
             merged[key] = copy.deepcopy(value)
     return merged
-
-
-def strategy_params(params: dict[str, Any], strategy: str) -> dict[str, Any]:
-    """The GRPO parameters of one strategy of a comparison: ``params['grpo']`` with
-    ``params['strategies'][strategy]`` merged in (``merge_overrides``)."""
-    if strategy not in params["strategies"]:
-        raise ValueError(
-            f"unknown strategy {strategy!r}; parameters define {sorted(params['strategies'])}"
-        )
-    return merge_overrides(params["grpo"], params["strategies"][strategy])
 
 
 def build_grpo_config(grpo_params: dict[str, Any], reward_names: Sequence[str]) -> GRPOConfig:
@@ -155,11 +149,16 @@ def run_grpo(
     if checkpoints is not None:
         # Several processes sample differently, so their runs must not resume each other.
         extra = {"num_processes": num_processes} if num_processes > 1 else {}
-        run_id = state_fingerprint(
-            model, config.to_dict(), list(prompts), list(answers), *[extra] if extra else []
+        checkpoints = run_store(
+            checkpoints,
+            model,
+            config.to_dict(),
+            list(prompts),
+            list(references),
+            list(answers),
+            tokenizer_digest(tokenizer),
+            *[extra] if extra else [],
         )
-        checkpoints = checkpoints.subdirectory(run_id)
-        logger.info("GRPO checkpoints in %s", checkpoints.directory)
     return run_data_parallel(
         train_grpo_process,
         num_processes,
@@ -195,10 +194,17 @@ def run_vl_grpo(
     model = copy.deepcopy(model)
     visual = [as_visual_prompt(p) for p in prompts]
     if checkpoints is not None:
-        prompt_keys = [[p.text, hashlib.sha256(p.image.tobytes()).hexdigest()[:16]] for p in visual]
-        run_id = state_fingerprint(model, config.to_dict(), prompt_keys, list(answers))
-        checkpoints = checkpoints.subdirectory(run_id)
-        logger.info("GRPO checkpoints in %s", checkpoints.directory)
+        prompt_keys = [[p.text, content_digest(p.image.tobytes())] for p in visual]
+        checkpoints = run_store(
+            checkpoints,
+            model,
+            config.to_dict(),
+            prompt_keys,
+            list(references),
+            list(answers),
+            tokenizer_digest(processor.tokenizer),
+            processor.image_processor.to_dict(),
+        )
     rewards = TextRewards(reward_names, references, answers)
     trainer = GRPOTrainer(
         vision_language_policy(model, processor, config), visual, rewards, config, checkpoints
@@ -222,22 +228,12 @@ def run_page_grpo(
     of the starting reranker as the KL reference. Resumes from ``checkpoints`` when a run with
     the same starting weights, sessions, rewards and config left one there."""
     policy_model = copy.deepcopy(model)
-    if checkpoints is not None:
-        data_key = _tensor_digest(features, mask, reward.business_gains, reward.exp_scores)
-        reward_key = [reward.alpha, reward.beta, reward.k]
-        run_id = state_fingerprint(policy_model, config.to_dict(), data_key, reward_key)
-        checkpoints = checkpoints.subdirectory(run_id)
-        logger.info("page-level GRPO checkpoints in %s", checkpoints.directory)
+    data_key = [
+        content_digest(t) for t in (features, mask, reward.business_gains, reward.exp_scores)
+    ]
+    reward_key = [reward.alpha, reward.beta, reward.k]
+    checkpoints = run_store(checkpoints, policy_model, config.to_dict(), data_key, reward_key)
     policy = RerankerPolicy(policy_model, features, mask, temperature=config.temperature)
     trainer = GRPOTrainer(policy, list(range(len(features))), reward, config, checkpoints)
     result = trainer.train()
     return policy_model.eval(), result
-
-
-def _tensor_digest(*tensors: torch.Tensor) -> str:
-    """16 hex digits of the shapes and bytes of ``tensors``: a checkpoint run key."""
-    digest = hashlib.sha256()
-    for tensor in tensors:
-        digest.update(str(tuple(tensor.shape)).encode())
-        digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy())
-    return digest.hexdigest()[:16]

@@ -32,13 +32,8 @@ from creditflow.tasks.reranking import (
     LABEL_UNEXPOSED,
     category_vocabulary,
 )
-from creditflow.training.checkpoint import CheckpointStore
-from creditflow.training.supervised import (
-    SupervisedConfig,
-    SupervisedTrainer,
-    content_digest,
-    run_store,
-)
+from creditflow.training.checkpoint import CheckpointStore, content_digest, run_store
+from creditflow.training.supervised import SupervisedConfig, SupervisedTrainer
 
 logger = logging.getLogger(__name__)
 
@@ -265,7 +260,8 @@ def pretrain_reranker(
         mask: ``(N, L)`` bool, True on real candidates.
         targets: ``(N, L)`` long rankings, e.g. ``augmented_targets`` (y_aug) or
             ``click_first_order`` (the baseline).
-        training: steps, sessions per step (capped at N, so a batch repeats no session), AdamW,
+        training: steps, sessions per step (capped at N; a batch may straddle two epochs of
+            the one ``EpochSampler``, so it can hold a session twice), AdamW,
             clipping and the session order's seed; the chain's settings are
             ``PRETRAIN_TRAINING``.
         checkpoints: a store to resume from and save to every ``training.checkpoint_every``

@@ -15,9 +15,9 @@ from typing import Any
 import pandas as pd
 import torch
 
-from creditflow.training.checkpoint import CheckpointStore
+from creditflow.training.checkpoint import CheckpointStore, run_store, tokenizer_digest
 from creditflow.training.config import ConfigError
-from creditflow.training.supervised import SupervisedConfig, SupervisedTrainer, run_store
+from creditflow.training.supervised import SupervisedConfig, SupervisedTrainer
 
 logger = logging.getLogger(__name__)
 
@@ -182,12 +182,18 @@ def run_sft(
 ) -> tuple[Any, pd.DataFrame]:
     """SFT a copy of ``model``; returns it and the per-step metrics table. With ``checkpoints``
     the run resumes (or, finished, is just loaded) from its own subdirectory, keyed by the
-    starting weights, the data and the parameters."""
+    starting weights, the data, the tokenizer, the parameters and the thread count."""
     config = SFTConfig.from_params(dict(sft_params))
     model = copy.deepcopy(model)
     prompts, targets = list(prompts), list(targets)
     store = run_store(
-        checkpoints, model, config.supervised().run_key(), config.max_length, prompts, targets
+        checkpoints,
+        model,
+        config.supervised().run_key(),
+        config.max_length,
+        prompts,
+        targets,
+        tokenizer_digest(tokenizer),
     )
     history = train_sft(model, tokenizer, prompts, targets, config, checkpoints=store)
     return model.eval(), pd.DataFrame(history)

@@ -16,7 +16,6 @@ bit-identical): ``batch_fn`` -> ``loss_fn`` -> ``zero_grad(set_to_none=True)`` -
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import typing
 from collections.abc import Callable, Iterable, Mapping
@@ -27,7 +26,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import get_constant_schedule_with_warmup, get_cosine_schedule_with_warmup
 
-from creditflow.training.checkpoint import CheckpointStore, state_fingerprint
+from creditflow.training.checkpoint import CheckpointStore
 from creditflow.training.config import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -303,38 +302,3 @@ class SupervisedTrainer:
                 "config": self.config.to_dict(),
             },
         )
-
-
-def train_supervised(
-    module: torch.nn.Module,
-    n_examples: int,
-    batch_fn: BatchFn,
-    loss_fn: LossFn,
-    config: SupervisedConfig,
-    **options: Any,
-) -> list[dict[str, float]]:
-    """``SupervisedTrainer(module, n_examples, batch_fn, loss_fn, config, **options).train()``."""
-    return SupervisedTrainer(module, n_examples, batch_fn, loss_fn, config, **options).train()
-
-
-def content_digest(value: torch.Tensor | bytes | str) -> str:
-    """A short sha256 of a tensor's bytes (with its shape and dtype), or of bytes / a string,
-    to key a run by data that ``state_fingerprint``'s JSON cannot hold."""
-    digest = hashlib.sha256()
-    if isinstance(value, torch.Tensor):
-        digest.update(f"{tuple(value.shape)}{value.dtype}".encode())
-        value = value.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes()
-    digest.update(value if isinstance(value, bytes) else value.encode())
-    return digest.hexdigest()[:16]
-
-
-def run_store(
-    checkpoints: CheckpointStore | None, module: torch.nn.Module, *extra: object
-) -> CheckpointStore | None:
-    """The subdirectory of ``checkpoints`` for one run, keyed by ``state_fingerprint(module,
-    *extra)`` (starting weights, config, data): a re-run resumes only the very same run."""
-    if checkpoints is None:
-        return None
-    store = checkpoints.subdirectory(state_fingerprint(module, *extra))
-    logger.info("supervised checkpoints in %s", store.directory)
-    return store

@@ -14,9 +14,14 @@ import torch
 from creditflow.algorithms import masked_mean
 from creditflow.rollout import SamplingSettings, VisionLanguagePolicy, as_visual_prompt
 from creditflow.rollout.batch import RolloutBatch
-from creditflow.training.checkpoint import CheckpointStore
+from creditflow.training.checkpoint import (
+    CheckpointStore,
+    content_digest,
+    run_store,
+    tokenizer_digest,
+)
 from creditflow.training.sft import SFTConfig
-from creditflow.training.supervised import SupervisedTrainer, content_digest, run_store
+from creditflow.training.supervised import SupervisedTrainer
 
 logger = logging.getLogger(__name__)
 
@@ -136,14 +141,22 @@ def run_vl_sft(
     """SFT a copy of a vision-language ``model`` on (image prompt, target) pairs; returns it and
     the per-step metrics table. ``prompts`` are what ``as_visual_prompt`` accepts. With
     ``checkpoints`` the run resumes (or, finished, is just loaded) from its own subdirectory,
-    keyed by the starting weights, the prompts (texts and pixels), targets and parameters."""
+    keyed by the starting weights, the prompts (texts and pixels), targets, the processor, the
+    parameters and the thread count."""
     config = SFTConfig.from_params(dict(sft_params))
     model = copy.deepcopy(model)
     visual = [as_visual_prompt(p) for p in prompts]  # decode every image once
     targets = list(targets)
     prompt_keys = [[p.text, content_digest(p.image.tobytes())] for p in visual]
     store = run_store(
-        checkpoints, model, config.supervised().run_key(), config.max_length, prompt_keys, targets
+        checkpoints,
+        model,
+        config.supervised().run_key(),
+        config.max_length,
+        prompt_keys,
+        targets,
+        tokenizer_digest(processor.tokenizer),
+        processor.image_processor.to_dict(),  # image size and patching decide the pixels
     )
     policy = VisionLanguagePolicy(model, processor, SamplingSettings())
     history = train_vl_sft(policy, visual, targets, config, checkpoints=store)

@@ -91,3 +91,14 @@ def test_train_expmodel_sft_rejects_a_broken_training_block(tmp_path, training, 
     with pytest.raises(ConfigError, match=message):
         SequentialRunner().run(pipeline, catalog)
     assert list(tmp_path.iterdir()) == []  # it failed before anything trained
+
+
+def test_an_old_sft_block_is_a_clear_error_not_ignored(tmp_path):
+    # Before session 5 the block was expmodel_sft.sft; an override of it must not be dropped.
+    params = smallest_params()
+    params["expmodel_sft"]["sft"] = {"steps": 5}
+    pipeline = create_pipeline().only_nodes("train_expmodel_sft")
+    catalog = slice_catalog(pipeline, params)
+    catalog["expmodel_sft_checkpoints"] = CheckpointDirectoryDataset(str(tmp_path))
+    with pytest.raises(ConfigError, match=r"expmodel_sft.sft is now expmodel_sft.training"):
+        SequentialRunner().run(pipeline, catalog)

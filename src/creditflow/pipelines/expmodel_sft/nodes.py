@@ -15,6 +15,7 @@ from creditflow.models import (
 )
 from creditflow.reporting import metrics_frame
 from creditflow.training import CheckpointStore, expmodel
+from creditflow.training.config import reject_moved_keys
 from creditflow.training.supervised import SupervisedConfig
 
 
@@ -58,6 +59,7 @@ def train_expmodel_sft(
     """SPEC 3.2: SFT a copy of the initial model on the ok annotations (loss on the
     annotation tokens only); returns it and the per-step metrics. A re-run of the same run
     resumes from (or, finished, loads) its checkpoint in ``checkpoints``."""
+    reject_moved_keys(params, {"sft": "training (and max_length)"}, "expmodel_sft")
     training = SupervisedConfig.from_params(params["training"], **expmodel.EXPMODEL_TRAINING)
     model, history = expmodel.train_expmodel_sft(
         copy.deepcopy(expmodel_initial_model),

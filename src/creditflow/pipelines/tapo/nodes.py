@@ -79,7 +79,7 @@ def warm_start_tapo_policy(
     from ``checkpoints`` (a finished run with the same inputs is loaded, not retrained)."""
     prompts = [tapo_prompt(q) for q in tapo_train_tasks["question"]]
     with torch_threads(params["torch_threads"]):
-        return run_sft(
+        model, metrics = run_sft(
             tapo_initial_policy,
             tapo_tokenizer,
             prompts,
@@ -87,13 +87,14 @@ def warm_start_tapo_policy(
             params["sft"],
             checkpoints,
         )
+    return model, metrics_frame(metrics)
 
 
 def train_tapo_policy(
     tapo_sft_policy,
     tapo_tokenizer,
     tapo_train_tasks: pd.DataFrame,
-    checkpoints: CheckpointStore,
+    checkpoints: CheckpointStore | None,
     params: dict[str, Any],
     strategy: dict[str, Any],
 ):
@@ -119,7 +120,11 @@ def train_tapo_policy(
 
 
 def evaluate_tapo_policy(
-    model, tapo_tokenizer, tapo_eval_tasks: pd.DataFrame, mgsm_problems: pd.DataFrame, params
+    model,
+    tapo_tokenizer,
+    tapo_eval_tasks: pd.DataFrame,
+    mgsm_problems: pd.DataFrame,
+    params: dict[str, Any],
 ) -> pd.DataFrame:
     """Greedy completions on the synthetic evaluation set and (capped) MGSM, scored with the
     training rewards, one row per problem; the synthetic rows also get

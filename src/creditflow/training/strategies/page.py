@@ -18,7 +18,7 @@ import torch
 
 from creditflow.algorithms import page_reward
 from creditflow.rollout.reranker_policy import parse_rankings
-from creditflow.training.config import GRPOConfig
+from creditflow.training.config import ConfigError, GRPOConfig
 from creditflow.training.strategies import validate_strategies
 
 # Set by ``page_grpo_config``, never by parameters: the engine's scalar reward is PageReward's
@@ -87,12 +87,14 @@ def page_grpo_config(grpo_params: Mapping[str, Any], n_candidates: int) -> GRPOC
     ``"page"`` reward, ``n_candidates`` = ``L`` pointer steps per completion).
 
     Raises:
-        ValueError: ``grpo_params`` sets a derived key; ``ConfigError`` (a ValueError) for a
-            broken setting or strategy spec.
+        ConfigError: ``grpo_params`` sets a derived key, or a setting or strategy spec is
+            broken.
     """
     derived = sorted(set(grpo_params) & set(DERIVED_GRPO_KEYS))
     if derived:
-        raise ValueError(f"reranker_grpo.grpo must not set {derived}: page-level GRPO derives them")
+        raise ConfigError(
+            f"reranker_grpo.grpo must not set {derived}: page-level GRPO derives them"
+        )
     config = GRPOConfig.from_params(
         {**grpo_params, "rewards": {"page": 1.0}, "max_new_tokens": n_candidates}
     )

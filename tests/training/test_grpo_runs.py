@@ -1,5 +1,5 @@
-"""Recipes and evaluation helpers: parameter overrides, reward binding, greedy decoding, and a
-whole (tiny) GRPO recipe run."""
+"""GRPO entry points (``training.grpo_runs``) and evaluation helpers: parameter overrides,
+reward binding, greedy decoding, and a whole (tiny) ``run_grpo``."""
 
 import copy
 
