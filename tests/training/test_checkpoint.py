@@ -111,3 +111,54 @@ def test_interrupted_and_resumed_run_equals_an_uninterrupted_one(
         straight.optimizer.state.values(), resumed.optimizer.state.values(), strict=True
     ):
         assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+class _RunsCode:
+    """Pickles to a call of ``os.system``: what a crafted trainer_state.pt would carry."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        import os  # noqa: PLC0415
+
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_crafted_trainer_state_is_refused_and_runs_nothing(tmp_path, caplog):
+    store = CheckpointStore(tmp_path / "run", keep=3)
+    good = _module(0)
+    store.save(1, good, {"history": []})
+    crafted = store.save(2, _module(1), {"history": []})
+    marker = tmp_path / "pwned"
+    torch.save({"step": 2, "payload": _RunsCode(marker)}, crafted / "trainer_state.pt")
+    with pytest.raises(Exception, match="[Ww]eights only load failed|Unsupported global"):
+        store.load(crafted, _module(2))
+    assert not marker.exists(), "loading must not execute anything"
+    # Resuming skips it, with a warning, and takes the complete checkpoint before it.
+    target = _module(3)
+    assert store.load_latest(target) == {"step": 1, "history": []}
+    assert not marker.exists()
+    assert "does not load" in caplog.text and "step-000002" in caplog.text
+    for a, b in zip(good.parameters(), target.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_a_truncated_checkpoint_falls_back_and_leaves_the_module_alone(tmp_path):
+    store = CheckpointStore(tmp_path, keep=3)
+    first, second = _module(0), _module(1)
+    store.save(1, first, {})
+    latest = store.save(2, second, {})
+    weights = latest / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-7])  # power lost mid-write, COMPLETE survived
+    target = _module(2)
+    before = [p.detach().clone() for p in target.parameters()]
+    with pytest.raises(Exception):  # noqa: B017 - safetensors' own error type
+        store.load(latest, target)
+    for a, b in zip(before, target.parameters(), strict=True):
+        assert torch.equal(a, b), "a failed load must not half-overwrite the weights"
+    assert store.load_latest(target) == {"step": 1}
+    for a, b in zip(first.parameters(), target.parameters(), strict=True):
+        assert torch.equal(a, b)
+    (tmp_path / "step-000001" / "trainer_state.pt").write_bytes(b"")
+    assert store.load_latest(_module(4)) is None  # nothing loads: start afresh

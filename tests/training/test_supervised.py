@@ -323,3 +323,28 @@ def test_clipping_is_optional_and_covers_the_trained_parameters_only(monkeypatch
     else:
         assert [norm for _, norm in clipped] == [0.5, 0.5]
         assert all(ps == list(last.parameters()) for ps, _ in clipped)
+
+
+def test_a_truncated_latest_checkpoint_resumes_from_the_one_before(tmp_path):
+    config = SupervisedConfig(steps=6, batch_size=5, learning_rate=1e-2, seed=1, checkpoint_every=2)
+    torch.manual_seed(123)
+    reference, x, y = _regression_task()
+    torch.manual_seed(7)
+    expected = _trainer(reference, x, y, config)[0].train()
+
+    store = CheckpointStore(tmp_path / "run", keep=3)
+    model, _, _ = _regression_task()
+    torch.manual_seed(7)
+    trainer, _ = _trainer(model, x, y, config, store, stop_after=5)
+    with pytest.raises(_Interrupted):
+        trainer.train()
+    latest = store.latest()
+    assert latest.name == "step-000004"
+    state = latest / "trainer_state.pt"
+    state.write_bytes(state.read_bytes()[:100])  # marked complete, but cut short
+
+    fresh, _, _ = _regression_task(seed=5)
+    resumed, calls = _trainer(fresh, x, y, config, store)
+    assert resumed.start_step == 2  # the complete checkpoint before the broken one
+    assert resumed.train() == expected and len(calls) == 4
+    _assert_same_weights(fresh, reference)

@@ -1,8 +1,12 @@
 """Resumable training checkpoints: weights in safetensors, trainer state beside them.
 
 Layout: ``<directory>/step-000010/{model.safetensors, trainer_state.pt, COMPLETE}``. A
-checkpoint counts only once ``COMPLETE`` is written (last), so a run killed mid-save resumes
-from the previous one.
+checkpoint counts only once ``COMPLETE`` is written, last, after the files and the folder are
+fsynced: a run killed mid-save, or a machine that loses power, resumes from the previous one.
+A checkpoint marked complete that still fails to load (a disk that lied about its sync, a
+file edited by hand) is reported and the previous complete one is used. The trainer state
+loads with ``torch.load(weights_only=True)``: tensors and plain containers only, so a crafted
+``trainer_state.pt`` cannot run code on resume.
 """
 
 from __future__ import annotations
@@ -10,12 +14,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import shutil
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_model, save_model
+from safetensors.torch import load_file, load_model, save_model
 
 logger = logging.getLogger(__name__)
 
@@ -60,21 +65,60 @@ class CheckpointStore:
         # save_model handles tied weights (shared tensors) that save_file refuses.
         save_model(module, str(path / "model.safetensors"))
         torch.save({"step": step, **state}, path / "trainer_state.pt")
+        # COMPLETE may reach the disk only after what it vouches for.
+        for written in (path / "model.safetensors", path / "trainer_state.pt"):
+            _fsync(written)
+        _fsync(path)
         (path / "COMPLETE").write_text(str(step))
+        _fsync(path / "COMPLETE")
+        _fsync(path)
+        _fsync(self.directory)
         for old in self.completed()[: -self.keep]:
             shutil.rmtree(old, ignore_errors=True)
         logger.info("saved checkpoint %s", path)
         return path
 
     def load(self, path: Path, module: torch.nn.Module) -> dict[str, Any]:
-        """Load weights into ``module`` and return the saved trainer state."""
-        load_model(
-            module, str(path / "model.safetensors"), device=str(next(module.parameters()).device)
-        )
-        # Our own file (optimizer/scheduler state dicts, python lists of metrics), not untrusted input.
-        state = torch.load(path / "trainer_state.pt", weights_only=False)
+        """Load weights into ``module`` and return the saved trainer state. Both files are
+        read and checked before ``module`` is touched, so a broken checkpoint raises and
+        leaves the module as it was."""
+        # weights_only: the state is tensors and plain containers (optimizer and scheduler
+        # state dicts, RNG states as uint8 tensors, lists of metrics); anything else refuses.
+        state = torch.load(path / "trainer_state.pt", weights_only=True)
+        weights = str(path / "model.safetensors")
+        load_file(weights)  # reads and checks the whole file (a truncated one raises here)
+        load_model(module, weights, device=str(next(module.parameters()).device))
         logger.info("resumed from checkpoint %s (step %d)", path, state["step"])
         return state
+
+    def load_latest(self, module: torch.nn.Module) -> dict[str, Any] | None:
+        """The newest complete checkpoint that loads (weights into ``module``, the trainer
+        state returned), falling back to older ones with a warning for each that fails; None
+        when there is none (the run starts afresh)."""
+        for path in reversed(self.completed()):
+            try:
+                return self.load(path, module)
+            except Exception as error:  # noqa: BLE001 - any unreadable file: try the older one
+                logger.warning(
+                    "checkpoint %s is marked complete but does not load (%s: %s); "
+                    "trying the one before it",
+                    path,
+                    type(error).__name__,
+                    error,
+                )
+        if self.completed():
+            logger.warning("no checkpoint in %s loads: starting afresh", self.directory)
+        return None
+
+
+def _fsync(path: Path) -> None:
+    """Flush a file's or a folder's contents to the disk (folders: their entries)."""
+    flags = os.O_RDONLY | (os.O_DIRECTORY if path.is_dir() and hasattr(os, "O_DIRECTORY") else 0)
+    descriptor = os.open(path, flags)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 def state_fingerprint(module: torch.nn.Module, *extra: object) -> str:

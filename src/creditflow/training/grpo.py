@@ -155,9 +155,11 @@ class GRPOTrainer:
         )
 
     def _resume(self) -> None:
-        if self.checkpoints is None or (path := self.checkpoints.latest()) is None:
+        if self.checkpoints is None:
             return
-        state = self.checkpoints.load(path, self.policy.module)
+        state = self.checkpoints.load_latest(self.policy.module)
+        if state is None:
+            return
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.result = GRPOResult(history=state["history"], samples=state["samples"])

@@ -226,13 +226,16 @@ class SupervisedTrainer:
         self._resume()
 
     def _resume(self) -> None:
-        if self.checkpoints is None or (path := self.checkpoints.latest()) is None:
+        if self.checkpoints is None:
             return
-        state = self.checkpoints.load(path, self.module)
+        state = self.checkpoints.load_latest(self.module)
+        if state is None:
+            return
         saved = {k: v for k, v in state["config"].items() if k != "checkpoint_every"}
         if saved != self.config.run_key():
             raise ValueError(
-                f"checkpoint {path} was written with {saved}, not {self.config.run_key()}: "
+                f"the checkpoint in {self.checkpoints.directory} was written with {saved}, not "
+                f"{self.config.run_key()}: "
                 "resume with the same config or use another store"
             )
         self.optimizer.load_state_dict(state["optimizer"])
