@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from PIL import Image
 
 from creditflow.ingest import DataValidationError, check_frame, load_mathvision, load_tabmwp
 from creditflow.ingest.schemas import VISUAL_SCHEMA
@@ -50,11 +51,15 @@ def test_image_paths_stay_relative_to_a_relative_data_dir(
 # --- broken files ---------------------------------------------------------------------
 
 
+def _write_image(path: Path) -> None:
+    Image.new("RGB", (4, 4), "white").save(path)
+
+
 def _mathvision_folder(tmp_path: Path, records: list[dict]) -> Path:
     folder = tmp_path / "mathvision"
     (folder / "images").mkdir(parents=True)
     for record in records:
-        (folder / "images" / f"{record.get('id', 'x')}.jpg").write_bytes(b"\xff\xd8")
+        _write_image(folder / "images" / f"{record.get('id', 'x')}.jpg")
     lines = "".join(json.dumps(record) + "\n" for record in records)
     (folder / "testmini_shared.jsonl").write_text(lines, encoding="utf-8")
     return folder
@@ -105,7 +110,7 @@ def _tabmwp_folder(tmp_path: Path, records: dict[str, dict], images: list[str]) 
     folder = tmp_path / "tabmwp"
     (folder / "tables").mkdir(parents=True)
     for pid in images:
-        (folder / "tables" / f"{pid}.png").write_bytes(b"\x89PNG")
+        _write_image(folder / "tables" / f"{pid}.png")
     (folder / "problems_shared.json").write_text(json.dumps(records, indent=1), encoding="utf-8")
     return folder
 
@@ -162,3 +167,16 @@ def test_max_rows_keeps_the_first_problems(shared_data: Path) -> None:
     pd.testing.assert_frame_equal(
         load_tabmwp(shared_data / "tabmwp_numeric300", max_rows=4), full[:4]
     )
+
+
+@pytest.mark.parametrize("content", [b"", b"\x89PNG", b"not an image at all"])
+def test_a_file_that_is_not_an_image_fails_at_ingest_naming_its_record(
+    tmp_path: Path, content: bytes
+) -> None:
+    folder = _tabmwp_folder(tmp_path, {"12": _tab(), "7": _tab()}, ["12", "7"])
+    (folder / "tables" / "7.png").write_bytes(content)
+    with pytest.raises(
+        DataValidationError, match=r"image .*tables/7\.png is not a readable"
+    ) as err:
+        load_tabmwp(folder)
+    assert (err.value.path, err.value.line) == (folder / "problems_shared.json", 8)
