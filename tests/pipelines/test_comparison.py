@@ -5,9 +5,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from kedro.config import OmegaConfigLoader
+from kedro.io import DataCatalog, MemoryDataset
 
+from creditflow.hooks import ComparisonCheckHook
 from creditflow.pipelines import tapo, tor
 from creditflow.pipelines.comparison import configured_strategies, labelled_tables
+from creditflow.training.config import ConfigError
+from tests.pipelines._params import deep_update
 
 pytestmark = pytest.mark.filterwarnings("ignore:register_new_resolver:UserWarning")
 
@@ -73,13 +78,16 @@ def test_no_or_badly_named_strategies_are_clear_errors(tmp_path: Path, yaml_text
         configured_strategies("tapo", conf_source=tmp_path)
 
 
-def test_a_strategy_added_after_the_pipeline_was_built_fails_before_the_first_node():
-    from kedro.io import DataCatalog, MemoryDataset  # noqa: PLC0415
+def _project_params(project_root: Path, group: str) -> dict:
+    loader = OmegaConfigLoader(str(project_root / "conf"), base_env="base", default_run_env="local")
+    return loader["parameters"][group]
 
-    from creditflow.hooks import ComparisonCheckHook  # noqa: PLC0415
 
-    pipeline = tapo.create_pipeline(["grpo_sum", "tapo"])
-    params = {"strategies": {"grpo_sum": {}, "tapo": {}}}
+def test_a_strategy_added_after_the_pipeline_was_built_fails_before_the_first_node(
+    project_root: Path,
+):
+    pipeline = tapo.create_pipeline()
+    params = _project_params(project_root, "tapo")
     catalog = DataCatalog({"params:tapo": MemoryDataset(params)})
     ComparisonCheckHook().before_pipeline_run(pipeline, catalog)  # all built: passes
     params["strategies"]["extra"] = {}  # as --params tapo.strategies.extra... would add it
@@ -100,3 +108,28 @@ def test_sft_is_not_a_strategy_name(tmp_path: Path):
     (tmp_path / "base" / "parameters_tor.yml").write_text("tor: {strategies: {sft: {}}}\n")
     with pytest.raises(ValueError, match="may not define 'sft'"):
         configured_strategies("tor", conf_source=tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("group", "override", "message"),
+    [
+        ("tapo", {"grpo": {"stpes": 5}}, r"tapo.strategies.grpo_sum .*unknown GRPO parameter"),
+        (
+            "tapo",
+            {"strategies": {"tapo": {"advantage": {"alpah": 0.3}}}},
+            r"tapo.strategies.tapo .*unknown \['alpah'\]",
+        ),
+        ("tapo", {"grpo": {"steps": "abc"}}, r"`steps` must be int, got 'abc'"),
+        ("tapo", {"grpo": {"group_size": 2.5}}, r"`group_size` must be int, got 2.5"),
+        ("tapo", {"sft": {"stpes": 5}}, r"tapo.sft: unknown SFT parameter"),
+        ("tor", {"strategies": {"tor": {"token_weights": {"alpha_p": 2}}}}, "alpha_p must be in"),
+    ],
+)
+def test_a_broken_strategy_config_fails_before_the_first_node(
+    project_root: Path, group, override, message
+):
+    module = {"tapo": tapo, "tor": tor}[group]
+    params = deep_update(_project_params(project_root, group), override)
+    catalog = DataCatalog({f"params:{group}": MemoryDataset(params)})
+    with pytest.raises(ConfigError, match=message):
+        ComparisonCheckHook().before_pipeline_run(module.create_pipeline(), catalog)

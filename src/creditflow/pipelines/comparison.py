@@ -26,6 +26,8 @@ from kedro.config import OmegaConfigLoader
 from kedro.framework.project import settings
 from kedro.pipeline import Node, Pipeline, pipeline
 
+from creditflow.training.grpo_runs import check_comparison_params
+
 RESULTS_PREFIX, METRICS_PREFIX = "results/", "metrics/"
 STRATEGY_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # a namespace and a dataset-name part
 WARM_START = "sft"  # the label of the warm start's row and datasets, not a strategy name
@@ -191,10 +193,26 @@ def _check_built(configured: Mapping[str, object], built: Sequence[str]) -> None
 def check_strategies(
     pipeline: Pipeline, group_params: Callable[[str], Mapping[str, object] | None]
 ) -> None:
-    """Before a run: for each comparison node the run includes, every strategy under
-    ``<group>.strategies`` of the run's parameters (``--params`` and ``--env`` applied; read
-    with ``group_params(group)``, None when the group has none) has its namespace in
-    ``pipeline``. Raises ValueError naming the missing ones."""
+    """Before a run, with the run's parameters (``--params`` and ``--env`` applied; read with
+    ``group_params(group)``, None when the group has none):
+
+    - every strategy the run trains builds its configs (``grpo_runs.check_comparison_params``:
+      the SFT config and the strategy's GRPO config), so a typo fails in seconds;
+    - for each comparison node the run includes, every strategy under ``<group>.strategies``
+      has its namespace in ``pipeline``.
+
+    Raises:
+        ConfigError / ValueError: naming the strategy and the key, or the missing strategies.
+    """
+    trained: dict[str, list[str]] = {}
+    for node in pipeline.nodes:
+        for dataset in node.inputs:
+            match = re.fullmatch(r"params:(\w+)\.strategies\.(\w+)", dataset)
+            if match:
+                trained.setdefault(match.group(1), []).append(match.group(2))
+    for group, names in trained.items():
+        if params := group_params(group):
+            check_comparison_params(group, dict(params), sorted(set(names)))
     for node in pipeline.nodes:
         match = re.fullmatch(r"compare_(\w+)_strategies", node.name)
         params = group_params(match.group(1)) if match else None

@@ -33,6 +33,7 @@ from creditflow.training.config import ConfigError, GRPOConfig
 from creditflow.training.evaluation import TextRewards
 from creditflow.training.grpo import GRPOResult, GRPOTrainer
 from creditflow.training.launch import run_data_parallel
+from creditflow.training.sft import SFTConfig
 from creditflow.training.strategies import RewardMetric, advantage_strategy, validate_strategies
 from creditflow.training.strategies.page import PageReward
 
@@ -70,6 +71,40 @@ def build_grpo_config(grpo_params: dict[str, Any], reward_names: Sequence[str]) 
             f"'reward_functions' or fix the advantage's *_reward options)"
         )
     return config
+
+
+def strategy_config(
+    params: dict[str, Any], strategy: dict[str, Any]
+) -> tuple[GRPOConfig, dict[str, Any] | None]:
+    """``(GRPOConfig, distributed)`` of one strategy of a comparison: ``params['grpo']`` with
+    the strategy's overrides merged in (``merge_overrides``), checked against
+    ``params['reward_functions']``; ``distributed`` is the process layout (``grpo.distributed``,
+    not a GRPOConfig field), None when unset."""
+    grpo_params = merge_overrides(params["grpo"], strategy)
+    distributed = grpo_params.pop("distributed", None)
+    return build_grpo_config(grpo_params, params["reward_functions"]), distributed
+
+
+def check_comparison_params(
+    group: str, params: dict[str, Any], strategies: Sequence[str] | None = None
+) -> None:
+    """Every config a tapo / tor comparison will build, built now: the SFT warm start's and
+    the GRPO config of each of ``strategies`` (default: all of ``params['strategies']``), so a
+    typo fails before the first node (not after SFT).
+
+    Raises:
+        ConfigError: naming the group, the strategy and the key.
+    """
+    try:
+        SFTConfig.from_params(dict(params["sft"]))
+    except ConfigError as error:
+        raise ConfigError(f"{group}.sft: {error}") from error
+    configured = params.get("strategies") or {}
+    for name in [n for n in configured if strategies is None or n in set(strategies)]:
+        try:
+            strategy_config(params, configured[name])
+        except ConfigError as error:
+            raise ConfigError(f"{group}.strategies.{name} (over {group}.grpo): {error}") from error
 
 
 def sampling_settings(config: GRPOConfig) -> SamplingSettings:

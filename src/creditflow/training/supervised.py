@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 from transformers import get_constant_schedule_with_warmup, get_cosine_schedule_with_warmup
 
 from creditflow.training.checkpoint import CheckpointStore
-from creditflow.training.config import ConfigError
+from creditflow.training.config import ConfigError, typed_value
 
 logger = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ class SupervisedConfig:
         if missing:
             raise ConfigError(f"supervised training needs {missing}; set them in parameters")
         hints = typing.get_type_hints(cls)
-        return cls(**{key: _typed(key, value, hints[key]) for key, value in values.items()})
+        return cls(**{key: typed_value(key, value, hints[key]) for key, value in values.items()})
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size"):
@@ -120,21 +120,6 @@ class SupervisedConfig:
         """The fields that change what is trained (``checkpoint_every`` only changes what is
         saved): a checkpoint resumes a run with the same ``run_key``."""
         return {k: v for k, v in asdict(self).items() if k != "checkpoint_every"}
-
-
-def _typed(name: str, value: Any, hint: Any) -> Any:
-    """``value`` checked against the field type ``hint`` (``int``, ``float``, ``str`` or
-    ``float | None``); an int is taken for a float (as a float, so ``1`` and ``1.0`` are the
-    same run). A bool is no number here: YAML's ``true`` for ``steps`` is a typo."""
-    allowed = typing.get_args(hint) or (hint,)
-    if value is None and type(None) in allowed:
-        return None
-    if float in allowed and type(value) in (int, float):
-        return float(value)
-    if type(value) in allowed:
-        return value
-    expected = " or ".join("null" if t is type(None) else t.__name__ for t in allowed)
-    raise ConfigError(f"`{name}` must be {expected}, got {value!r} ({type(value).__name__})")
 
 
 class EpochSampler:

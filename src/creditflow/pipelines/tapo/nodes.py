@@ -21,9 +21,8 @@ from creditflow.tasks.tapo import (
 from creditflow.training.checkpoint import CheckpointStore
 from creditflow.training.evaluation import evaluate_text_problems
 from creditflow.training.grpo_runs import (
-    build_grpo_config,
-    merge_overrides,
     run_grpo,
+    strategy_config,
 )
 from creditflow.training.sft import run_sft
 from creditflow.training.strategies import SignConflictRate
@@ -100,9 +99,7 @@ def train_tapo_policy(
 ):
     """GRPO from the warm start under one strategy (``strategy``: its overrides of
     ``params['grpo']``). Every strategy reports the sign-conflict rate of its rewards."""
-    grpo_params = merge_overrides(params["grpo"], strategy)
-    distributed = grpo_params.pop("distributed", None)  # process layout, not a GRPOConfig field
-    config = build_grpo_config(grpo_params, params["reward_functions"])
+    config, distributed = strategy_config(params, strategy)
     with torch_threads(params["torch_threads"]):
         model, result = run_grpo(
             tapo_sft_policy,

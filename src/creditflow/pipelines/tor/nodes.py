@@ -22,11 +22,11 @@ from creditflow.pipelines.tor.report import summarise_tor_runs
 from creditflow.reporting import metrics_frame, plot_reward_curves
 from creditflow.tasks.tor import format_tor_target, generate_tor_problems, tor_prompt
 from creditflow.training.checkpoint import CheckpointStore
+from creditflow.training.config import ConfigError
 from creditflow.training.evaluation import evaluate_vl_policy
 from creditflow.training.grpo_runs import (
-    build_grpo_config,
-    merge_overrides,
     run_vl_grpo,
+    strategy_config,
 )
 from creditflow.training.threads import torch_threads
 from creditflow.training.vl_sft import run_vl_sft
@@ -105,8 +105,9 @@ def train_tor_policy(
 ):
     """GRPO from the warm start with one token-weight strategy (``strategy``: its overrides
     of ``params['grpo']``)."""
-    grpo_params = merge_overrides(params["grpo"], strategy)
-    config = build_grpo_config(grpo_params, params["reward_functions"])
+    config, distributed = strategy_config(params, strategy)
+    if distributed is not None:
+        raise ConfigError("tor.grpo.distributed: the vision-language GRPO runs in one process")
     with torch_threads(params["torch_threads"]):
         model, result = run_vl_grpo(
             tor_sft_policy,
