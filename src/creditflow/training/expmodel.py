@@ -246,7 +246,7 @@ def train_expmodel_sft(
     training: SupervisedConfig,
     max_length: int | None = 1024,
     checkpoints: CheckpointStore | None = None,
-    progress: bool = False,
+    progress: bool = True,
 ) -> tuple[torch.nn.Module, list[dict[str, float]]]:
     """SPEC 3.2: fine-tune the VL ``model`` in place to write each item's annotation.
 
@@ -428,7 +428,7 @@ def train_expmodel_pft(
     training: SupervisedConfig,
     options: PFTOptions | None = None,
     checkpoints: CheckpointStore | None = None,
-    progress: bool = False,
+    progress: bool = True,
 ) -> tuple[ExpScorer, list[dict[str, float]], float]:
     """SPEC 3.3: train ``scorer`` in place on ordered pairs with ``pairwise_preference_loss``.
 

@@ -246,7 +246,7 @@ def pretrain_reranker(
     *,
     training: SupervisedConfig,
     checkpoints: CheckpointStore | None = None,
-    progress: bool = False,
+    progress: bool = True,
 ) -> list[dict[str, float]]:
     """Teacher-forced pre-training of the reranker on target rankings (SPEC 3, step 4).
 
