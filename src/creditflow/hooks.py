@@ -4,6 +4,12 @@
   package versions, dataset versions, seeds, device and timing.
 - :class:`MlflowTrackingHook` logs each run to MLflow: the parameters once, every ``*_metrics``
   table per step and every ``*_plot`` / ``*_curves`` figure as a PNG artifact.
+- :class:`CredentialsHook` hands the Kedro credentials to the nodes that need them, as the
+  ``credentials`` dataset.
+
+Neither a manifest nor MLflow ever holds a secret: parameters (and run_params, whose
+``runtime_params`` are the ``--params`` overrides) pass through
+:func:`creditflow.redaction.redact` first.
 
 Both record datasets through the dataset hooks, which Kedro calls in the process that loads or
 saves: under ``ParallelRunner`` the per-dataset records stay in the worker processes, so the
@@ -24,10 +30,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kedro.framework.hooks import hook_impl
-from kedro.io import AbstractVersionedDataset, CatalogProtocol
+from kedro.io import AbstractVersionedDataset, CatalogProtocol, MemoryDataset
 from kedro.pipeline import Pipeline
 
 from creditflow.pipelines.comparison import check_strategies
+from creditflow.redaction import redact, scrub
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
@@ -35,6 +42,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 MANIFEST_DIR = "data/08_reporting/run_manifests"
+CREDENTIALS_DATASET = "credentials"
 # Distributions whose versions every manifest records (None when one is not installed).
 MANIFEST_PACKAGES = (
     "creditflow",
@@ -151,6 +159,22 @@ class ComparisonCheckHook:
         check_strategies(pipeline, group_params)
 
 
+class CredentialsHook:
+    """Puts the Kedro credentials in the catalog as the ``credentials`` dataset.
+
+    Kedro hands credentials to datasets only (a catalog entry's ``credentials: <name>``); a
+    node that talks to a service itself (the ``openai`` annotator) takes this dataset as an
+    input instead and picks the entry its options name. The values are whatever the config
+    loader read from ``conf/base`` and ``conf/<env>`` (``credentials*.yml``, ``${oc.env:...}``
+    resolved), held in memory only: the dataset is a MemoryDataset, so manifests record its
+    type, never its data.
+    """
+
+    @hook_impl
+    def after_catalog_created(self, catalog: CatalogProtocol, conf_creds: dict[str, Any]) -> None:
+        catalog[CREDENTIALS_DATASET] = MemoryDataset(dict(conf_creds))
+
+
 class RunManifestHook:
     """Writes ``<manifest_dir>/<run_id>.json`` when a run completes or fails.
 
@@ -163,6 +187,9 @@ class RunManifestHook:
     pipeline's nodes take), ``seeds`` found in them, the session's ``save_version`` and
     ``datasets.loaded`` / ``datasets.saved``: dataset name -> type and resolved version (None
     for unversioned datasets). Parameter datasets appear under ``parameters`` only.
+
+    Secret-named values (``api_key``, ``token`` ...; :func:`creditflow.redaction.redact`) in
+    ``run_params`` and ``parameters`` read ``[REDACTED]``, and ``error`` is scrubbed.
     """
 
     def __init__(self, manifest_dir: str | Path = MANIFEST_DIR) -> None:
@@ -224,15 +251,15 @@ class RunManifestHook:
         started_at = self._started_at or finished_at
         run_id = run_params.get("run_id") or self._save_version or finished_at.isoformat()
         project_path = Path(run_params.get("project_path") or Path.cwd())
-        parameters = pipeline_parameters(pipeline, catalog)
+        parameters = redact(pipeline_parameters(pipeline, catalog))
         manifest = {
             "run_id": run_id,
             "status": status,
-            "error": None if error is None else f"{type(error).__name__}: {error}",
+            "error": None if error is None else scrub(f"{type(error).__name__}: {error}"),
             "started_at": started_at.isoformat(),
             "finished_at": finished_at.isoformat(),
             "duration_s": round((finished_at - started_at).total_seconds(), 3),
-            "run_params": dict(run_params),
+            "run_params": redact(run_params),
             "git": git_state(project_path),
             "packages": package_versions(),
             "device": device_info(),

@@ -3,16 +3,18 @@ from the Kedro defaults. For further information, including these default values
 https://docs.kedro.org/en/stable/configure/configuration_basics/#configuration"""
 
 # Instantiated project hooks (docs/reproducibility.md): a JSON manifest per run in
-# data/08_reporting/run_manifests/, and MLflow tracking configured by params:tracking.
+# data/08_reporting/run_manifests/, MLflow tracking configured by params:tracking, and the
+# Kedro credentials as the `credentials` dataset (README "Credentials").
 from creditflow.hooks import (  # noqa: E402
     ComparisonCheckHook,
+    CredentialsHook,
     MlflowTrackingHook,
     RunManifestHook,
 )
 
 # Hooks are executed in a Last-In-First-Out (LIFO) order.
 # ComparisonCheckHook last, so it runs first and fails a run before MLflow opens one.
-HOOKS = (RunManifestHook(), MlflowTrackingHook(), ComparisonCheckHook())
+HOOKS = (CredentialsHook(), RunManifestHook(), MlflowTrackingHook(), ComparisonCheckHook())
 
 # Installed plugins for which to disable hook auto-registration.
 # DISABLE_HOOKS_FOR_PLUGINS = ("kedro-viz",)

@@ -30,6 +30,8 @@ from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 from PIL import Image
 
+from creditflow.redaction import redact
+
 METRICS_SUFFIX = "_metrics"
 PLOT_SUFFIXES = ("_plot", "_curves")
 
@@ -107,8 +109,11 @@ def flatten_params(params: Mapping[str, Any], prefix: str = "") -> dict[str, str
 
 
 def log_params(client: MlflowClient, run_id: str, params: Mapping[str, Any]) -> None:
-    """Log ``params`` flattened (see :func:`flatten_params`); MLflow batches them in 100s."""
-    flat = flatten_params(params)
+    """Log ``params`` flattened (see :func:`flatten_params`); MLflow batches them in 100s.
+
+    Secret-named values (:func:`creditflow.redaction.redact`) are logged as ``[REDACTED]``.
+    """
+    flat = flatten_params(redact(params))
     client.log_batch(run_id, params=[Param(key, value) for key, value in sorted(flat.items())])
 
 

@@ -1,17 +1,26 @@
-"""OpenAI-compatible annotator against a real HTTP server on loopback with scripted replies."""
+"""OpenAI-compatible annotator against a real HTTP server on loopback with scripted replies,
+and a ``KedroSession`` run whose key comes from a credentials file and leaks nowhere."""
 
 import base64
+import io
 import json
+import logging
+import shutil
 import threading
 import time
 from collections import defaultdict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pandas as pd
 import pytest
+from kedro.framework.session import KedroSession
+from kedro.framework.startup import bootstrap_project
+from mlflow.tracking import MlflowClient
 
 from creditflow.annotation.openai_backend import OpenAIAnnotator
 from creditflow.annotation.schema import ANNOTATION_COLUMNS, DIMENSIONS
+from creditflow.hooks import MANIFEST_DIR
 
 GOOD = {
     "sharpness": 4,
@@ -31,7 +40,8 @@ class ScriptedServer(ThreadingHTTPServer):
     """Replies to each title with the next step of its script (the last step repeats).
 
     Steps: ("text", content) -> 200 with that message content; ("status", code); ("sleep",
-    seconds, content) -> wait, then 200; ("body", bytes) -> 200 with a raw body.
+    seconds, content) -> wait, then 200; ("body", bytes) -> 200 with a raw body; ("echo",
+    code) -> that status with a body echoing the Authorization header, as some servers do.
     """
 
     daemon_threads = True
@@ -91,6 +101,12 @@ class ScriptedHandler(BaseHTTPRequestHandler):
             step = ("text", step[2])
         if kind == "body":
             self.send(200, step[1])
+            return
+        if kind == "echo":
+            header = self.headers.get("Authorization", "")
+            key = header.removeprefix("Bearer ")
+            message = f"Incorrect API key provided: {key}. You sent '{header}'."
+            self.send(step[1], json.dumps({"error": {"message": message}}).encode())
             return
         completion = {"choices": [{"message": {"role": "assistant", "content": step[1]}}]}
         self.send(200, json.dumps(completion).encode())
@@ -268,3 +284,80 @@ def test_rejects_bad_settings():
         OpenAIAnnotator("http://x", "m", max_concurrency=0)
     with pytest.raises(ValueError, match="timeout_s"):
         OpenAIAnnotator("http://x", "m", timeout_s=0)
+
+
+def test_an_error_body_echoing_the_key_is_scrubbed(serve, tmp_path, catalogue, caplog):
+    server = serve({"valid": [("echo", 401)], "retried": [("echo", 503)]})
+    with caplog.at_level(logging.DEBUG, logger="creditflow"):
+        frame = make(server, tmp_path, max_retries=1).annotate(
+            items_for(["valid", "retried"], catalogue)
+        )
+    assert frame["status"].tolist() == ["failed", "failed"]
+    assert frame["attempts"].tolist() == [1, 2]  # 401 is final, 503 is retried
+    for error in frame["error"]:
+        assert "Incorrect API key provided: [REDACTED]" in error
+        assert "Bearer [REDACTED]" in error
+    assert "secret-token" not in frame.to_json()
+    assert "secret-token" not in caplog.text and "[REDACTED]" in caplog.text
+
+
+KEY = "sk-test-0123456789abcdef"
+
+
+@pytest.mark.filterwarnings("ignore:register_new_resolver:UserWarning")
+def test_session_run_reads_the_key_from_credentials_and_writes_it_nowhere(
+    serve, project_root: Path, tmp_path: Path, monkeypatch
+):
+    """``kedro run --pipelines annotation`` (two nodes) with the project's hooks, the key in a
+    temporary conf/local/credentials.yml, and a server answering 401 with the key echoed: the
+    header carried the key, and no file the run writes nor its log holds it."""
+    server = serve(defaultdict(lambda: [("echo", 401)]))
+    for name in ("conf/base", "pyproject.toml"):
+        copy = shutil.copytree if (project_root / name).is_dir() else shutil.copy
+        copy(project_root / name, tmp_path / name)
+    (tmp_path / "conf/local").mkdir()
+    (tmp_path / "conf/local/credentials.yml").write_text(f"openai_annotator:\n  api_key: {KEY}\n")
+    (tmp_path / "src").mkdir()  # bootstrap_project checks it; the package is installed
+    monkeypatch.chdir(tmp_path)  # kedro-viz's run hooks write .viz/ under the cwd's project
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    bootstrap_project(tmp_path)
+    options = {"base_url": server.base_url, "model": "m", "credentials": "openai_annotator"}
+    overrides = {
+        "annotation": {
+            "items": {"n_items": 3, "image_size": 32},
+            "annotator": {"name": "openai", "options": options | {"max_retries": 0}},
+        }
+    }
+    log = io.StringIO()
+    handler = logging.StreamHandler(log)
+    with KedroSession.create(project_path=tmp_path, runtime_params=overrides) as session:
+        # After the session has configured logging (which would drop a handler added earlier).
+        logging.getLogger().addHandler(handler)
+        run_id = session.session_id
+        try:
+            session.run(
+                pipeline_names=["annotation"], node_names=["generate_items", "annotate_items"]
+            )
+        finally:
+            logging.getLogger().removeHandler(handler)
+
+    assert [headers["Authorization"] for _, headers, _ in server.requests] == [f"Bearer {KEY}"] * 3
+    saved = tmp_path / "data/04_feature/item_annotations.parquet" / run_id
+    annotations = pd.read_parquet(saved / "item_annotations.parquet")
+    assert annotations["status"].tolist() == ["failed"] * 3
+    assert all("HTTP 401" in e and "[REDACTED]" in e for e in annotations["error"])
+    manifest = json.loads((tmp_path / MANIFEST_DIR / f"{run_id}.json").read_text())
+    assert manifest["parameters"]["annotation"]["annotator"]["options"]["credentials"] == (
+        "openai_annotator"
+    )
+    client = MlflowClient((tmp_path / "mlruns").as_uri())
+    (run,) = client.search_runs([client.get_experiment_by_name("creditflow").experiment_id])
+    params = run.data.params
+    assert params["annotation.annotator.options.credentials"] == "openai_annotator"
+
+    credentials_file = tmp_path / "conf/local/credentials.yml"
+    written = [p for p in tmp_path.rglob("*") if p.is_file() and p != credentials_file]
+    assert saved in {p.parent for p in written} and any(MANIFEST_DIR in str(p) for p in written)
+    leaks = [str(p.relative_to(tmp_path)) for p in written if KEY.encode() in p.read_bytes()]
+    assert leaks == []
+    assert KEY not in log.getvalue() and "annotated 3 items" in log.getvalue()

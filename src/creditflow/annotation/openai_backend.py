@@ -11,6 +11,11 @@ annotation is retried up to ``max_retries`` times, sleeping ``backoff_s * 2**k``
 since repeating them cannot help. An item that never succeeds gets ``status == "failed"`` with
 its last raw reply and the error, and no scores: nothing is invented and nothing raises.
 
+Secrets (issue 16): everything the server sends back (error bodies, replies) passes through
+:func:`creditflow.redaction.scrub` before it is logged, cached or stored, so a 401 body that
+echoes the key leaves ``[REDACTED]`` in ``item_annotations``. The key itself comes from Kedro
+credentials or ``OPENAI_API_KEY`` (:mod:`creditflow.annotation.credentials`), never parameters.
+
 Successful annotations are cached in ``cache_dir``, one JSON file per
 ``sha256(image bytes, title, prompt, model)``, so a rerun only requests what is missing;
 failures are not cached, so a rerun retries them.
@@ -49,6 +54,7 @@ from creditflow.annotation.schema import (
     parse_annotation,
     visible_items,
 )
+from creditflow.redaction import scrub
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +93,8 @@ class OpenAIAnnotator:
         base_url: server root, e.g. ``http://127.0.0.1:8000`` or ``http://host:8000/v1``;
             requests go to ``<root>/v1/chat/completions`` (``/v1`` is added when missing).
         model: model name sent in each request (and part of the cache key).
-        api_key: sent as ``Authorization: Bearer <api_key>``; no header when None (local servers).
+        api_key: sent as ``Authorization: Bearer <api_key>``; no header when None or empty
+            (local servers). Pipelines pass it from Kedro credentials, not parameters.
         max_concurrency: requests in flight at once (>= 1).
         timeout_s: per-request timeout in seconds (> 0).
         max_retries: retries after the first attempt (>= 0); an item makes at most
@@ -206,8 +213,8 @@ class OpenAIAnnotator:
         try:
             return self._annotate_item(item)
         except Exception as exc:
-            logger.exception("item %s: unexpected error", item["item_id"])
-            return _Outcome(None, None, 0, f"unexpected error: {exc!r}")
+            logger.error("item %s: unexpected error: %s", item["item_id"], self._scrub(repr(exc)))
+            return _Outcome(None, None, 0, self._scrub(f"unexpected error: {exc!r}"))
 
     def _annotate_item(self, item: dict[str, Any]) -> _Outcome:
         prompt = self.prompt(item["title"], item["category"])
@@ -265,7 +272,8 @@ class OpenAIAnnotator:
             with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
                 payload = response.read()
         except urllib.error.HTTPError as exc:
-            detail = exc.read()[:200].decode(errors="replace")
+            # Scrub before cutting: a cut through the key would leave half of it unrecognised.
+            detail = self._scrub(exc.read(4096).decode(errors="replace"))[:200]
             message = f"HTTP {exc.code} from {self.url}: {detail}"
             raise (_RetryableError if exc.code in RETRYABLE_STATUS else _FatalError)(
                 message
@@ -281,10 +289,14 @@ class OpenAIAnnotator:
         try:
             content = json.loads(payload)["choices"][0]["message"]["content"]
         except (ValueError, KeyError, IndexError, TypeError) as exc:
-            raise _RetryableError(f"reply is not a chat completion: {payload[:200]!r}") from exc
+            preview = self._scrub(repr(payload[:4096]))[:200]
+            raise _RetryableError(f"reply is not a chat completion: {preview}") from exc
         if not isinstance(content, str):
-            raise _RetryableError(f"reply content is not text: {content!r:.200}")
-        return content
+            raise _RetryableError(f"reply content is not text: {self._scrub(repr(content)):.200}")
+        return self._scrub(content)
+
+    def _scrub(self, text: str) -> str:
+        return scrub(text, [self.api_key])
 
     def _read_cache(self, key: str) -> str | None:
         if self.cache_dir is None:

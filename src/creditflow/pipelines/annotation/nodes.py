@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
 
 from creditflow.annotation import build_annotator
+from creditflow.annotation.credentials import resolve_annotator_options
 from creditflow.tasks.reranking import generate_catalogue, generate_sessions
 from creditflow.training.reranker_data import split_sessions
 
@@ -44,11 +46,16 @@ def generate_query_logs(
     return train, heldout
 
 
-def annotate_items(catalogue_items: pd.DataFrame, params: dict[str, Any]) -> pd.DataFrame:
+def annotate_items(
+    catalogue_items: pd.DataFrame, params: dict[str, Any], credentials: Mapping[str, Any]
+) -> pd.DataFrame:
     """One annotation per item by the annotator named in ``params``; failed ones stay in the
-    table with their status, raw text and error (no scores invented)."""
+    table with their status, raw text and error (no scores invented). A key comes from the
+    Kedro ``credentials`` entry the options name (or ``OPENAI_API_KEY``), never from params."""
     settings = params["annotator"]
-    annotator = build_annotator(settings["name"], **(settings.get("options") or {}))
+    options = settings.get("options") or {}
+    options = resolve_annotator_options(settings["name"], options, credentials)
+    annotator = build_annotator(settings["name"], **options)
     annotations = annotator.annotate(catalogue_items)
     failed = int((annotations["status"] != "ok").sum())
     if failed:

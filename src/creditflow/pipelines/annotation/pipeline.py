@@ -19,7 +19,7 @@ def create_pipeline(**kwargs) -> Pipeline:
             ),
             Node(
                 nodes.annotate_items,
-                ["catalogue_items", PARAMS],
+                ["catalogue_items", PARAMS, "credentials"],
                 "item_annotations",
                 name="annotate_items",
             ),
