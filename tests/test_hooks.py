@@ -21,7 +21,9 @@ from kedro.runner import SequentialRunner
 from mlflow.tracking import MlflowClient
 
 from creditflow.hooks import (
+    CREDENTIALS_DATASET,
     MANIFEST_DIR,
+    CredentialsHook,
     RunManifestHook,
     find_seeds,
     git_state,
@@ -273,3 +275,54 @@ def test_session_run_of_the_project_writes_manifest_and_mlflow_run(
     assert run.info.status == "FINISHED"
     assert run.data.tags["kedro.run_id"] == run_id
     assert run.data.params["data_ingest.max_rows_per_source"] == "3"
+
+
+SECRET = "sk-hooks-0123456789abcdef"
+
+
+def test_manifest_redacts_secret_parameters_run_params_and_errors(
+    project: Path, data: Path
+) -> None:
+    parameters = {
+        "tiny": {**PARAMETERS["tiny"], "service": {"api_key": SECRET, "url": "http://x"}},
+    }
+    hook, catalog = RunManifestHook(), _catalog(data, {})
+    run_like_session([hook], TINY, catalog, parameters, project)
+    assert SECRET not in (project / MANIFEST_DIR / f"{SAVE_VERSION}.json").read_text()
+    manifest = _manifest(project)
+    assert manifest["parameters"]["tiny"]["service"] == {"api_key": "[REDACTED]", "url": "http://x"}
+    assert manifest["parameters"]["tiny"]["scale"] == 3 and manifest["seeds"]["tiny.seed"] == 7
+
+    # `kedro run --params` overrides land in run_params.runtime_params too; an error message
+    # echoing a Bearer token is scrubbed.
+    run_params = {
+        "run_id": "r3",
+        "project_path": project.as_posix(),
+        "runtime_params": {"tiny": {"service": {"api_key": SECRET}}},
+    }
+    error = RuntimeError(f"HTTP 401: Authorization: Bearer {SECRET}")
+    hook.write_manifest(run_params, TINY, catalog, status="failed", error=error)
+    text = (project / MANIFEST_DIR / "r3.json").read_text()
+    assert SECRET not in text
+    manifest = json.loads(text)
+    assert manifest["run_params"]["runtime_params"] == {
+        "tiny": {"service": {"api_key": "[REDACTED]"}}
+    }
+    assert manifest["error"] == "RuntimeError: HTTP 401: Authorization: Bearer [REDACTED]"
+
+
+def test_credentials_hook_puts_the_kedro_credentials_in_the_catalog() -> None:
+    manager = _create_hook_manager()
+    manager.register(CredentialsHook())
+    catalog = DataCatalog()
+    creds = {"openai_annotator": {"api_key": SECRET}}
+    manager.hook.after_catalog_created(
+        catalog=catalog,
+        conf_catalog={},
+        conf_creds=creds,
+        parameters={},
+        save_version=SAVE_VERSION,
+        load_versions={},
+    )
+    assert catalog.load(CREDENTIALS_DATASET) == creds
+    assert SECRET not in repr(catalog.get(CREDENTIALS_DATASET))  # logs name the type only

@@ -17,6 +17,7 @@ from creditflow.tracking import (
     TrackingConfig,
     flatten_params,
     log_metrics,
+    log_params,
     log_plots,
     make_client,
     metrics_from_frame,
@@ -151,6 +152,17 @@ def test_flatten_params_hand_case() -> None:
         "a.d": "[1, {'e': 2}]",
         "f": "None",
         "g": "x",
+    }
+
+
+def test_secret_parameters_are_logged_redacted(tmp_path: Path) -> None:
+    client = make_client(TrackingConfig(True).resolved_uri(tmp_path))
+    run_id = client.create_run(client.create_experiment("secrets")).info.run_id
+    params = {"annotator": {"options": {"api_key": "sk-mlflow-0123456789", "max_tokens": 512}}}
+    log_params(client, run_id, params)
+    assert client.get_run(run_id).data.params == {
+        "annotator.options.api_key": "[REDACTED]",
+        "annotator.options.max_tokens": "512",
     }
 
 
