@@ -28,10 +28,10 @@ def test_chain_writes_every_artefact_through_the_catalog():
         f"{n}_checkpoints"
         for n in ("expmodel_sft", "expmodel_pft", "reranker_pretrain", "reranker_grpo")
     }
-    assert (
-        pipeline.inputs()
-        == {f"params:{n}" for n in CHAIN if n != "augmented_targets"} | checkpoints
-    )
+    # ... and the Kedro credentials (hooks.CredentialsHook), which the annotator reads.
+    assert pipeline.inputs() == {
+        f"params:{n}" for n in CHAIN if n != "augmented_targets"
+    } | checkpoints | {"credentials"}
     table = catalog.load("reranker_evaluation")  # read back from CSV
     assert set(table["ranker"]) == {
         "logged",
