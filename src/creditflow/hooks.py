@@ -6,6 +6,8 @@
   table per step and every ``*_plot`` / ``*_curves`` figure as a PNG artifact.
 - :class:`CredentialsHook` hands the Kedro credentials to the nodes that need them, as the
   ``credentials`` dataset.
+- :class:`ComparisonCheckHook` checks the tapo / tor comparisons' configs and strategy lists
+  before the first node.
 
 Neither a manifest nor MLflow ever holds a secret: parameters (and run_params, whose
 ``runtime_params`` are the ``--params`` overrides) pass through
@@ -33,7 +35,6 @@ from kedro.framework.hooks import hook_impl
 from kedro.io import AbstractVersionedDataset, CatalogProtocol, MemoryDataset
 from kedro.pipeline import Pipeline
 
-from creditflow.pipelines.comparison import check_strategies
 from creditflow.redaction import redact, scrub
 
 if TYPE_CHECKING:
@@ -152,6 +153,11 @@ class ComparisonCheckHook:
 
     @hook_impl
     def before_pipeline_run(self, pipeline: Pipeline, catalog: CatalogProtocol) -> None:
+        # Imported here: settings.py imports this module for every kedro command (kedro
+        # --help, kedro viz), and the check pulls in the training engine (torch,
+        # transformers: ~3 s); by the time a run starts its pipelines have imported it.
+        from creditflow.pipelines.comparison import check_strategies  # noqa: PLC0415
+
         def group_params(group: str) -> Mapping[str, Any] | None:
             name = f"params:{group}"
             return catalog.load(name) if name in catalog else None
