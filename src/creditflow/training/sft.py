@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import typing
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -16,7 +17,7 @@ import pandas as pd
 import torch
 
 from creditflow.training.checkpoint import CheckpointStore, run_store, tokenizer_digest
-from creditflow.training.config import ConfigError
+from creditflow.training.config import ConfigError, typed_value
 from creditflow.training.supervised import SupervisedConfig, SupervisedTrainer
 
 logger = logging.getLogger(__name__)
@@ -47,13 +48,11 @@ class SFTConfig:
         unknown = sorted(set(params) - known)
         if unknown:
             raise ConfigError(f"unknown SFT parameter(s) {unknown}; valid keys are {sorted(known)}")
-        config = cls(**params)
-        for name in ("steps", "batch_size", "max_length"):
-            if getattr(config, name) < 1:
-                raise ConfigError(f"sft {name} must be >= 1, got {getattr(config, name)}")
-        if config.learning_rate <= 0:
-            raise ConfigError(f"sft learning_rate must be > 0, got {config.learning_rate}")
-        config.supervised()  # the trainer's own checks (max_grad_norm, warmup_steps, ...)
+        hints = typing.get_type_hints(cls)
+        config = cls(**{key: typed_value(key, value, hints[key]) for key, value in params.items()})
+        if config.max_length < 1:
+            raise ConfigError(f"sft max_length must be >= 1, got {config.max_length}")
+        config.supervised()  # the trainer's checks of the rest (steps, learning_rate, ...)
         return config
 
     def supervised(self) -> SupervisedConfig:
