@@ -148,7 +148,8 @@ def comparison_pipeline(
         )
         for name in strategies
     ]
-    inputs = {"params": f"params:{group}", f"{group}_results_sft": f"{group}_results_sft"}
+    warm_start = f"{group}_results_{WARM_START}"
+    inputs = {"params": f"params:{group}", warm_start: warm_start}
     for name in strategies:
         inputs[RESULTS_PREFIX + name] = named("results", name)
         inputs[METRICS_PREFIX + name] = named("metrics", name)
@@ -174,7 +175,7 @@ def labelled_tables(
     """
     names = [key[len(RESULTS_PREFIX) :] for key in tables if key.startswith(RESULTS_PREFIX)]
     _check_built(configured, names)
-    evaluations = [warm_start.assign(policy="sft")]
+    evaluations = [warm_start.assign(policy=WARM_START)]
     evaluations += [tables[RESULTS_PREFIX + n].assign(policy=n) for n in names]
     metrics = [tables[METRICS_PREFIX + n].assign(strategy=n) for n in names]
     return pd.concat(evaluations, ignore_index=True), pd.concat(metrics, ignore_index=True)
@@ -204,20 +205,21 @@ def check_strategies(
     Raises:
         ConfigError / ValueError: naming the strategy and the key, or the missing strategies.
     """
-    trained: dict[str, list[str]] = {}
+    trained: dict[str, set[str]] = {}  # group -> strategies whose nodes the run includes
+    compared: dict[str, list[str]] = {}  # group -> strategies its comparison node reads
     for node in pipeline.nodes:
         for dataset in node.inputs:
-            match = re.fullmatch(r"params:(\w+)\.strategies\.(\w+)", dataset)
-            if match:
-                trained.setdefault(match.group(1), []).append(match.group(2))
-    for group, names in trained.items():
-        if params := group_params(group):
-            check_comparison_params(group, dict(params), sorted(set(names)))
-    for node in pipeline.nodes:
-        match = re.fullmatch(r"compare_(\w+)_strategies", node.name)
-        params = group_params(match.group(1)) if match else None
-        if not params:
+            if match := re.fullmatch(r"params:(\w+)\.strategies\.(\w+)", dataset):
+                trained.setdefault(match.group(1), set()).add(match.group(2))
+        if match := re.fullmatch(r"compare_(\w+)_strategies", node.name):
+            prefix = f"{match.group(1)}_results_"
+            compared[match.group(1)] = [
+                d[len(prefix) :] for d in node.inputs if d.startswith(prefix)
+            ]
+    for group in sorted(trained.keys() | compared.keys()):
+        if not (params := group_params(group)):
             continue
-        prefix = f"{match.group(1)}_results_"
-        built = [d[len(prefix) :] for d in node.inputs if d.startswith(prefix)]
-        _check_built(params.get("strategies") or {}, built)
+        if group in trained:
+            check_comparison_params(group, dict(params), sorted(trained[group]))
+        if group in compared:
+            _check_built(params.get("strategies") or {}, compared[group])
