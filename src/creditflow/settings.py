@@ -6,15 +6,15 @@ https://docs.kedro.org/en/stable/configure/configuration_basics/#configuration""
 # data/08_reporting/run_manifests/, MLflow tracking configured by params:tracking, and the
 # Kedro credentials as the `credentials` dataset (README "Credentials").
 from creditflow.hooks import (  # noqa: E402
-    ComparisonCheckHook,
     CredentialsHook,
     MlflowTrackingHook,
+    ParameterCheckHook,
     RunManifestHook,
 )
 
 # Hooks are executed in a Last-In-First-Out (LIFO) order.
-# ComparisonCheckHook last, so it runs first and fails a run before MLflow opens one.
-HOOKS = (CredentialsHook(), RunManifestHook(), MlflowTrackingHook(), ComparisonCheckHook())
+# ParameterCheckHook last, so it runs first and fails a run before MLflow opens one.
+HOOKS = (CredentialsHook(), RunManifestHook(), MlflowTrackingHook(), ParameterCheckHook())
 
 # Installed plugins for which to disable hook auto-registration.
 # DISABLE_HOOKS_FOR_PLUGINS = ("kedro-viz",)

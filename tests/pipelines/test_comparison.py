@@ -8,7 +8,7 @@ import yaml
 from kedro.config import OmegaConfigLoader
 from kedro.io import DataCatalog, MemoryDataset
 
-from creditflow.hooks import ComparisonCheckHook
+from creditflow.hooks import ParameterCheckHook
 from creditflow.pipelines import tapo, tor
 from creditflow.pipelines.comparison import configured_strategies, labelled_tables
 from creditflow.training.config import ConfigError
@@ -89,17 +89,15 @@ def test_a_strategy_added_after_the_pipeline_was_built_fails_before_the_first_no
     pipeline = tapo.create_pipeline()
     params = _project_params(project_root, "tapo")
     catalog = DataCatalog({"params:tapo": MemoryDataset(params)})
-    ComparisonCheckHook().before_pipeline_run(pipeline, catalog)  # all built: passes
+    ParameterCheckHook().before_pipeline_run(pipeline, catalog)  # all built: passes
     params["strategies"]["extra"] = {}  # as --params tapo.strategies.extra... would add it
     catalog = DataCatalog({"params:tapo": MemoryDataset(params)})
     with pytest.raises(ValueError, match=r"\['extra'\] are in the parameters but not in the"):
-        ComparisonCheckHook().before_pipeline_run(pipeline, catalog)
+        ParameterCheckHook().before_pipeline_run(pipeline, catalog)
     # A run of one namespace has no comparison node: nothing to check.
-    ComparisonCheckHook().before_pipeline_run(
-        pipeline.only_nodes_with_namespaces(["tapo"]), catalog
-    )
+    ParameterCheckHook().before_pipeline_run(pipeline.only_nodes_with_namespaces(["tapo"]), catalog)
     # Pipelines without a comparison (or without the parameters) are left alone.
-    ComparisonCheckHook().before_pipeline_run(pipeline, DataCatalog({}))
+    ParameterCheckHook().before_pipeline_run(pipeline, DataCatalog({}))
 
 
 def test_sft_is_not_a_strategy_name(tmp_path: Path):
@@ -113,15 +111,16 @@ def test_sft_is_not_a_strategy_name(tmp_path: Path):
 @pytest.mark.parametrize(
     ("group", "override", "message"),
     [
-        ("tapo", {"grpo": {"stpes": 5}}, r"tapo.strategies.grpo_sum .*unknown GRPO parameter"),
+        ("tapo", {"grpo": {"stpes": 5}}, r"tapo.grpo: unknown key `stpes` \(did you mean `steps`"),
         (
             "tapo",
             {"strategies": {"tapo": {"advantage": {"alpah": 0.3}}}},
             r"tapo.strategies.tapo .*unknown \['alpah'\]",
         ),
-        ("tapo", {"grpo": {"steps": "abc"}}, r"`steps` must be int, got 'abc'"),
-        ("tapo", {"grpo": {"group_size": 2.5}}, r"`group_size` must be int, got 2.5"),
-        ("tapo", {"sft": {"stpes": 5}}, r"tapo.sft: unknown SFT parameter"),
+        ("tapo", {"grpo": {"steps": "abc"}}, r"tapo.grpo.steps: .*valid integer, got 'abc'"),
+        ("tapo", {"grpo": {"group_size": 2.5}}, r"tapo.grpo.group_size: .*integer, got 2.5"),
+        ("tapo", {"sft": {"stpes": 5}}, r"tapo.sft: unknown key `stpes`"),
+        ("tapo", {"grpo": {"minibatch_size": 7}}, r"tapo.strategies.grpo_sum .*must divide"),
         ("tor", {"strategies": {"tor": {"token_weights": {"alpha_p": 2}}}}, "alpha_p must be in"),
     ],
 )
@@ -132,4 +131,4 @@ def test_a_broken_strategy_config_fails_before_the_first_node(
     params = deep_update(_project_params(project_root, group), override)
     catalog = DataCatalog({f"params:{group}": MemoryDataset(params)})
     with pytest.raises(ConfigError, match=message):
-        ComparisonCheckHook().before_pipeline_run(module.create_pipeline(), catalog)
+        ParameterCheckHook().before_pipeline_run(module.create_pipeline(), catalog)

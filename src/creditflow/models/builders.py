@@ -215,6 +215,13 @@ class PolicySpec:
 
 
 _TINY_OPTIONS = set(inspect.signature(build_tiny_qwen2).parameters) - {"tokenizer"}
+TEXT_EXAMPLE_ID = "Qwen/Qwen2.5-0.5B-Instruct"
+
+
+def text_policy_spec(spec: Mapping[str, Any]) -> PolicySpec:
+    """``spec`` validated as ``load_policy`` takes it (the tiny options of ``build_tiny_qwen2``),
+    building nothing: the check a run makes before its first node."""
+    return PolicySpec.from_params(spec, tiny_options=_TINY_OPTIONS, example_id=TEXT_EXAMPLE_ID)
 
 
 def load_policy(
@@ -238,9 +245,7 @@ def load_policy(
         OSError: a pretrained checkpoint that is neither a local directory nor cached while
             offline (``HF_HUB_OFFLINE=1``).
     """
-    policy = PolicySpec.from_params(
-        spec, tiny_options=_TINY_OPTIONS, example_id="Qwen/Qwen2.5-0.5B-Instruct"
-    )
+    policy = text_policy_spec(spec)
     if policy.source == "tiny":
         if tokenizer is None:
             raise ValueError(

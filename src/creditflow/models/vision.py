@@ -346,6 +346,13 @@ def _mrope_section(head_dim: int) -> list[int]:
 _TINY_OPTIONS = set(inspect.signature(build_tiny_qwen2_5_vl).parameters) - {
     "processor_or_tokenizer"
 }
+VL_EXAMPLE_ID = "Qwen/Qwen2.5-VL-3B-Instruct"
+
+
+def vl_policy_spec(spec: Mapping[str, Any]) -> PolicySpec:
+    """``spec`` validated as ``load_vl_policy`` takes it (the tiny options of
+    ``build_tiny_qwen2_5_vl``), building nothing: the check a run makes before its first node."""
+    return PolicySpec.from_params(spec, tiny_options=_TINY_OPTIONS, example_id=VL_EXAMPLE_ID)
 
 
 def load_vl_policy(
@@ -370,9 +377,7 @@ def load_vl_policy(
         ValueError: an invalid spec, with what to set in ``parameters_*.yml``.
         OSError: a pretrained checkpoint that is neither a local directory nor cached.
     """
-    policy = PolicySpec.from_params(
-        spec, tiny_options=_TINY_OPTIONS, example_id="Qwen/Qwen2.5-VL-3B-Instruct"
-    )
+    policy = vl_policy_spec(spec)
     if policy.source == "tiny":
         if processor is None:
             raise ValueError(

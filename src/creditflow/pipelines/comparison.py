@@ -10,7 +10,7 @@ the stored warm start.
 The strategy list is read when the pipeline is built, from the configuration files (base,
 then the ``KEDRO_ENV`` environment, ``local`` by default): Kedro builds pipelines before it
 knows ``--params`` or ``--env``, so those can change a listed strategy's settings but cannot
-add one. ``check_strategies`` (run by ``hooks.ComparisonCheckHook`` before the first node)
+add one. ``check_strategies`` (run by ``hooks.ParameterCheckHook`` before the first node)
 then fails the run, saying so, instead of leaving the strategy out silently.
 """
 

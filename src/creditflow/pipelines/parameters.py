@@ -1,0 +1,353 @@
+"""The schema of every parameter group (``conf/base/parameters_<group>.yml``), checked by
+:class:`creditflow.hooks.ParameterCheckHook` before a run's first node.
+
+``SCHEMAS`` maps a group to its block (:mod:`creditflow.config_schema`). A block says which
+keys exist, their types and ranges; where a typed config already documents a block
+(``GRPOConfig``, ``SFTConfig``, ``SupervisedConfig``, ``PolicySpec``, ``PFTOptions``,
+``RerankerConfig``, ``IngestConfig``) the block is built from it and runs its checks, and
+where a node passes options straight to a function (``preference_pairs``,
+``movielens_sessions``, the tiny model builders) the function's signature is the schema. The
+knobs themselves are documented in the YAML files and those configs, not here.
+
+The tapo / tor strategies are checked twice over: their keys here (a strategy's overrides
+are a partial ``grpo`` block), and the merged config of every strategy a run trains by
+``pipelines.comparison.check_strategies`` (strategy options, rewards that exist).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, Field, model_validator
+
+from creditflow.annotation import ANNOTATORS
+from creditflow.config_schema import (
+    PROBLEMS_HEADER,
+    Block,
+    Count,
+    NonNegative,
+    OpenFraction,
+    dataclass_block,
+    problems,
+    signature_block,
+)
+from creditflow.ingest.config import IngestConfig
+from creditflow.models.builders import PolicySpec, build_tiny_qwen2, text_policy_spec
+from creditflow.models.reranker import RerankerConfig
+from creditflow.models.vision import build_tiny_qwen2_5_vl, vl_policy_spec
+from creditflow.redaction import is_secret_key
+from creditflow.rewards import REWARD_FUNCTIONS
+from creditflow.tasks.movielens import movielens_sessions
+from creditflow.tasks.tapo import ALL_LANGUAGES, OPERATIONS
+from creditflow.tasks.tor import TOR_KINDS
+from creditflow.training.config import ConfigError, GRPOConfig, checked_options
+from creditflow.training.expmodel import EXPMODEL_TRAINING, PFTOptions, preference_pairs
+from creditflow.training.reranking import FEATURE_NAMES, PRETRAIN_TRAINING
+from creditflow.training.sft import SFTConfig
+from creditflow.training.strategies.page import page_grpo_config
+from creditflow.training.supervised import SupervisedConfig
+
+
+def one_of(names: Collection[str], what: str) -> Any:
+    """A string that must be one of ``names`` (the error lists them)."""
+
+    def check(value: str) -> str:
+        if value not in names:
+            raise ValueError(f"unknown {what} {value!r}; valid: {', '.join(sorted(names))}")
+        return value
+
+    return Annotated[str, AfterValidator(check)]
+
+
+Threads = Annotated[int, Field(ge=1)] | None
+RewardName = one_of(REWARD_FUNCTIONS, "reward")
+
+
+# --- blocks shared by several groups ---------------------------------------------------------
+
+
+def _policy_block(name: str, builder: Any, taken: str, check: Any) -> type[Block]:
+    tiny = signature_block(builder, taken=(taken,), name=f"{name}Tiny")
+    return dataclass_block(
+        PolicySpec,
+        check=check,
+        exclude=("tiny",),
+        extra_fields={"tiny": (tiny | None, None)},
+        name=name,
+    )
+
+
+TextPolicy = _policy_block("TextPolicy", build_tiny_qwen2, "tokenizer", text_policy_spec)
+VisionPolicy = _policy_block(
+    "VisionPolicy", build_tiny_qwen2_5_vl, "processor_or_tokenizer", vl_policy_spec
+)
+
+
+class Distributed(Block):
+    num_processes: Count = 1
+    accelerate: dict[str, Any] | None = None
+
+
+_DISTRIBUTED = {"distributed": (Distributed | None, None)}
+# The shared GRPO budget of a comparison; each strategy's merged config is checked whole by
+# comparison.check_strategies.
+ComparisonGRPO = dataclass_block(GRPOConfig, extra_fields=_DISTRIBUTED, name="ComparisonGRPO")
+StrategyOverrides = dataclass_block(
+    GRPOConfig, partial=True, extra_fields=_DISTRIBUTED, name="StrategyOverrides"
+)
+SFT = dataclass_block(SFTConfig, check=SFTConfig.from_params, name="SFT")
+
+
+def _supervised(name: str, defaults: Mapping[str, Any]) -> type[Block]:
+    return dataclass_block(
+        SupervisedConfig,
+        check=lambda values: SupervisedConfig.from_params(values, **defaults),
+        name=name,
+    )
+
+
+# --- tapo ------------------------------------------------------------------------------------
+
+
+class TapoTasks(Block):
+    languages: list[one_of(ALL_LANGUAGES, "language")] = Field(min_length=1)
+    holdout_languages: list[str] = []
+    n_train_per_language: Count
+    n_eval_per_language: Count
+    max_operand: Count
+    operations: list[one_of(OPERATIONS, "operation")] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _holdout_is_a_language(self) -> TapoTasks:
+        outside = sorted(set(self.holdout_languages) - set(self.languages))
+        if outside:
+            raise ValueError(f"holdout_languages {outside} are not in languages")
+        if not set(self.languages) - set(self.holdout_languages):
+            raise ValueError("every language is held out: nothing is left to train on")
+        return self
+
+
+class TapoTokenizer(Block):
+    vocab_size: Count
+    special_tokens: list[str] = []
+    model_max_length: Count
+
+
+class TapoEvaluation(Block):
+    max_new_tokens: Count
+    batch_size: Count
+    mgsm_max_per_language: NonNegative
+    samples_per_problem: NonNegative = 0
+
+
+class TapoParams(Block):
+    seed: int
+    torch_threads: Threads = None
+    tasks: TapoTasks
+    tokenizer: TapoTokenizer
+    policy: TextPolicy
+    sft: SFT
+    reward_functions: list[RewardName] = Field(min_length=1)
+    grpo: ComparisonGRPO
+    strategies: dict[str, StrategyOverrides] = Field(min_length=1)
+    evaluation: TapoEvaluation
+
+
+# --- tor -------------------------------------------------------------------------------------
+
+
+class TorTasks(Block):
+    n_train: Count
+    n_eval: Count
+    image_size: Annotated[int, Field(ge=28)]  # two 14-px patches a side at least
+    kinds: list[one_of(TOR_KINDS, "problem kind")] = Field(min_length=1)
+    max_number: Count
+
+
+class TorTokenizer(Block):
+    vocab_size: Count
+    model_max_length: Count
+
+
+class TorEvaluation(Block):
+    max_new_tokens: Count
+    batch_size: Count
+    tabmwp_max: NonNegative
+    mathvision_max: NonNegative
+
+
+class TorParams(Block):
+    seed: int
+    torch_threads: Threads = None
+    tasks: TorTasks
+    tokenizer: TorTokenizer
+    policy: VisionPolicy
+    sft: SFT
+    reward_functions: list[RewardName] = Field(min_length=1)
+    grpo: ComparisonGRPO
+    strategies: dict[str, StrategyOverrides] = Field(min_length=1)
+    evaluation: TorEvaluation
+
+
+# --- the experience chain --------------------------------------------------------------------
+
+
+class CatalogueItems(Block):
+    n_items: Count
+    image_size: Annotated[int, Field(ge=32)]
+    seed: int
+
+
+class QueryLogs(Block):
+    n_queries: Count
+    zipf_exponent: Annotated[float, Field(gt=0.0)]
+    n_sessions: Count
+    list_length: Annotated[int, Field(ge=2)]
+    seed: int
+    heldout_fraction: OpenFraction
+    split_seed: int
+
+
+class AnnotatorChoice(Block):
+    name: one_of(ANNOTATORS, "annotator")
+    options: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _options_fit_the_annotator(self) -> AnnotatorChoice:
+        options = dict(self.options or {})
+        secrets = sorted(str(key) for key in options if is_secret_key(key))
+        if secrets:
+            raise ValueError(
+                f"options.{secrets[0]}: secrets do not belong in parameters (they are written "
+                "to run manifests and MLflow); name an entry of conf/local/credentials.yml "
+                "with options.credentials instead (README 'Credentials')"
+            )
+        options.pop("credentials", None)  # resolved to the key by the annotation node
+        checked_options(options, ANNOTATORS[self.name], f"{self.name} annotator")
+        return self
+
+
+class AnnotationParams(Block):
+    items: CatalogueItems
+    query_logs: QueryLogs
+    annotator: AnnotatorChoice
+
+
+DataIngestParams = dataclass_block(
+    IngestConfig, check=IngestConfig.from_params, name="DataIngestParams"
+)
+
+
+class ExperienceScoringParams(Block):
+    batch_size: Count
+
+
+class ExpmodelTokenizer(Block):
+    vocab_size: Count
+    model_max_length: Count
+    image_size: Annotated[int, Field(ge=28)]
+
+
+ExpmodelTraining = _supervised("ExpmodelTraining", EXPMODEL_TRAINING)
+
+
+class ExpmodelSFTParams(Block):
+    RENAMED = {"sft": "training (and max_length)"}
+    tokenizer: ExpmodelTokenizer | None = None  # the tiny model's; a checkpoint brings its own
+    model: VisionPolicy
+    training: ExpmodelTraining
+    max_length: Count
+
+
+class ExpmodelPFTParams(Block):
+    pairs: signature_block(
+        preference_pairs, taken=("sessions_df", "annotations_df"), name="PreferencePairs"
+    )
+    training: ExpmodelTraining
+    pft: dataclass_block(PFTOptions, check=PFTOptions.from_params, name="PFT")
+
+
+class RerankerFeatures(Block):
+    exclude: list[one_of(FEATURE_NAMES, "feature")] = []
+
+
+class RerankerKind(Block):
+    use_exp_scores: bool
+
+
+class RerankerPretrainParams(Block):
+    features: RerankerFeatures
+    model: dataclass_block(
+        RerankerConfig,
+        exclude=("n_features",),
+        check=lambda values: RerankerConfig(n_features=1, **values),
+        name="RerankerArchitecture",
+    )
+    model_seed: int
+    training: _supervised("RerankerTraining", PRETRAIN_TRAINING)
+    rerankers: dict[str, RerankerKind]
+
+    @model_validator(mode="after")
+    def _both_rerankers(self) -> RerankerPretrainParams:
+        from creditflow.pipelines.reranker_pretrain.pipeline import RERANKERS  # noqa: PLC0415
+
+        missing = sorted(set(RERANKERS) - set(self.rerankers))
+        if missing:
+            raise ValueError(f"rerankers must define {missing} (the pipeline trains both)")
+        return self
+
+
+def _check_page_grpo(values: dict[str, Any]) -> None:
+    # n_candidates is the sessions' list length, known only from the data; any value >= 1
+    # checks the rest.
+    page_grpo_config(values, n_candidates=1)
+
+
+class PageRewardWeights(Block):
+    alpha: float
+    beta: float
+    k: Count
+
+
+class RerankerGRPOParams(Block):
+    reward: PageRewardWeights
+    grpo: dataclass_block(GRPOConfig, check=_check_page_grpo, name="PageGRPO")
+
+
+class RankingCutoff(Block):
+    k: Count
+
+
+class MovielensEvalParams(Block):
+    sessions: signature_block(movielens_sessions, taken=("ratings", "items"), name="Sessions")
+    k: Count
+
+
+SCHEMAS: Mapping[str, type[Block]] = {
+    "annotation": AnnotationParams,
+    "data_ingest": DataIngestParams,
+    "experience_scoring": ExperienceScoringParams,
+    "expmodel_pft": ExpmodelPFTParams,
+    "expmodel_sft": ExpmodelSFTParams,
+    "movielens_eval": MovielensEvalParams,
+    "reranker_eval": RankingCutoff,
+    "reranker_grpo": RerankerGRPOParams,
+    "reranker_pretrain": RerankerPretrainParams,
+    "tapo": TapoParams,
+    "tor": TorParams,
+}
+
+
+def check_parameters(groups: Mapping[str, Any]) -> None:
+    """Every group of ``groups`` (name -> its ``params:<name>`` dict) against its schema;
+    all problems of all groups in one ConfigError. A group without a schema is an error too:
+    its keys could not be checked."""
+    found = []
+    for group, params in groups.items():
+        if group in SCHEMAS:
+            found += problems(group, params, SCHEMAS[group])
+        else:
+            found.append(f"{group}: no schema in creditflow.pipelines.parameters.SCHEMAS")
+    if found:
+        raise ConfigError(PROBLEMS_HEADER + "\n  ".join(found))

@@ -1,0 +1,226 @@
+"""The parameter schemas (creditflow.config_schema, creditflow.pipelines.parameters) and the
+hook that runs them before a run's first node: every probe of the fail-fast issue fails in
+seconds, naming the key, with a suggestion where a key is misspelt."""
+
+from __future__ import annotations
+
+import copy
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+from kedro.config import OmegaConfigLoader
+from kedro.framework.hooks import hook_impl
+from kedro.framework.project import configure_project
+from kedro.framework.session import KedroSession
+from kedro.framework.startup import bootstrap_project
+
+from creditflow.config_schema import (
+    check_group,
+    dataclass_block,
+    problems,
+    signature_block,
+    unknown_keys_message,
+)
+from creditflow.pipeline_registry import register_pipelines
+from creditflow.pipelines.parameters import SCHEMAS, check_parameters
+from creditflow.training.config import ConfigError
+
+
+@pytest.fixture(scope="module")
+def conf_params(project_root: Path) -> dict:
+    loader = OmegaConfigLoader(str(project_root / "conf"), base_env="base", default_run_env="local")
+    return dict(loader["parameters"])
+
+
+def _groups_read_by_pipelines() -> set[str]:
+    configure_project("creditflow")  # find_pipelines needs the package configured
+    groups = set()
+    for pipeline in register_pipelines().values():
+        for name in pipeline.inputs():
+            if name.startswith("params:"):
+                groups.add(name.removeprefix("params:").split(".")[0])
+    return groups
+
+
+def test_every_group_a_pipeline_reads_has_a_schema_and_the_shipped_conf_passes(conf_params):
+    groups = _groups_read_by_pipelines()
+    assert groups <= set(SCHEMAS), sorted(groups - set(SCHEMAS))
+    check_parameters({group: conf_params[group] for group in groups})
+
+
+def _set(params: dict, dotted: str, value) -> dict:
+    params = copy.deepcopy(params)
+    *parents, key = dotted.split(".")
+    node = params
+    for part in parents:
+        node = node[part]
+    node[key] = value
+    return params
+
+
+# Each probe of issue 16 (and one of each kind per chain group): the key set, its value, and
+# what the error must say.
+PROBES = [
+    ("tapo.bogus_top", 1, r"tapo: unknown key `bogus_top`; valid keys: evaluation, grpo"),
+    (
+        "tapo.tasks.n_train_per_langauge",
+        5,
+        r"tapo.tasks: unknown key `n_train_per_langauge` \(did you mean `n_train_per_language`",
+    ),
+    (
+        "tapo.evaluation.samples_per_probem",
+        2,
+        r"tapo.evaluation: unknown key `samples_per_probem` \(did you mean `samples_per_problem`",
+    ),
+    ("tapo.grpo.stpes", 5, r"tapo.grpo: unknown key `stpes` \(did you mean `steps`"),
+    ("tapo.grpo.steps", "abc", r"tapo.grpo.steps: input should be a valid integer, got 'abc'"),
+    ("tapo.grpo.group_size", 2.5, r"tapo.grpo.group_size: .*integer, got 2.5 \(float\)"),
+    ("tapo.grpo.beta", True, r"tapo.grpo.beta: input should be a valid number, got True"),
+    ("tapo.policy.tiny.hiden_size", 8, r"tapo.policy.tiny: unknown key `hiden_size` \(did you"),
+    ("tapo.tasks.languages", ["en", "xx"], r"tapo.tasks.languages.1: unknown language 'xx'"),
+    ("tapo.tasks.holdout_languages", ["ja"], r"tapo.tasks: holdout_languages \['ja'\] are not"),
+    ("tapo.reward_functions", ["reasonnig"], r"tapo.reward_functions.0: unknown reward"),
+    ("tapo.strategies.tapo.stpes", 3, r"tapo.strategies.tapo: unknown key `stpes`"),
+    ("tapo.sft.batch_size", 0, r"tapo.sft: batch_size must be >= 1, got 0"),
+    ("tor.evaluation.tabmwp_mx", 3, r"tor.evaluation: unknown key `tabmwp_mx` \(did you mean"),
+    ("tor.policy.tiny.hidden_size", "64", r"tor.policy.tiny.hidden_size: .*got '64' \(str\)"),
+    ("tor.tasks.kinds", ["count"], r"tor.tasks.kinds.0: unknown problem kind 'count'"),
+    ("annotation.items.n_itmes", 3, r"annotation.items: unknown key `n_itmes` \(did you mean"),
+    ("annotation.bogus", 1, r"annotation: unknown key `bogus`"),
+    ("annotation.query_logs.heldout_fraction", 1.5, r"annotation.query_logs.heldout_fraction"),
+    (
+        "annotation.annotator.options",
+        {"api_key": "sk-x"},
+        r"annotation.annotator: options.api_key: secrets do not belong in parameters",
+    ),
+    ("annotation.annotator.options", {"temperture": 1}, r"unknown heuristic annotator option"),
+    ("data_ingest.bogus", 1, r"data_ingest: unknown key `bogus`"),
+    ("experience_scoring.bogus", 1, r"experience_scoring: unknown key `bogus`"),
+    ("expmodel_sft.bogus", 1, r"expmodel_sft: unknown key `bogus`"),
+    ("expmodel_sft.sft", {}, r"expmodel_sft: `sft` is now `training \(and max_length\)`"),
+    ("expmodel_sft.training.lr", 0.1, r"expmodel_sft.training: `lr` is now `learning_rate`"),
+    ("expmodel_pft.bogus", 1, r"expmodel_pft: unknown key `bogus`"),
+    ("expmodel_pft.pairs.margn", 1.0, r"expmodel_pft.pairs: unknown key `margn` \(did you mean"),
+    ("expmodel_pft.pft.lam", -1.0, r"expmodel_pft.pft: lam must be a number >= 0"),
+    ("movielens_eval.bogus", 1, r"movielens_eval: unknown key `bogus`"),
+    ("reranker_eval.bogus", 1, r"reranker_eval: unknown key `bogus`"),
+    ("reranker_grpo.bogus", 1, r"reranker_grpo: unknown key `bogus`"),
+    ("reranker_grpo.grpo.minibatch_size", 7, r"reranker_grpo.grpo: minibatch_size \(7\) must"),
+    ("reranker_grpo.grpo.rewards", {"x": 1.0}, r"reranker_grpo.grpo: .*must not set"),
+    ("reranker_pretrain.bogus", 1, r"reranker_pretrain: unknown key `bogus`"),
+    ("reranker_pretrain.training.stpes", 3, r"reranker_pretrain.training: unknown key `stpes`"),
+    ("reranker_pretrain.model.n_heads", 5, r"reranker_pretrain.model: d_model \(32\) must be"),
+    ("reranker_pretrain.features.exclude", ["clicks"], r"unknown feature 'clicks'"),
+    ("reranker_pretrain.rerankers", {"yaug": {"use_exp_scores": True}}, r"must define \['click'"),
+]
+
+
+@pytest.mark.parametrize(("key", "value", "message"), PROBES, ids=[p[0] for p in PROBES])
+def test_each_broken_parameter_is_named_with_what_is_wrong(conf_params, key, value, message):
+    group = key.split(".")[0]
+    params = _set(conf_params, key, value)
+    with pytest.raises(ConfigError, match=message):
+        check_parameters({group: params[group]})
+
+
+def test_all_problems_of_all_groups_come_in_one_error(conf_params):
+    params = _set(conf_params, "tapo.bogus_top", 1)
+    params = _set(params, "tapo.grpo.steps", "abc")
+    params = _set(params, "annotation.items.n_itmes", 3)
+    with pytest.raises(ConfigError) as error:
+        check_parameters({g: params[g] for g in ("tapo", "annotation")})
+    lines = str(error.value).splitlines()[1:]
+    assert [line.split(":")[0].strip() for line in lines] == [
+        "tapo",
+        "tapo.grpo.steps",
+        "annotation.items",
+    ]
+
+
+def test_a_group_without_a_schema_is_reported():
+    with pytest.raises(ConfigError, match="newgroup: no schema"):
+        check_parameters({"newgroup": {}})
+
+
+def test_unknown_keys_message_suggests_only_close_keys():
+    assert unknown_keys_message(["sedd", "zzz"], ["seed", "steps"]) == (
+        "unknown keys `sedd` (did you mean `seed`?), `zzz`; valid keys: seed, steps"
+    )
+
+
+@dataclass
+class _Config:
+    steps: int
+    names: tuple[str, ...] = ("a",)
+    rate: float = 0.1
+    extra: dict = field(default_factory=dict)
+    RENAMED: ClassVar[dict[str, str]] = {"n": "steps"}
+
+
+def _check(values: dict) -> None:
+    if values.get("steps", 1) > 100:
+        raise ConfigError("steps must be <= 100")
+
+
+def test_dataclass_block_takes_fields_types_defaults_renames_and_checks():
+    block = dataclass_block(_Config, check=_check)
+    assert problems("g", {"steps": 3, "names": ["x", "y"], "rate": 1}, block) == []
+    assert problems("g", {}, block) == ["g.steps: missing: set it in parameters"]
+    assert problems("g", {"n": 3}, block) == [
+        "g: `n` is now `steps`: move the setting in your parameters",
+        "g.steps: missing: set it in parameters",
+    ]
+    assert problems("g", {"steps": 300}, block) == ["g: steps must be <= 100"]
+    assert problems("g", {"steps": 3, "names": "xy"}, block)[0].startswith("g.names: input")
+    partial = dataclass_block(_Config, partial=True, check=_check)
+    assert problems("g", {}, partial) == [] and problems("g", {"rate": 2}, partial) == []
+    with pytest.raises(ConfigError, match="g.rate: input should be a valid number"):
+        check_group("g", {"rate": "fast"}, partial)
+
+
+def test_signature_block_is_the_keyword_options_of_a_function():
+    def sessions(ratings, items, n: int = 3, *, cuts: tuple[float, float] = (0.3, 0.6)):
+        return ratings
+
+    block = signature_block(sessions, taken=("ratings", "items"))
+    assert problems("s", {"n": 4, "cuts": [0.2, 0.5]}, block) == []
+    assert problems("s", {"ratings": 1}, block) == ["s: unknown key `ratings`; valid keys: cuts, n"]
+
+
+def _copy_project(project_root: Path, tmp_path: Path) -> None:
+    for name in ("conf/base", "pyproject.toml"):
+        copy_fn = shutil.copytree if (project_root / name).is_dir() else shutil.copy
+        copy_fn(project_root / name, tmp_path / name)
+    (tmp_path / "conf/local").mkdir()
+    (tmp_path / "src").mkdir()  # bootstrap_project checks it; the package is installed
+
+
+class _NodeCounter:
+    def __init__(self) -> None:
+        self.started: list[str] = []
+
+    @hook_impl
+    def before_node_run(self, node) -> None:
+        self.started.append(node.name)
+
+
+@pytest.mark.filterwarnings("ignore:register_new_resolver:UserWarning")
+def test_a_session_run_with_a_misspelt_key_fails_before_its_first_node(
+    project_root: Path, tmp_path: Path, monkeypatch
+):
+    _copy_project(project_root, tmp_path)
+    monkeypatch.chdir(tmp_path)
+    bootstrap_project(tmp_path)
+    counter = _NodeCounter()
+    overrides = {"tapo": {"tasks": {"n_train_per_langauge": 3}}, "annotation": {"bogus": 1}}
+    with KedroSession.create(project_path=tmp_path, runtime_params=overrides) as session:
+        session._hook_manager.register(counter)
+        with pytest.raises(ConfigError, match=r"tapo.tasks: unknown key `n_train_per_langauge`"):
+            session.run(pipeline_names=["tapo"])
+    assert counter.started == []
+    assert not (tmp_path / "data").exists() or not any(
+        p.is_file() and "run_manifests" not in str(p) for p in (tmp_path / "data").rglob("*")
+    )
