@@ -1,10 +1,16 @@
 """Checkpoints: layout, retention, completeness marker, fingerprints; and bit-exact resume."""
 
+import copy
+import gc
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
 from creditflow.training import CheckpointStore
-from creditflow.training.checkpoint import state_fingerprint
+from creditflow.training.checkpoint import CheckpointsInUse, run_store, state_fingerprint
 from tests.training.helpers import make_trainer
 
 
@@ -162,3 +168,52 @@ def test_a_truncated_checkpoint_falls_back_and_leaves_the_module_alone(tmp_path)
         assert torch.equal(a, b)
     (tmp_path / "step-000001" / "trainer_state.pt").write_bytes(b"")
     assert store.load_latest(_module(4)) is None  # nothing loads: start afresh
+
+
+def test_a_second_store_on_a_locked_folder_fails_naming_the_holder(tmp_path):
+    first = CheckpointStore(tmp_path / "run").lock()
+    with pytest.raises(CheckpointsInUse, match=rf"in use by pid {os.getpid()} on .* since "):
+        CheckpointStore(tmp_path / "run").lock()
+    first.release()
+    second = CheckpointStore(tmp_path / "run").lock()  # free again
+    del second  # garbage-collected: the lock goes with it
+    gc.collect()
+    CheckpointStore(tmp_path / "run").lock().release()
+
+
+def test_the_lock_holds_across_processes_and_dies_with_its_holder(tmp_path):
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\n"
+            "from creditflow.training.checkpoint import CheckpointStore\n"
+            f"store = CheckpointStore({str(tmp_path / 'run')!r}).lock()\n"
+            "print('locked', flush=True)\n"
+            "time.sleep(60)\n",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(CheckpointsInUse, match=rf"pid {holder.pid} "):
+            CheckpointStore(tmp_path / "run").lock()
+    finally:
+        holder.kill()
+        holder.wait()
+    CheckpointStore(tmp_path / "run").lock().release()  # a killed holder frees it
+
+
+def test_run_store_comes_locked_and_a_pickled_copy_leaves_the_lock_behind(tmp_path):
+    module = torch.nn.Linear(2, 2)
+    store = run_store(CheckpointStore(tmp_path), module, {"steps": 1})
+    with pytest.raises(CheckpointsInUse):
+        run_store(CheckpointStore(tmp_path), module, {"steps": 1})
+    run_store(CheckpointStore(tmp_path), module, {"steps": 2}).release()  # another run: free
+    # A data-parallel worker receives the store serialised (through __getstate__).
+    worker_copy = copy.deepcopy(store)
+    assert worker_copy.directory == store.directory and worker_copy._release_lock is None
+    worker_copy.save(1, module, {})  # writes under its parent's lock
+    assert store.latest() is not None
+    store.release()

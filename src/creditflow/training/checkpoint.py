@@ -7,15 +7,25 @@ A checkpoint marked complete that still fails to load (a disk that lied about it
 file edited by hand) is reported and the previous complete one is used. The trainer state
 loads with ``torch.load(weights_only=True)``: tensors and plain containers only, so a crafted
 ``trainer_state.pt`` cannot run code on resume.
+
+One writer per run: ``run_store`` takes an exclusive lock on the run's folder (``flock`` on
+``<directory>/.lock``, released when the store is released or garbage-collected, or when its
+process dies), so a second run with the same fingerprint fails at once with a message naming
+the holder instead of interleaving its steps with the first run's. The lock is advisory and
+local: on a network file system without ``flock`` support it does not protect.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import logging
 import os
 import shutil
+import socket
+import weakref
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +35,11 @@ from safetensors.torch import load_file, load_model, save_model
 logger = logging.getLogger(__name__)
 
 _PREFIX = "step-"
+LOCK_FILE = ".lock"
+
+
+class CheckpointsInUse(RuntimeError):
+    """Another run holds the lock on a checkpoint folder."""
 
 
 class CheckpointStore:
@@ -35,6 +50,49 @@ class CheckpointStore:
             raise ValueError(f"keep must be >= 1, got {keep}")
         self.directory = Path(directory)
         self.keep = keep
+        self._release_lock: weakref.finalize | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A copy sent to a worker process (data-parallel training) writes under the lock its
+        # parent holds; the lock itself (an open file) stays with the parent.
+        return {**self.__dict__, "_release_lock": None}
+
+    def lock(self) -> CheckpointStore:
+        """Take the exclusive lock on ``directory`` (created if missing) for as long as this
+        store lives or until :meth:`release`; returns the store.
+
+        Raises:
+            CheckpointsInUse: another live process (or store) holds it; the message names it.
+        """
+        if self._release_lock is not None and self._release_lock.alive:
+            return self
+        self.directory.mkdir(parents=True, exist_ok=True)
+        handle = open(self.directory / LOCK_FILE, "a+", encoding="utf-8")  # noqa: SIM115
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            handle.close()
+            raise CheckpointsInUse(
+                f"checkpoint folder {self.directory} is in use by {holder}: two runs of the "
+                "same training (same starting weights, data and parameters) would overwrite "
+                "each other's checkpoints. Wait for that run to finish (this run then resumes "
+                "or loads its result), or stop it."
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        started = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        handle.write(f"pid {os.getpid()} on {socket.gethostname()} since {started}\n")
+        handle.flush()
+        self._release_lock = weakref.finalize(self, handle.close)
+        return self
+
+    def release(self) -> None:
+        """Give the lock up (no-op when not held)."""
+        if self._release_lock is not None:
+            self._release_lock()
+            self._release_lock = None
 
     def __repr__(self) -> str:
         return f"CheckpointStore({str(self.directory)!r}, keep={self.keep})"
@@ -161,11 +219,12 @@ def run_store(
     """The subdirectory of ``checkpoints`` for one run, keyed by ``state_fingerprint(module,
     *extra)`` (starting weights, config, data) and the intra-op thread count (float reductions
     differ with it, so a run at 2 threads must not resume one trained at 1): a re-run resumes
-    only the very same run."""
+    only the very same run. The store comes locked (:meth:`CheckpointStore.lock`): it raises
+    ``CheckpointsInUse`` while another run trains the same thing."""
     if checkpoints is None:
         return None
     store = checkpoints.subdirectory(
         state_fingerprint(module, *extra, {"torch_threads": torch.get_num_threads()})
     )
     logger.info("checkpoints of this run in %s", store.directory)
-    return store
+    return store.lock()
