@@ -94,6 +94,9 @@ def test_plot_metrics_by_band_draws_one_bar_per_ranker_and_band(per_session):
     for ax in figure.axes:
         assert len(ax.patches) == 2 * 3  # rankers x (head, tail, all)
         assert [t.get_text() for t in ax.get_xticklabels()] == ["head", "tail", "all"]
+        assert ax.get_title().endswith("(±1 s.e.)")
+        # One error bar per ranker (matplotlib's ErrorbarContainer among the containers).
+        assert sum(type(c).__name__ == "ErrorbarContainer" for c in ax.containers) == 2
 
 
 def test_summarise_tapo_evaluations_hand_case_with_sampled_rewards():

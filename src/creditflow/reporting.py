@@ -211,7 +211,8 @@ def plot_metrics_by_band(
     table: pd.DataFrame, columns: Sequence[str], group: str = "ranker"
 ) -> Figure:
     """One panel per metric column: grouped bars, one group of bars per ``band`` and one bar
-    per ``group`` value (in table order)."""
+    per ``group`` value (in table order), with +-1 standard error bars where the table has
+    ``<column>_se`` (``summarise_by_band``: across sessions, unpaired)."""
     columns = [c for c in columns if c in table.columns]
     bands = list(dict.fromkeys(table["band"]))
     names = list(dict.fromkeys(table[group]))
@@ -222,11 +223,18 @@ def plot_metrics_by_band(
     for ax, column in zip(axes, columns, strict=True):
         for offset, name in enumerate(names):
             rows = table[table[group] == name].set_index("band").reindex(bands)
+            errors = rows[f"{column}_se"] if f"{column}_se" in rows.columns else None
             ax.bar(
-                positions + (offset - (len(names) - 1) / 2) * width, rows[column], width, label=name
+                positions + (offset - (len(names) - 1) / 2) * width,
+                rows[column],
+                width,
+                yerr=errors,
+                capsize=2,
+                error_kw={"linewidth": 0.8},
+                label=name,
             )
         ax.set_xticks(positions, bands)
-        ax.set_title(column)
+        ax.set_title(column if f"{column}_se" not in table.columns else f"{column} (±1 s.e.)")
         ax.grid(axis="y", alpha=0.3)
     handles, labels = axes[0].get_legend_handles_labels()
     # Above the panels, not inside one: bars fill every panel's height.

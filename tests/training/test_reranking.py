@@ -338,5 +338,10 @@ def test_summarise_by_band_means_and_counts():
     assert summary.loc["tail", "true_ndcg"] == pytest.approx(0.3)
     assert summary.loc["all", "true_ndcg"] == pytest.approx(0.525)
     assert summary["sessions"].tolist() == [1, 1, 2, 4]
+    # Standard errors: tail sd(0.2, 0.4) / sqrt(2) = 0.1; one head session has none.
+    assert summary.loc["tail", "true_ndcg_se"] == pytest.approx(0.1)
+    assert math.isnan(summary.loc["head", "true_ndcg_se"])
+    expected = pd.Series([0.2, 1.0, 0.4, 0.5]).std() / 2
+    assert summary.loc["all", "true_ndcg_se"] == pytest.approx(expected)
     with pytest.raises(ValueError, match="query_frequency_band"):
         summarise_by_band(per_session.drop(columns="query_frequency_band"))

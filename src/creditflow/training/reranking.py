@@ -364,7 +364,10 @@ def summarise_by_band(per_session: pd.DataFrame) -> pd.DataFrame:
     """Mean of each metric of ``evaluate_rankings`` per query-frequency band, plus ``all``.
 
     Returns a frame indexed by band (``head``, ``torso``, ``tail`` as present, then ``all``) with
-    the metric columns and ``sessions`` (the count).
+    the metric columns, ``<metric>_se`` (the standard error of that mean across the band's
+    sessions: sample std / sqrt(n), NaN for one session) and ``sessions`` (the count). Two
+    rankers evaluated on the same sessions are paired: the standard error of their difference
+    is smaller than these suggest.
     """
     metrics = [c for c in EVALUATION_METRICS if c in per_session.columns]
     if not metrics or "query_frequency_band" not in per_session.columns:
@@ -375,7 +378,10 @@ def summarise_by_band(per_session: pd.DataFrame) -> pd.DataFrame:
     grouped = per_session.groupby("query_frequency_band")[metrics]
     bands = [b for b in FREQUENCY_BANDS if b in grouped.groups]
     summary = grouped.mean().reindex(bands)
+    errors = grouped.sem().reindex(bands).add_suffix("_se")
+    summary = pd.concat([summary, errors], axis=1)
     summary["sessions"] = per_session["query_frequency_band"].value_counts().reindex(bands)
-    overall = per_session[metrics].mean().to_frame("all").T
+    overall = pd.concat([per_session[metrics].mean(), per_session[metrics].sem().add_suffix("_se")])
+    overall = overall.to_frame("all").T
     overall["sessions"] = len(per_session)
     return pd.concat([summary, overall]).rename_axis("band")
