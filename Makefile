@@ -3,7 +3,10 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# `make run` needs only the runtime dependencies; tests, lint, kedro-viz and the benchmarks
+# (TRL) come with the dev and bench extras, installed by the targets that use them.
 STAMP := $(VENV)/.creditflow-installed
+DEV_STAMP := $(VENV)/.creditflow-dev-installed
 
 export KEDRO_DISABLE_TELEMETRY := 1
 export HF_HUB_OFFLINE := 1
@@ -11,35 +14,41 @@ export HF_DATASETS_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install run test test-fast lint format viz clean-data airflow
+.PHONY: install install-dev run test test-fast lint format viz clean-data airflow
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[dev,bench]"
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e .
 	touch $(STAMP)
 
+$(DEV_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[dev,bench]"
+	touch $(DEV_STAMP)
+
 install: $(STAMP)
+
+install-dev: $(DEV_STAMP)
 
 run: $(STAMP)
 	$(BIN)/kedro run $(ARGS)
 
-test: $(STAMP)
+test: $(DEV_STAMP)
 	$(BIN)/pytest $(ARGS)
 
-test-fast: $(STAMP)
+test-fast: $(DEV_STAMP)
 	$(BIN)/pytest -m "not slow" $(ARGS)
 
-lint: $(STAMP)
+lint: $(DEV_STAMP)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
 
-format: $(STAMP)
+format: $(DEV_STAMP)
 	$(BIN)/ruff check --fix src tests benchmarks
 	$(BIN)/ruff format src tests benchmarks
 
 # Static kedro-viz site of the pipelines in build/ (git-ignored): open it with
 # `python -m http.server -d build`, or run the live app with `kedro viz run` instead.
-viz: $(STAMP)
+viz: $(DEV_STAMP)
 	$(BIN)/kedro viz build
 
 # Airflow DAG of one pipeline (kedro-airflow; docs/scale_out.md) in build/airflow_dags/
@@ -47,6 +56,6 @@ viz: $(STAMP)
 # kedro-airflow is not a project dependency yet, so it is installed (pinned) on first use.
 PIPELINE ?= tapo
 AIRFLOW_DAGS ?= build/airflow_dags
-airflow: $(STAMP)
+airflow: $(DEV_STAMP)
 	$(BIN)/python -c "import kedro_airflow" 2>/dev/null || $(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt kedro-airflow==0.11.0
 	$(BIN)/kedro airflow create --pipelines $(PIPELINE) --target-dir $(AIRFLOW_DAGS) $(ARGS)
