@@ -10,6 +10,7 @@ from creditflow.training.sft import (
     build_sft_examples,
     collate_right_padded,
     completion_nll,
+    run_sft,
     train_sft,
 )
 
@@ -87,7 +88,7 @@ def test_a_few_sft_steps_lower_the_loss_on_a_fixed_batch(make_model, tapo_tokeni
 @pytest.mark.parametrize(
     ("params", "key"),
     [
-        ({"steps": 0}, "steps"),
+        ({"steps": -1}, "steps"),
         ({"learning_rate": -1.0}, "learning_rate"),
         ({"epochs": 2}, "epochs"),
     ],
@@ -95,3 +96,15 @@ def test_a_few_sft_steps_lower_the_loss_on_a_fixed_batch(make_model, tapo_tokeni
 def test_sft_config_errors_name_the_key(params, key):
     with pytest.raises(ConfigError, match=key):
         SFTConfig.from_params(params)
+
+
+def test_zero_sft_steps_pass_the_initial_policy_through(make_model, tapo_tokenizer, tapo_texts):
+    model = make_model()
+    config = SFTConfig.from_params({"steps": 0, "learning_rate": -1.0})  # unused, unchecked
+    assert config.skipped
+    out, metrics = run_sft(model, tapo_tokenizer, tapo_texts[:2], tapo_texts[2:4], {"steps": 0})
+    assert out is not model and metrics.empty and list(metrics.columns) == ["step"]
+    after_sft = out.state_dict()
+    for name, before in model.state_dict().items():
+        after = after_sft[name]
+        assert torch.equal(before, after), name

@@ -27,7 +27,9 @@ IGNORE_INDEX = -100  # transformers' label value for "no loss here"
 
 @dataclass
 class SFTConfig:
-    """steps: optimizer steps; batch_size: examples per step; learning_rate, weight_decay,
+    """steps: optimizer steps, 0 to skip the warm start (a real checkpoint that already
+    follows the format: the initial policy passes through unchanged); batch_size: examples per
+    step; learning_rate, weight_decay,
     warmup_steps, max_grad_norm: AdamW with warm-up then cosine decay (``SupervisedConfig``);
     max_length: tokens per example (longer ones are truncated from the right); seed: example
     order; checkpoint_every: steps between checkpoints when a store is given (0: at the end)."""
@@ -52,8 +54,16 @@ class SFTConfig:
         config = cls(**{key: typed_value(key, value, hints[key]) for key, value in params.items()})
         if config.max_length < 1:
             raise ConfigError(f"sft max_length must be >= 1, got {config.max_length}")
-        config.supervised()  # the trainer's checks of the rest (steps, learning_rate, ...)
+        if config.steps < 0:
+            raise ConfigError(f"sft steps must be >= 0 (0 skips SFT), got {config.steps}")
+        if config.steps > 0:
+            config.supervised()  # the trainer's checks of the rest (learning_rate, ...)
         return config
+
+    @property
+    def skipped(self) -> bool:
+        """``steps: 0``: no warm start."""
+        return self.steps == 0
 
     def supervised(self) -> SupervisedConfig:
         """The trainer's config: warm-up then cosine, clipped to ``max_grad_norm``."""
@@ -179,11 +189,15 @@ def run_sft(
     sft_params: dict,
     checkpoints: CheckpointStore | None = None,
 ) -> tuple[Any, pd.DataFrame]:
-    """SFT a copy of ``model``; returns it and the per-step metrics table. With ``checkpoints``
+    """SFT a copy of ``model``; returns it and the per-step metrics table (no rows, and the
+    copy unchanged, when ``steps`` is 0). With ``checkpoints``
     the run resumes (or, finished, is just loaded) from its own subdirectory, keyed by the
     starting weights, the data, the tokenizer, the parameters and the thread count."""
     config = SFTConfig.from_params(dict(sft_params))
     model = copy.deepcopy(model)
+    if config.skipped:
+        logger.info("sft.steps is 0: no warm start, the initial policy passes through")
+        return model.eval(), pd.DataFrame({"step": pd.Series(dtype="int64")})
     prompts, targets = list(prompts), list(targets)
     store = run_store(
         checkpoints,

@@ -139,12 +139,15 @@ def run_vl_sft(
     checkpoints: CheckpointStore | None = None,
 ) -> tuple[Any, pd.DataFrame]:
     """SFT a copy of a vision-language ``model`` on (image prompt, target) pairs; returns it and
-    the per-step metrics table. ``prompts`` are what ``as_visual_prompt`` accepts. With
+    the per-step metrics table (no rows, and the copy unchanged, when ``steps`` is 0). ``prompts`` are what ``as_visual_prompt`` accepts. With
     ``checkpoints`` the run resumes (or, finished, is just loaded) from its own subdirectory,
     keyed by the starting weights, the prompts (texts and pixels), targets, the processor, the
     parameters and the thread count."""
     config = SFTConfig.from_params(dict(sft_params))
     model = copy.deepcopy(model)
+    if config.skipped:
+        logger.info("sft.steps is 0: no warm start, the initial policy passes through")
+        return model.eval(), pd.DataFrame({"step": pd.Series(dtype="int64")})
     visual = [as_visual_prompt(p) for p in prompts]  # decode every image once
     targets = list(targets)
     prompt_keys = [[p.text, content_digest(p.image.tobytes())] for p in visual]
