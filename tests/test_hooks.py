@@ -268,12 +268,13 @@ def test_session_run_of_the_project_writes_manifest_and_mlflow_run(
     assert len(pd.read_parquet(saved / "mathvision_problems.parquet")) == 3
     assert not any(run_id in str(path) for path in (project_root / "data").rglob("*"))
 
-    # MlflowTrackingHook, enabled by conf/base/parameters_tracking.yml, filed the same run.
-    client = MlflowClient((tmp_path / "mlruns").as_uri())
+    # MlflowTrackingHook (kedro-mlflow, conf/base/mlflow.yml: a SQLite store under mlruns/ of
+    # the working directory) filed the same run, once.
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
     experiment = client.get_experiment_by_name("creditflow")
     (run,) = client.search_runs([experiment.experiment_id])
     assert run.info.status == "FINISHED"
-    assert run.data.tags["kedro.run_id"] == run_id
+    assert run.data.tags["run_id"] == run_id
     assert run.data.params["data_ingest.max_rows_per_source"] == "3"
 
 

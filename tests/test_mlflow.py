@@ -1,216 +1,332 @@
-"""MLflow tracking: the helpers of creditflow.tracking and MlflowTrackingHook on a tiny pipeline
-logging to a file store in tmp_path."""
+"""MLflow tracking: kedro-mlflow's run through MlflowTrackingHook in real ``KedroSession`` runs
+of a tiny training pipeline (the project's conf and settings, in tmp_path, which is also the
+working directory: the store is tmp_path/mlruns/mlflow.db), and creditflow.tracking's helpers.
+"""
 
-import math
+import json
+import os
+import shutil
 from pathlib import Path
 
 import matplotlib
+import mlflow
 import pandas as pd
 import pytest
-from kedro.io import DataCatalog
+import torch
+from kedro.framework.session import KedroSession
+from kedro.framework.startup import bootstrap_project
 from kedro.pipeline import Node, Pipeline
 from matplotlib.figure import Figure
 from mlflow.tracking import MlflowClient
 
-from creditflow.hooks import MlflowTrackingHook
-from creditflow.tracking import (
-    TrackingConfig,
-    flatten_params,
-    log_metrics,
-    log_params,
-    log_plots,
-    make_client,
-    metrics_from_frame,
-)
-from tests.test_hooks import run_like_session
+from creditflow import hooks, tracking
+from creditflow.redaction import REDACTED
+from creditflow.tracking import StepLogger, active_step_logger, logging_steps
+from creditflow.training.checkpoint import CheckpointStore
+from creditflow.training.supervised import SupervisedConfig, SupervisedTrainer
 
 matplotlib.use("Agg")
+pytestmark = pytest.mark.filterwarnings("ignore:register_new_resolver:UserWarning")
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-TRAIN = {"lr": 0.5, "schedule": {"warmup": 2}, "languages": ["en", "de"], "seed": 3}
+STEPS = 4
+SECRET = "sk-mlflow-0123456789abcdef"
+RUNTIME_PARAMS = {
+    # The node's parameters with a secret-named leaf, and a group no node reads: it reaches
+    # kedro-mlflow only as run_params["runtime_params"], which kedro-mlflow logs as a tag.
+    "tiny": {"learning_rate": 0.1, "service": {"api_key": SECRET, "url": "http://x"}},
+    "unused": {"token": SECRET},
+}
 
 
-def train_tiny(params: dict) -> tuple[pd.DataFrame, Figure, dict[str, float]]:
-    """Stands in for a training node: per-step metrics, a curves figure, final eval metrics."""
-    steps = list(range(3))
-    metrics = pd.DataFrame(
-        {
-            "step": steps,
-            "reward/total": [params["lr"] * step for step in steps],
-            # Measured every other step only: NaN cells are not logged.
-            "eval/accuracy": [0.25, math.nan, 0.75],
-            "actor/kl": [0, 1, 4],
-            "phase": ["warmup", "warmup", "main"],  # not numeric: not logged
-        }
-    )
+def train_tiny(params: dict) -> tuple[pd.DataFrame, pd.DataFrame, Figure]:
+    """Stands in for a training node: a linear model trained for STEPS supervised steps that,
+    before each step, counts the points of its loss curve already in MLflow."""
+    run_id = mlflow.active_run().info.run_id  # kedro-mlflow's run, active in the node's thread
+    client = MlflowClient(mlflow.get_tracking_uri())
+    x = torch.arange(8.0).view(4, 2)  # (4, 2)
+    y = x.sum(dim=1, keepdim=True)  # (4, 1)
+    model = torch.nn.Linear(2, 1)
+    seen: list[int] = []
+
+    def loss_fn(rows: list[int]) -> tuple[torch.Tensor, dict[str, float]]:
+        seen.append(len(client.get_metric_history(run_id, "tiny_train/train/loss")))
+        loss = ((model(x[rows]) - y[rows]) ** 2).mean()
+        return loss, {"train/loss": loss.item()}
+
+    config = SupervisedConfig(steps=STEPS, batch_size=2, learning_rate=params["learning_rate"])
+    trainer = SupervisedTrainer(model, 4, lambda rows: rows, loss_fn, config, progress=False)
+    metrics = pd.DataFrame(trainer.train()).assign(seen_in_mlflow=seen)
+    comparison = pd.DataFrame({"policy": ["sft", "grpo"], "accuracy": [0.25, 0.5]})
     figure = Figure()
-    figure.add_subplot().plot(steps, metrics["reward/total"])
-    return metrics, figure, {"eval/final_accuracy": 0.75}
+    figure.add_subplot().plot(metrics["step"], metrics["train/loss"])
+    return metrics, comparison, figure
 
 
-TINY = Pipeline(
-    [
-        Node(
-            train_tiny,
-            "params:train",
-            ["tiny_train_metrics", "tiny_reward_curves", "tiny_eval_metrics"],
-        )
-    ]
+def diverge(metrics: pd.DataFrame) -> None:
+    raise FloatingPointError("loss is nan")
+
+
+def probe_step_logger() -> str:
+    """What a training loop built in this node would log to."""
+    return repr(active_step_logger())
+
+
+TRAIN = Node(
+    train_tiny,
+    "params:tiny",
+    ["tiny_train_metrics", "tiny_comparison", "tiny_reward_curves"],
+    name="train_tiny",
 )
+PIPELINES = {
+    "tiny": Pipeline([TRAIN]),
+    "failing": Pipeline([TRAIN, Node(diverge, "tiny_train_metrics", None, name="diverge")]),
+    "probe": Pipeline([Node(probe_step_logger, None, "step_logger", name="probe")]),
+}
 
 
-def _parameters(**tracking) -> dict:
-    return {"train": TRAIN, "tracking": {"tracking_uri": "mlruns"} | tracking}
+@pytest.fixture
+def project(project_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The project's conf/base and settings in tmp_path, with the tiny pipelines registered
+    and the working directory in tmp_path/elsewhere."""
+    shutil.copytree(project_root / "conf/base", tmp_path / "conf/base")
+    shutil.copy(project_root / "pyproject.toml", tmp_path / "pyproject.toml")
+    (tmp_path / "conf/local").mkdir()
+    (tmp_path / "src").mkdir()  # bootstrap_project checks it; the package is installed
+    # Another working directory: mlflow.yml's relative SQLite URI is the project's, not the cwd's.
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    monkeypatch.delenv(tracking.STEP_LOGGER_ENV, raising=False)
+    bootstrap_project(tmp_path)
+    monkeypatch.setattr("creditflow.pipeline_registry.register_pipelines", lambda: PIPELINES)
+    # The tiny groups have no schema in creditflow.pipelines.parameters; not under test here.
+    monkeypatch.setattr(hooks.ParameterCheckHook, "before_pipeline_run", lambda *a, **k: None)
+    return tmp_path
+
+
+def run_session(project: Path, pipeline: str, runtime_params: dict) -> tuple[str, dict]:
+    """Run ``pipeline`` in a KedroSession; its id and its free outputs' data."""
+    with KedroSession.create(project_path=project, runtime_params=runtime_params) as session:
+        outputs = session.run(pipeline_names=[pipeline])
+        return session.session_id, {name: dataset.load() for name, dataset in outputs.items()}
+
+
+def store(project: Path) -> MlflowClient:
+    return MlflowClient(f"sqlite:///{project}/mlruns/mlflow.db")
+
+
+def runs(project: Path) -> list:
+    client = store(project)
+    return client.search_runs([client.get_experiment_by_name("creditflow").experiment_id])
+
+
+def test_session_run_logs_live_steps_redacted_params_and_artifacts(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every step written as it ends (the tiny steps take milliseconds, under FLUSH_EVERY_S).
+    monkeypatch.setattr(tracking, "FLUSH_EVERY_S", 0.0)
+    session_id, outputs = run_session(project, "tiny", RUNTIME_PARAMS)
+
+    # One run: kedro-mlflow's own hook is disabled in settings.py, only the wrapped one runs.
+    (run,) = runs(project)
+    client, run_id = store(project), run.info.run_id
+    assert run.info.status == "FINISHED"
+    assert run.info.run_name == "tiny" and run.data.tags["run_id"] == session_id
+
+    # Live: before step k + 1 the node found k points in MLflow, i.e. each step was logged as
+    # it ended, not when the node returned.
+    assert outputs["tiny_train_metrics"]["seen_in_mlflow"].tolist() == list(range(STEPS))
+    history = client.get_metric_history(run_id, "tiny_train/train/loss")
+    table = outputs["tiny_train_metrics"]
+    assert sorted((m.step, m.value) for m in history) == list(
+        zip(table["step"], table["train/loss"], strict=True)
+    )
+    lr_steps = sorted(m.step for m in client.get_metric_history(run_id, "tiny_train/lr"))
+    assert lr_steps == list(range(1, STEPS + 1))
+    assert set(run.data.metrics) == {"tiny_train/train/loss", "tiny_train/lr"}
+
+    # Params flattened with dots, the secret-named one redacted; the secret is in no param or tag.
+    assert run.data.params["tiny.learning_rate"] == "0.1"
+    assert run.data.params["tiny.service.url"] == "http://x"
+    assert run.data.params["tiny.service.api_key"] == REDACTED
+    assert REDACTED in run.data.tags["runtime_params"]
+    assert SECRET not in json.dumps([run.data.params, run.data.tags])
+
+    # The result table as CSV and the plot as PNG, stored under the project's mlruns/.
+    paths = {a.path for a in client.list_artifacts(run_id)}
+    assert paths == {"tiny_comparison.csv", "tiny_reward_curves.png"}
+    csv = Path(client.download_artifacts(run_id, "tiny_comparison.csv", str(project)))
+    assert pd.read_csv(csv).equals(outputs["tiny_comparison"])
+    png = Path(client.download_artifacts(run_id, "tiny_reward_curves.png", str(project)))
+    assert png.read_bytes().startswith(PNG_MAGIC)
+    assert run.info.artifact_uri == f"{(project / 'mlruns').as_uri()}/{run_id}/artifacts"
+    assert list((project / "elsewhere").iterdir()) == []
+    # Nothing is left behind for the process's next session.
+    assert mlflow.active_run() is None
+    assert tracking.STEP_LOGGER_ENV not in os.environ
+
+
+def test_failed_run_is_marked_failed_and_keeps_its_steps(project: Path) -> None:
+    # At the default FLUSH_EVERY_S the tiny steps are written when their node ends.
+    with pytest.raises(FloatingPointError):
+        run_session(project, "failing", RUNTIME_PARAMS)
+    (run,) = runs(project)
+    assert run.info.status == "FAILED"
+    assert len(store(project).get_metric_history(run.info.run_id, "tiny_train/train/loss")) == 4
+    assert mlflow.active_run() is None and active_step_logger() is None
+
+
+def test_tracking_off_opens_no_store(project: Path) -> None:
+    _, outputs = run_session(project, "probe", {"tracking": {"enabled": False}})
+    assert outputs["step_logger"] == "None"
+    assert not (project / "mlruns").exists()
+
+
+def test_kedro_mlflow_disable_tracking_pipelines(project: Path) -> None:
+    # conf/local/mlflow.yml replaces conf/base's top-level `tracking` section as a whole.
+    (project / "conf/local/mlflow.yml").write_text(
+        "tracking:\n  experiment: {name: creditflow}\n  disable_tracking: {pipelines: [probe]}\n"
+    )
+    _, outputs = run_session(project, "probe", {})
+    assert outputs["step_logger"] == "None"
+    assert runs(project) == []
+
+
+@pytest.mark.parametrize(
+    ("parameters", "message"),
+    [
+        ({"tracking": {"enabled": "no"}}, "tracking.enabled must be true or false"),
+        ({"tracking": {"tracking_uri": "mlruns"}}, "live in conf/base/mlflow.yml"),
+    ],
+)
+def test_tracking_switch_is_checked(parameters: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        tracking.tracking_enabled(parameters)
+
+
+# ------------------------------------------------------------------ the step logger alone
+@pytest.fixture
+def mlflow_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[MlflowClient, str, str]:
+    """(client, run id, tracking URI) of a run in a SQLite store in tmp_path, also the working
+    directory, where the store's default artifact root resolves."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(tracking.STEP_LOGGER_ENV, raising=False)
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = MlflowClient(uri)
+    return client, client.create_run(client.create_experiment("unit")).info.run_id, uri
 
 
 def _history(client: MlflowClient, run_id: str, key: str) -> list[tuple[int, float]]:
     return sorted((m.step, m.value) for m in client.get_metric_history(run_id, key))
 
 
-def test_tiny_pipeline_is_logged_per_step_with_params_and_plots(tmp_path: Path) -> None:
-    hook = MlflowTrackingHook()
-    parameters = _parameters(experiment_name="tiny")
-    run_like_session([hook], TINY, DataCatalog(), parameters, tmp_path, run_id="kedro-run-1")
-    assert hook.run_id is None  # the run was closed
-
-    client = MlflowClient((tmp_path / "mlruns").as_uri())
-    (run,) = client.search_runs([client.get_experiment_by_name("tiny").experiment_id])
-    run_id = run.info.run_id
-    assert run.info.status == "FINISHED"
-    assert run.info.run_name == "kedro-run-1" == run.data.tags["kedro.run_id"]
-    assert run.data.params == {
-        "train.lr": "0.5",
-        "train.schedule.warmup": "2",
-        "train.languages": "['en', 'de']",
-        "train.seed": "3",
-    }
-    # Keys are prefixed by the dataset name less "_metrics", so that several tables with the
-    # same columns in one run (one per strategy) keep separate histories.
-    # reward/total = lr * step = 0.5 * [0, 1, 2]
-    assert _history(client, run_id, "tiny_train/reward/total") == [(0, 0.0), (1, 0.5), (2, 1.0)]
-    assert _history(client, run_id, "tiny_train/eval/accuracy") == [(0, 0.25), (2, 0.75)]
-    assert _history(client, run_id, "tiny_train/actor/kl") == [(0, 0.0), (1, 1.0), (2, 4.0)]
-    assert _history(client, run_id, "tiny_eval/eval/final_accuracy") == [(0, 0.75)]
-    assert set(run.data.metrics) == {
-        "tiny_train/reward/total",
-        "tiny_train/eval/accuracy",
-        "tiny_train/actor/kl",
-        "tiny_eval/eval/final_accuracy",
-    }
-    assert [a.path for a in client.list_artifacts(run_id)] == ["tiny_reward_curves.png"]
-    png = Path(client.download_artifacts(run_id, "tiny_reward_curves.png", str(tmp_path)))
-    assert png.read_bytes().startswith(PNG_MAGIC)
-
-
-def test_failed_run_is_marked_failed(tmp_path: Path) -> None:
-    def diverge(metrics: pd.DataFrame) -> float:
-        raise FloatingPointError("loss is nan")
-
-    pipeline = TINY + Pipeline([Node(diverge, "tiny_train_metrics", "never")])
-    with pytest.raises(FloatingPointError):
-        run_like_session(
-            [MlflowTrackingHook()], pipeline, DataCatalog(), _parameters(), tmp_path, "r"
-        )
-    client = MlflowClient((tmp_path / "mlruns").as_uri())
-    (run,) = client.search_runs([client.get_experiment_by_name("creditflow").experiment_id])
-    assert run.info.status == "FAILED"
-    # What was saved before the failure is kept.
-    assert _history(client, run.info.run_id, "tiny_train/actor/kl")[-1] == (2, 4.0)
-
-
-@pytest.mark.parametrize(
-    "parameters",
-    [_parameters(enabled=False), {"train": TRAIN}],
-    ids=["tracking.enabled=false", "no tracking group"],
-)
-def test_tracking_off_logs_nothing(tmp_path: Path, parameters: dict) -> None:
-    hook = MlflowTrackingHook()
-    run_like_session([hook], TINY, DataCatalog(), parameters, tmp_path)
-    assert not (tmp_path / "mlruns").exists()
-    assert hook.run_id is None
-
-
-def test_tracking_config_parsing_and_uri(tmp_path: Path) -> None:
-    config = TrackingConfig.from_params({"enabled": True, "tracking_uri": "runs/ml"})
-    assert config == TrackingConfig(True, "runs/ml", "creditflow")
-    assert config.resolved_uri(tmp_path) == (tmp_path / "runs/ml").as_uri()
-    sqlite = TrackingConfig.from_params({"tracking_uri": "sqlite:///mlruns/mlflow.db"})
-    assert sqlite.enabled and sqlite.resolved_uri(tmp_path) == "sqlite:///mlruns/mlflow.db"
-    with pytest.raises(ValueError, match=r"unknown parameter\(s\) \['uri'\]; valid ones"):
-        TrackingConfig.from_params({"uri": "mlruns"})
-    with pytest.raises(ValueError, match="tracking.enabled must be true or false"):
-        TrackingConfig.from_params({"enabled": "yes"})
-    with pytest.raises(ValueError, match="tracking.experiment_name must be a non-empty"):
-        TrackingConfig.from_params({"experiment_name": ""})
-
-
-def test_flatten_params_hand_case() -> None:
-    params = {"a": {"b": {"c": 1}, "d": [1, {"e": 2}]}, "f": None, "g": "x"}
-    # Lists are leaves, even when they hold mappings.
-    assert flatten_params(params) == {
-        "a.b.c": "1",
-        "a.d": "[1, {'e': 2}]",
-        "f": "None",
-        "g": "x",
+def test_step_logger_logs_each_call_at_once(mlflow_run) -> None:
+    client, run_id, uri = mlflow_run
+    step_logger = StepLogger(uri, run_id, prefix="tiny_sft", flush_every_s=0)
+    step_logger(1, {"step": 1, "sft/loss": 2.0, "ok": True, "eval/acc": float("nan")})
+    assert _history(client, run_id, "tiny_sft/sft/loss") == [(1, 2.0)]
+    step_logger(2, {"step": 2, "sft/loss": 1.5, "eval/acc": 0.75})
+    assert _history(client, run_id, "tiny_sft/sft/loss") == [(1, 2.0), (2, 1.5)]
+    # NaN is "not measured at this step", booleans count 0 / 1, "step" is the x axis.
+    assert _history(client, run_id, "tiny_sft/eval/acc") == [(2, 0.75)]
+    assert _history(client, run_id, "tiny_sft/ok") == [(1, 1.0)]
+    assert set(client.get_run(run_id).data.metrics) == {
+        "tiny_sft/sft/loss",
+        "tiny_sft/ok",
+        "tiny_sft/eval/acc",
     }
 
 
-def test_secret_parameters_are_logged_redacted(tmp_path: Path) -> None:
-    client = make_client(TrackingConfig(True).resolved_uri(tmp_path))
-    run_id = client.create_run(client.create_experiment("secrets")).info.run_id
-    params = {"annotator": {"options": {"api_key": "sk-mlflow-0123456789", "max_tokens": 512}}}
-    log_params(client, run_id, params)
-    assert client.get_run(run_id).data.params == {
-        "annotator.options.api_key": "[REDACTED]",
-        "annotator.options.max_tokens": "512",
-    }
+def test_step_logger_writes_at_most_every_flush_every_s(mlflow_run, monkeypatch) -> None:
+    client, run_id, uri = mlflow_run
+    now = [100.0]
+    monkeypatch.setattr(tracking.time, "monotonic", lambda: now[0])
+    step_logger = StepLogger(uri, run_id, flush_every_s=1.0)
+    step_logger(1, {"loss": 3.0})  # the first step at once
+    step_logger(2, {"loss": 2.0})
+    now[0] += 0.5
+    step_logger(3, {"loss": 1.0})
+    assert _history(client, run_id, "loss") == [(1, 3.0)]
+    now[0] += 0.5  # a second after the last write: steps 2 to 4 in one batch
+    step_logger(4, {"loss": 0.5})
+    assert [step for step, _ in _history(client, run_id, "loss")] == [1, 2, 3, 4]
+    step_logger(5, {"loss": 0.25})
+    with logging_steps(step_logger):
+        pass  # the end of a node's block writes what is left
+    assert [step for step, _ in _history(client, run_id, "loss")] == [1, 2, 3, 4, 5]
 
 
-def test_metrics_from_frame_hand_case() -> None:
-    frame = pd.DataFrame(
-        {
-            "step": [10, 20],
-            "loss": [0.5, math.nan],
-            "ok": [True, False],
-            "note": ["a", "b"],
-        }
-    )
-    metrics = metrics_from_frame(frame, timestamp_ms=123)
-    assert [(m.key, m.value, m.step, m.timestamp) for m in metrics] == [
-        ("loss", 0.5, 10, 123),
-        ("ok", 1.0, 10, 123),
-        ("ok", 0.0, 20, 123),
-    ]
+def test_step_logger_is_silent_off_rank_zero(mlflow_run, monkeypatch) -> None:
+    client, run_id, uri = mlflow_run
+    monkeypatch.setenv("RANK", "1")
+    StepLogger(uri, run_id)(1, {"loss": 1.0})
+    assert client.get_run(run_id).data.metrics == {}
 
 
-@pytest.mark.parametrize(
-    ("data", "message"),
-    [
-        (pd.DataFrame({"loss": [1.0]}), "needs a 'step' column"),
-        (pd.DataFrame({"step": [0.5], "loss": [1.0]}), "'step' column must hold integers"),
-        ({"loss": "low"}, r"metric\(s\) \['loss'\] are not numbers"),
-        ([1.0, 2.0], "must hold a pandas DataFrame with a 'step' column or a mapping"),
-    ],
-)
-def test_malformed_metrics_are_rejected(tmp_path: Path, data, message: str) -> None:
-    client = make_client(TrackingConfig(True).resolved_uri(tmp_path))
-    run_id = client.create_run(client.create_experiment("x")).info.run_id
-    with pytest.raises(ValueError, match=message):
-        log_metrics(client, run_id, "bad_metrics", data)
+def test_logging_steps_reaches_loops_and_spawned_processes(mlflow_run) -> None:
+    _, run_id, uri = mlflow_run
+    step_logger = StepLogger(uri, run_id, "x")
+    assert active_step_logger() is None
+    with logging_steps(step_logger):
+        assert active_step_logger() is step_logger
+        # A spawned data-parallel worker has none of this process's context, only its
+        # environment.
+        exported = json.loads(os.environ[tracking.STEP_LOGGER_ENV])
+        assert StepLogger(**exported) == step_logger
+    assert active_step_logger() is None
+    assert tracking.STEP_LOGGER_ENV not in os.environ
 
 
-def test_log_plots_of_collections_and_bad_types(tmp_path: Path) -> None:
-    client = make_client(TrackingConfig(True).resolved_uri(tmp_path))
-    run_id = client.create_run(client.create_experiment("x")).info.run_id
+def test_supervised_trainer_replays_a_resumed_run_into_a_new_mlflow_run(
+    mlflow_run, tmp_path: Path
+) -> None:
+    client, first, uri = mlflow_run
+    second = client.create_run(client.get_run(first).info.experiment_id).info.run_id
+    x = torch.ones(4, 2)  # (4, 2)
+    model = torch.nn.Linear(2, 1)
+    calls = []
+
+    def loss_fn(rows: list[int]) -> tuple[torch.Tensor, dict[str, float]]:
+        calls.append(rows)
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # the first run is stopped during its third step
+        loss = model(x[rows]).pow(2).mean()
+        return loss, {"sft/loss": loss.item()}
+
+    def train(run_id: str) -> None:
+        config = SupervisedConfig(steps=3, batch_size=2, learning_rate=0.1, checkpoint_every=1)
+        checkpoints = CheckpointStore(tmp_path / "checkpoints")
+        with logging_steps(StepLogger(uri, run_id, "sft")):  # as the hook does for a node
+            trainer = SupervisedTrainer(
+                model, 4, lambda rows: rows, loss_fn, config, checkpoints, progress=False
+            )
+            trainer.train()
+
+    with pytest.raises(KeyboardInterrupt):
+        train(first)
+    assert [step for step, _ in _history(client, first, "sft/sft/loss")] == [1, 2]
+    # Resumed from step 2 by a later kedro run: its MLflow run has the whole curve too.
+    train(second)
+    assert _history(client, second, "sft/sft/loss")[:2] == _history(client, first, "sft/sft/loss")
+    assert [step for step, _ in _history(client, second, "sft/sft/loss")] == [1, 2, 3]
+
+
+# ------------------------------------------------------------------ artifacts
+def test_log_artifact_tables_plots_and_bad_types(mlflow_run, tmp_path: Path) -> None:
+    client, run_id, _ = mlflow_run
+    table = pd.DataFrame({"ranker": ["logged"], "true_ndcg": [0.5]})
+    written = tracking.log_artifact(client, run_id, "reranker_evaluation", table)
+    assert written == ["reranker_evaluation.csv"]
     figures = {"reward": Figure(), "kl": Figure()}
-    assert log_plots(client, run_id, "grpo_curves", figures) == [
+    assert tracking.log_artifact(client, run_id, "grpo_curves", figures) == [
         "grpo_curves/reward.png",
         "grpo_curves/kl.png",
     ]
-    assert log_plots(client, run_id, "raw_plot", [PNG_MAGIC + b"rest"]) == ["raw_plot/0.png"]
-    paths = {a.path for a in client.list_artifacts(run_id, "grpo_curves")}
-    assert paths == {"grpo_curves/reward.png", "grpo_curves/kl.png"}
+    written = tracking.log_artifact(client, run_id, "raw_plot", [PNG_MAGIC + b"rest"])
+    assert written == ["raw_plot/0.png"]
     saved = Path(client.download_artifacts(run_id, "raw_plot/0.png", str(tmp_path)))
     assert saved.read_bytes() == PNG_MAGIC + b"rest"
-    with pytest.raises(ValueError, match="must hold a matplotlib Figure, a PIL image or PNG"):
-        log_plots(client, run_id, "bad_plot", "not a figure")
+    csv = Path(client.download_artifacts(run_id, "reranker_evaluation.csv", str(tmp_path)))
+    assert csv.read_text() == "ranker,true_ndcg\nlogged,0.5\n"
+    with pytest.raises(ValueError, match="a plot a matplotlib Figure, a PIL image or PNG"):
+        tracking.log_artifact(client, run_id, "bad_plot", "not a figure")

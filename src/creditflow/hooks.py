@@ -2,8 +2,8 @@
 
 - :class:`RunManifestHook` writes one JSON manifest per ``kedro run``: git state, parameters,
   package versions, dataset versions, seeds, device and timing.
-- :class:`MlflowTrackingHook` logs each run to MLflow: the parameters once, every ``*_metrics``
-  table per step and every ``*_plot`` / ``*_curves`` figure as a PNG artifact.
+- :class:`MlflowTrackingHook` files each run in MLflow through kedro-mlflow: the parameters
+  (redacted), every training step's metrics while the node trains, result tables and plots.
 - :class:`CredentialsHook` hands the Kedro credentials to the nodes that need them, as the
   ``credentials`` dataset.
 - :class:`ParameterCheckHook` checks every parameter group the run reads (and the tapo / tor
@@ -15,17 +15,19 @@ Neither a manifest nor MLflow ever holds a secret: parameters (and run_params, w
 
 Both record datasets through the dataset hooks, which Kedro calls in the process that loads or
 saves: under ``ParallelRunner`` the per-dataset records stay in the worker processes, so the
-manifest lists no dataset versions and MLflow gets no metrics; use the sequential or thread
-runner for tracked runs.
+manifest lists no dataset versions and MLflow gets no metrics or artifacts; use the sequential
+or thread runner for tracked runs.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import platform
 import subprocess
 from collections.abc import Mapping
+from contextlib import ExitStack
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -38,7 +40,9 @@ from kedro.pipeline import Pipeline
 from creditflow.redaction import redact, scrub
 
 if TYPE_CHECKING:
-    from mlflow.tracking import MlflowClient
+    from kedro.framework.context import KedroContext
+    from kedro.pipeline.node import Node
+    from kedro_mlflow.framework.hooks import MlflowHook
 
 logger = logging.getLogger(__name__)
 
@@ -311,85 +315,174 @@ def _is_parameter(dataset_name: str) -> bool:
 
 
 class MlflowTrackingHook:
-    """Logs each ``kedro run`` as one MLflow run, configured by ``params:tracking``.
+    """Files each ``kedro run`` as one MLflow run: kedro-mlflow's ``MlflowHook``, wrapped.
 
-    At the start: the run (named after Kedro's run id, tagged with the pipeline names, env and
-    git commit) and the flattened parameters of the pipeline's nodes. After each save: a
-    ``*_metrics`` dataset per step, a ``*_plot`` / ``*_curves`` dataset as PNG artifacts (see
-    :mod:`creditflow.tracking`). At the end: status FINISHED or FAILED.
+    kedro-mlflow (configured in ``conf/base/mlflow.yml``: store, experiment, how parameters
+    are logged) opens the run, tags it with Kedro's run parameters, logs the parameters each
+    node takes and closes the run FINISHED or FAILED. Around it this hook:
 
-    With no ``tracking`` parameter group, or ``tracking.enabled: false``, it does nothing.
+    - redacts: kedro-mlflow sees the nodes' parameters and the run parameters (whose
+      ``runtime_params`` are the ``--params`` overrides) only through
+      :func:`creditflow.redaction.redact`, so a secret-named value is logged as
+      ``[REDACTED]``; kedro-mlflow's own auto-registered hook, which would log them as they
+      are, is disabled in ``settings.py``;
+    - logs live metrics: while a node runs, :func:`creditflow.tracking.active_step_logger` is
+      a :class:`~creditflow.tracking.StepLogger` for the run, which ``SupervisedTrainer`` and
+      ``GRPOTrainer`` call after every step; keys are prefixed by the node's ``*_metrics``
+      output less ``_metrics`` (``tapo_grpo_sum/reward/total``; the node's name without one);
+    - logs results: every saved ``*_comparison`` / ``*_evaluation`` table as ``<name>.csv``,
+      every ``*_plot`` / ``*_curves`` figure as ``<name>.png``
+      (:func:`creditflow.tracking.log_artifact`).
+
+    Off, with nothing opened or written, when ``tracking.enabled`` is false
+    (``conf/base/parameters_tracking.yml``, ``--params tracking.enabled=false``) or in a
+    process of rank other than 0 (``RANK``, set by torchrun); kedro-mlflow's
+    ``tracking.disable_tracking.pipelines`` turns off the pipelines it lists.
     """
 
     def __init__(self) -> None:
-        self._client: MlflowClient | None = None
-        self._run_id: str | None = None
+        self._mlflow: MlflowHook | None = None  # kedro-mlflow's, while tracking is on
+        self._nodes: dict[str, ExitStack] = {}  # node name -> its step logger, while it runs
 
     @property
     def run_id(self) -> str | None:
         """The MLflow run id of the run in progress (None when not tracking)."""
-        return self._run_id
+        return None if self._mlflow is None else self._mlflow.run_id
+
+    @hook_impl
+    def after_context_created(self, context: KedroContext) -> None:
+        from kedro.config import MissingConfigException  # noqa: PLC0415
+
+        from creditflow.tracking import is_rank_zero, tracking_enabled  # noqa: PLC0415
+
+        self._mlflow = None
+        # The loader's parameters (--params applied), not context.params: that would import
+        # and validate every pipeline, not only the run's, before the run has started.
+        try:
+            parameters = context.config_loader["parameters"]
+        except MissingConfigException:
+            parameters = {}
+        if not tracking_enabled(parameters):
+            logger.info("MLflow tracking off: tracking.enabled is false")
+            return
+        if not is_rank_zero():
+            logger.info("MLflow tracking off: rank %s (only rank 0 tracks)", os.environ["RANK"])
+            return
+        # Imported here, as kedro-mlflow imports MLflow (~1.5 s): settings.py imports this
+        # module for every kedro command, and untracked runs need neither.
+        from kedro_mlflow.framework.hooks import MlflowHook  # noqa: PLC0415
+
+        _resolve_sqlite_uri(context)
+        self._mlflow = MlflowHook()
+        self._mlflow.after_context_created(context)
+
+    @hook_impl
+    def after_catalog_created(
+        self,
+        catalog: CatalogProtocol,
+        conf_catalog: dict[str, Any],
+        conf_creds: dict[str, Any],
+        parameters: dict[str, Any],
+        save_version: str,
+        load_versions: dict[str, str],
+    ) -> None:
+        if self._mlflow is not None:
+            self._mlflow.after_catalog_created(
+                catalog, conf_catalog, {}, redact(parameters), save_version, load_versions
+            )
 
     @hook_impl
     def before_pipeline_run(
         self, run_params: dict[str, Any], pipeline: Pipeline, catalog: CatalogProtocol
     ) -> None:
-        self._client, self._run_id = None, None
-        all_params = catalog.load("parameters") if "parameters" in catalog else {}
-        if "tracking" not in all_params:
-            logger.info("MLflow tracking off: no 'tracking' parameter group")
+        if self._mlflow is not None:
+            self._mlflow.before_pipeline_run(redact(run_params), pipeline, catalog)
+
+    @hook_impl
+    def before_node_run(
+        self, node: Node, catalog: CatalogProtocol, inputs: dict[str, Any], is_async: bool
+    ) -> None:
+        if self._mlflow is None:
             return
-        # MLflow takes about a second to import: only tracked runs pay for it, not every
-        # `kedro` command that loads settings.py.
+        # kedro-mlflow logs only the parameter inputs (params:<name>, parameters).
+        params = redact({k: v for k, v in inputs.items() if _is_parameter(k)})
+        self._mlflow.before_node_run(node, catalog, params, is_async)
+        if self._mlflow.run_id is None:  # this pipeline is in disable_tracking.pipelines
+            return
         from creditflow import tracking  # noqa: PLC0415
 
-        config = tracking.TrackingConfig.from_params(all_params["tracking"])
-        if not config.enabled:
-            logger.info("MLflow tracking off: tracking.enabled is false")
-            return
-        project_path = run_params.get("project_path") or Path.cwd()
-        client = tracking.make_client(config.resolved_uri(project_path))
-        experiment = client.get_experiment_by_name(config.experiment_name)
-        experiment_id = (
-            experiment.experiment_id
-            if experiment is not None
-            else client.create_experiment(config.experiment_name)
+        metrics = sorted(name for name in node.outputs if name.endswith("_metrics"))
+        step_logger = tracking.StepLogger(
+            tracking_uri=self._tracking_uri(),
+            run_id=self._mlflow.run_id,
+            prefix=metrics[0].removesuffix("_metrics") if metrics else node.name,
+            flush_every_s=tracking.FLUSH_EVERY_S,
         )
-        git = git_state(project_path)
-        tags = {
-            "kedro.run_id": str(run_params.get("run_id")),
-            "kedro.pipelines": ",".join(run_params.get("pipeline_names") or ["__default__"]),
-            "kedro.env": str(run_params.get("env")),
-            "git.commit": str(git["commit"]),
-            "git.dirty": str(git["dirty"]),
-        }
-        run = client.create_run(experiment_id, run_name=run_params.get("run_id"), tags=tags)
-        self._client, self._run_id = client, run.info.run_id
-        parameters = pipeline_parameters(pipeline, catalog)
-        parameters.pop("tracking", None)
-        tracking.log_params(client, self._run_id, parameters)
-        logger.info("MLflow run %s in %s", self._run_id, client.tracking_uri)
+        stack = ExitStack()
+        stack.enter_context(tracking.logging_steps(step_logger))
+        self._nodes[node.name] = stack
+
+    @hook_impl
+    def after_node_run(self, node: Node) -> None:
+        self._stop_step_logging(node)
+
+    @hook_impl
+    def on_node_error(self, node: Node) -> None:
+        self._stop_step_logging(node)
 
     @hook_impl
     def after_dataset_saved(self, dataset_name: str, data: Any) -> None:
-        if self._client is None or self._run_id is None:
+        if self._mlflow is None or self._mlflow.run_id is None:
             return
-        from creditflow import tracking  # noqa: PLC0415 - imported by before_pipeline_run
+        from creditflow import tracking  # noqa: PLC0415
 
-        if dataset_name.endswith(tracking.METRICS_SUFFIX):
-            tracking.log_metrics(self._client, self._run_id, dataset_name, data)
-        elif dataset_name.endswith(tracking.PLOT_SUFFIXES):
-            tracking.log_plots(self._client, self._run_id, dataset_name, data)
-
-    @hook_impl
-    def after_pipeline_run(self) -> None:
-        self._end_run("FINISHED")
+        if dataset_name.endswith(tracking.ARTIFACT_SUFFIXES):
+            client = tracking.client(self._tracking_uri())
+            tracking.log_artifact(client, self._mlflow.run_id, dataset_name, data)
 
     @hook_impl
-    def on_pipeline_error(self) -> None:
-        self._end_run("FAILED")
+    def after_pipeline_run(
+        self, run_params: dict[str, Any], pipeline: Pipeline, catalog: CatalogProtocol
+    ) -> None:
+        if self._mlflow is not None:
+            self._mlflow.after_pipeline_run(redact(run_params), pipeline, catalog)
 
-    def _end_run(self, status: str) -> None:
-        if self._client is not None and self._run_id is not None:
-            self._client.set_terminated(self._run_id, status)
-        self._client, self._run_id = None, None
+    @hook_impl
+    def on_pipeline_error(
+        self,
+        error: Exception,
+        run_params: dict[str, Any],
+        pipeline: Pipeline,
+        catalog: CatalogProtocol,
+    ) -> None:
+        if self._mlflow is not None:
+            self._mlflow.on_pipeline_error(error, redact(run_params), pipeline, catalog)
+
+    def _tracking_uri(self) -> str:
+        return self._mlflow.mlflow_config.server.mlflow_tracking_uri
+
+    def _stop_step_logging(self, node: Node) -> None:
+        stack = self._nodes.pop(node.name, None)
+        if stack is not None:
+            stack.close()
+
+
+def _resolve_sqlite_uri(context: KedroContext) -> None:
+    """Make a relative SQLite tracking URI of ``mlflow.yml`` absolute against the project path,
+    in the context's config loader, where kedro-mlflow reads it next (a key set on the loader
+    is returned as set)."""
+    from kedro.config import MissingConfigException  # noqa: PLC0415
+
+    from creditflow.tracking import project_uri  # noqa: PLC0415
+
+    loader = context.config_loader
+    loader.config_patterns.setdefault("mlflow", ["mlflow*", "mlflow*/**", "**/mlflow*"])
+    try:
+        config = dict(loader["mlflow"])
+    except MissingConfigException:
+        return  # kedro-mlflow's defaults: mlruns/ of the project
+    server = dict(config.get("server") or {})
+    uri = server.get("mlflow_tracking_uri")
+    if uri:
+        server["mlflow_tracking_uri"] = project_uri(uri, context.project_path)
+        loader["mlflow"] = {**config, "server": server}

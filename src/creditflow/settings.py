@@ -2,9 +2,16 @@
 from the Kedro defaults. For further information, including these default values, see
 https://docs.kedro.org/en/stable/configure/configuration_basics/#configuration"""
 
+import os
+
+# MLflow reports usage to its developers unless told not to; nothing of a run leaves the machine
+# (docs/reproducibility.md). Set here, before kedro-mlflow imports MLflow, which reads it then.
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+
 # Instantiated project hooks (docs/reproducibility.md): a JSON manifest per run in
-# data/08_reporting/run_manifests/, MLflow tracking configured by params:tracking, and the
-# Kedro credentials as the `credentials` dataset (README "Credentials").
+# data/08_reporting/run_manifests/, MLflow tracking (kedro-mlflow, configured in
+# conf/base/mlflow.yml, switched by params:tracking), and the Kedro credentials as the
+# `credentials` dataset (README "Credentials").
 from creditflow.hooks import (  # noqa: E402
     CredentialsHook,
     MlflowTrackingHook,
@@ -16,8 +23,10 @@ from creditflow.hooks import (  # noqa: E402
 # ParameterCheckHook last, so it runs first and fails a run before MLflow opens one.
 HOOKS = (CredentialsHook(), RunManifestHook(), MlflowTrackingHook(), ParameterCheckHook())
 
-# Installed plugins for which to disable hook auto-registration.
-# DISABLE_HOOKS_FOR_PLUGINS = ("kedro-viz",)
+# Installed plugins for which to disable hook auto-registration. kedro-mlflow's hook runs
+# inside MlflowTrackingHook, which redacts secrets before it logs parameters; registered on its
+# own as well it would log them as they are, and every run twice.
+DISABLE_HOOKS_FOR_PLUGINS = ("kedro_mlflow",)
 
 # Class that manages the KedroSession.
 # from kedro.framework.session import KedroSession

@@ -1,185 +1,268 @@
-"""MLflow logging of what the pipelines save: metrics tables, plots and parameters.
+"""MLflow logging from inside a run: live per-step metrics, result tables and plots.
 
-Kedro-free helpers used by :class:`creditflow.hooks.MlflowTrackingHook`; each takes an explicit
-``MlflowClient`` and run id, so nothing depends on MLflow's global "active run" state. The
-``tracking`` parameter group is documented in ``conf/base/parameters_tracking.yml``.
+kedro-mlflow opens one MLflow run per ``kedro run`` (``conf/base/mlflow.yml``) and logs the
+parameters; :class:`creditflow.hooks.MlflowTrackingHook` wraps it and uses this module for the
+rest (docs/reproducibility.md):
 
-Conventions the hook relies on (docs/reproducibility.md):
-    - a dataset named ``*_metrics`` holds a pandas DataFrame with one row per training step, an
-      integer ``step`` column and namespaced numeric columns (``reward/total``, ``actor/kl``),
-      or a flat mapping of metric name -> number (logged once, at step 0);
-    - a dataset named ``*_plot`` or ``*_curves`` holds a matplotlib Figure, a list or dict of
-      Figures, a PIL image or PNG bytes.
+- :class:`StepLogger` is a training loop's step callback: ``callback(step, metrics)`` after
+  every optimizer step sends that step's numbers to the run (at most once a second, see
+  :data:`FLUSH_EVERY_S`), so ``mlflow ui`` draws the curves while the node trains. The hook
+  makes one per node and :func:`active_step_logger` hands it to ``SupervisedTrainer`` /
+  ``GRPOTrainer``; the engines know nothing of Kedro.
+- :func:`log_artifact` logs a saved result table as CSV and a plot as PNG.
+
+No Kedro here, and MLflow, pandas and matplotlib are imported only when something is logged:
+the engines import this module, and a run without tracking should not pay for MLflow.
 """
 
 from __future__ import annotations
 
+import atexit
+import functools
+import json
+import math
 import os
-import re
 import tempfile
+import threading
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import asdict, dataclass, field
 from numbers import Real
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-from matplotlib.figure import Figure
-from mlflow.entities import Metric, Param
-from mlflow.tracking import MlflowClient
-from PIL import Image
+if TYPE_CHECKING:
+    from mlflow.tracking import MlflowClient
 
-from creditflow.redaction import redact
+# (step, metrics) -> None, called by a training loop after every step with the step's row
+# (keys such as "reward/total"; a "step" key, text and NaN cells are not logged).
+StepCallback = Callable[[int, Mapping[str, Any]], None]
 
-METRICS_SUFFIX = "_metrics"
+# Saved datasets whose names end so are logged as artifacts: tables as CSV, plots as PNG.
+TABLE_SUFFIXES = ("_comparison", "_evaluation")
 PLOT_SUFFIXES = ("_plot", "_curves")
+ARTIFACT_SUFFIXES = TABLE_SUFFIXES + PLOT_SUFFIXES
+
+# The step logger of the node running in this thread (set by the Kedro hook) ...
+_ACTIVE: ContextVar[StepLogger | None] = ContextVar("creditflow_step_logger", default=None)
+# ... and, for the data-parallel workers a node spawns (new processes inherit the environment,
+# not the context), the same as JSON in the environment.
+STEP_LOGGER_ENV = "CREDITFLOW_MLFLOW_STEP_LOGGER"
+
+# A step logger writes what it has at most this often (and when its node ends): one SQLite
+# write costs ~5 ms, against 10-40 ms for a step of `make run`'s tiny models. Steps longer than
+# this, as on real models, are written as each ends.
+FLUSH_EVERY_S = 1.0
+# MLflow's limit (mlflow.utils.validation.MAX_METRICS_PER_BATCH).
+_MAX_METRICS_PER_BATCH = 1000
 
 _PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-# "scheme:" with a scheme of 2+ letters, so "C:/runs" stays a path and "sqlite:///x" a URI.
-_URI_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:")
 
 
-@dataclass(frozen=True)
-class TrackingConfig:
-    """Parsed ``params:tracking``.
+def is_rank_zero() -> bool:
+    """Whether this process is rank 0 (or alone): ``RANK`` as torchrun, ``accelerate launch``
+    and ``training.launch`` set it. Only rank 0 logs, so N processes give one history."""
+    return int(os.environ.get("RANK") or 0) == 0
 
-    Attributes:
-        enabled: log runs to MLflow at all.
-        tracking_uri: a folder (MLflow's file store; relative to the project root) or any
-            MLflow tracking URI with a scheme (``sqlite:///mlruns/mlflow.db``, ``http://...``).
-        experiment_name: MLflow experiment the runs go to; created when missing.
+
+def tracking_enabled(parameters: Mapping[str, Any]) -> bool:
+    """The project's switch, ``tracking.enabled`` (``conf/base/parameters_tracking.yml``);
+    true when there is no ``tracking`` group.
+
+    >>> tracking_enabled({}), tracking_enabled({"tracking": {"enabled": False}})
+    (True, False)
+
+    Raises:
+        ValueError: a key other than ``enabled`` (where runs go and what is logged is
+            ``conf/base/mlflow.yml``'s business), or an ``enabled`` that is not a boolean.
     """
-
-    enabled: bool
-    tracking_uri: str = "mlruns"
-    experiment_name: str = "creditflow"
-
-    @classmethod
-    def from_params(cls, params: Mapping[str, Any]) -> TrackingConfig:
-        """Build from the parameter dict, raising ValueError on unknown or bad knobs."""
-        valid = ("enabled", "tracking_uri", "experiment_name")
-        unknown = sorted(set(params) - set(valid))
-        if unknown:
-            raise ValueError(f"tracking: unknown parameter(s) {unknown}; valid ones: {valid}")
-        enabled = params.get("enabled", True)
-        if not isinstance(enabled, bool):
-            raise ValueError(f"tracking.enabled must be true or false; got {enabled!r}")
-        config = cls(enabled, **{key: params[key] for key in valid[1:] if key in params})
-        for key in valid[1:]:
-            value = getattr(config, key)
-            if not isinstance(value, str) or not value:
-                raise ValueError(f"tracking.{key} must be a non-empty string; got {value!r}")
-        return config
-
-    def resolved_uri(self, project_path: str | Path) -> str:
-        """The tracking URI, with a folder made absolute against ``project_path``.
-
-        Opting in to MLflow's file store (``MLFLOW_ALLOW_FILE_STORE``) is a process-wide
-        setting: MLflow 3 refuses folder stores unless it is set, and a folder keeps tests and
-        local runs free of a database (docs/reproducibility.md says how to use SQLite instead).
-        """
-        if _URI_SCHEME.match(self.tracking_uri):
-            return self.tracking_uri
-        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
-        return (Path(project_path) / self.tracking_uri).resolve().as_uri()
+    group = parameters.get("tracking") or {}
+    if not isinstance(group, Mapping) or set(group) - {"enabled"}:
+        raise ValueError(
+            f"tracking: only `enabled` (true / false) is a parameter; got {group!r}. The "
+            "tracking URI, experiment and logging options live in conf/base/mlflow.yml"
+        )
+    enabled = group.get("enabled", True)
+    if not isinstance(enabled, bool):
+        raise ValueError(f"tracking.enabled must be true or false; got {enabled!r}")
+    return enabled
 
 
-def make_client(tracking_uri: str) -> MlflowClient:
-    """An MLflow client bound to ``tracking_uri`` (see :meth:`TrackingConfig.resolved_uri`)."""
+def project_uri(uri: str, project_path: str | Path) -> str:
+    """``uri`` with a relative SQLite path made absolute against ``project_path``, as
+    kedro-mlflow does for a folder (MLflow would open it from the working directory, and
+    caches its store by URI: two projects in one process would share the first one's file).
+
+    >>> project_uri("sqlite:///mlruns/mlflow.db", "/work/project")
+    'sqlite:////work/project/mlruns/mlflow.db'
+    >>> project_uri("sqlite:////runs/mlflow.db", "/p"), project_uri("http://127.0.0.1:5000", "/p")
+    ('sqlite:////runs/mlflow.db', 'http://127.0.0.1:5000')
+    """
+    prefix = "sqlite:///"
+    path = uri.removeprefix(prefix)
+    if uri.startswith(prefix) and not Path(path).is_absolute():
+        return prefix + (Path(project_path) / path).as_posix()
+    return uri
+
+
+@functools.cache
+def client(tracking_uri: str) -> MlflowClient:
+    """One ``MlflowClient`` per tracking URI and process (a client opens its store once)."""
+    from mlflow.tracking import MlflowClient  # noqa: PLC0415 - only tracked runs import MLflow
+
     return MlflowClient(tracking_uri)
 
 
-def flatten_params(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
-    """Nested parameters as MLflow params: dotted keys, string values.
+def step_values(metrics: Mapping[str, Any]) -> dict[str, float]:
+    """The numbers of one step's row that become MLflow metrics: every numeric or boolean
+    value but ``step``, as floats; NaN (not measured at this step) and text are left out.
 
-    Mappings are walked; lists and scalars are leaves, written with ``str``.
-
-    >>> flatten_params({"a": {"b": 1, "c": [1, 2]}, "d": None})
-    {'a.b': '1', 'a.c': '[1, 2]', 'd': 'None'}
+    >>> step_values({"step": 3, "loss": 0.5, "ok": True, "eval/acc": float("nan"), "phase": "a"})
+    {'loss': 0.5, 'ok': 1.0}
     """
-    flat: dict[str, str] = {}
-    for key, value in params.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            flat |= flatten_params(value, f"{name}.")
+    values = {}
+    for key, value in metrics.items():
+        if key != "step" and isinstance(value, Real) and not math.isnan(value):
+            values[str(key)] = float(value)
+    return values
+
+
+@dataclass(frozen=True)
+class StepLogger:
+    """A step callback that logs each step's metrics to one MLflow run while the loop runs.
+
+    Attributes:
+        tracking_uri: the run's store (an absolute URI: workers may run elsewhere).
+        run_id: the MLflow run.
+        prefix: put before every key as ``<prefix>/<key>``; the hook uses the node's
+            ``*_metrics`` output less ``_metrics`` (``tapo_grpo_sum/reward/total``), so the
+            several loops of one run keep separate histories. Empty: keys as they are.
+        flush_every_s: steps are written in one batch once this long has passed since the last
+            write (the first step at once), and by :meth:`flush`; 0 writes every step.
+
+    Plain data, so it pickles and travels as JSON (:data:`STEP_LOGGER_ENV`); the steps not yet
+    written are kept per process, and written at its exit too. In a process of rank other than
+    0 a call does nothing.
+    """
+
+    tracking_uri: str
+    run_id: str
+    prefix: str = ""
+    flush_every_s: float = FLUSH_EVERY_S
+
+    def __call__(self, step: int, metrics: Mapping[str, Any]) -> None:
+        if not is_rank_zero():
+            return
+        values = step_values(metrics)
+        if not values:
+            return
+        pending = _pending(self)
+        with pending.lock:
+            pending.rows.append((int(step), int(time.time() * 1000), values))
+            due = time.monotonic() - pending.written_at >= self.flush_every_s
+        if due:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the steps not written yet."""
+        pending = _pending(self)
+        with pending.lock:
+            rows, pending.rows = pending.rows, []
+            pending.written_at = time.monotonic()
+        if not rows:
+            return
+        from mlflow.entities import Metric  # noqa: PLC0415 - only tracked runs import MLflow
+
+        metrics = [
+            Metric(self.key(name), value, timestamp_ms, step)
+            for step, timestamp_ms, values in rows
+            for name, value in values.items()
+        ]
+        for start in range(0, len(metrics), _MAX_METRICS_PER_BATCH):
+            batch = metrics[start : start + _MAX_METRICS_PER_BATCH]
+            client(self.tracking_uri).log_batch(self.run_id, metrics=batch)
+
+    def key(self, name: str) -> str:
+        return f"{self.prefix}/{name}" if self.prefix else name
+
+
+@dataclass
+class _Pending:
+    """A step logger's steps not yet written: (step, timestamp ms, values) each."""
+
+    rows: list[tuple[int, int, dict[str, float]]] = field(default_factory=list)
+    written_at: float = -math.inf  # time.monotonic() of the last write
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+_PENDING: dict[StepLogger, _Pending] = {}
+_PENDING_LOCK = threading.Lock()
+
+
+def _pending(step_logger: StepLogger) -> _Pending:
+    with _PENDING_LOCK:
+        return _PENDING.setdefault(step_logger, _Pending())
+
+
+@atexit.register
+def _flush_all() -> None:
+    """At exit: a spawned data-parallel worker ends without its node's flush."""
+    for step_logger in list(_PENDING):
+        step_logger.flush()
+
+
+def active_step_logger() -> StepLogger | None:
+    """The step logger of the node running here (:func:`logging_steps`), or None when nothing
+    is tracked; a loop calls it once, when it is built."""
+    active = _ACTIVE.get()
+    if active is not None:
+        return active
+    exported = os.environ.get(STEP_LOGGER_ENV)
+    return StepLogger(**json.loads(exported)) if exported else None
+
+
+@contextmanager
+def logging_steps(step_logger: StepLogger) -> Iterator[StepLogger]:
+    """Make ``step_logger`` the :func:`active_step_logger` of this thread, and of the processes
+    started inside the block (through the environment), until the block ends; then write the
+    steps it still holds."""
+    token = _ACTIVE.set(step_logger)
+    previous = os.environ.get(STEP_LOGGER_ENV)
+    os.environ[STEP_LOGGER_ENV] = json.dumps(asdict(step_logger))
+    try:
+        yield step_logger
+    finally:
+        _ACTIVE.reset(token)
+        if previous is None:
+            os.environ.pop(STEP_LOGGER_ENV, None)
         else:
-            flat[name] = str(value)
-    return flat
+            os.environ[STEP_LOGGER_ENV] = previous
+        with _PENDING_LOCK:
+            pending = step_logger in _PENDING
+        if pending:
+            step_logger.flush()
+            with _PENDING_LOCK:
+                del _PENDING[step_logger]
 
 
-def log_params(client: MlflowClient, run_id: str, params: Mapping[str, Any]) -> None:
-    """Log ``params`` flattened (see :func:`flatten_params`); MLflow batches them in 100s.
+def log_artifact(mlflow_client: MlflowClient, run_id: str, name: str, data: Any) -> list[str]:
+    """Log the data saved as dataset ``name``; returns the artifact paths written.
 
-    Secret-named values (:func:`creditflow.redaction.redact`) are logged as ``[REDACTED]``.
+    A pandas DataFrame (a ``*_comparison`` / ``*_evaluation`` table) becomes ``<name>.csv``; a
+    plot (``*_plot`` / ``*_curves``: a matplotlib Figure, a PIL image or PNG bytes) becomes
+    ``<name>.png``, and a list or dict of them (as kedro-datasets' MatplotlibDataset saves)
+    ``<name>/<index or key>.png``.
+
+    Raises:
+        ValueError: anything else, naming what is expected.
     """
-    flat = flatten_params(redact(params))
-    client.log_batch(run_id, params=[Param(key, value) for key, value in sorted(flat.items())])
+    import pandas as pd  # noqa: PLC0415
 
-
-def metrics_from_frame(frame: pd.DataFrame, timestamp_ms: int) -> list[Metric]:
-    """One MLflow Metric per (row, numeric column) of a per-step metrics table.
-
-    Args:
-        frame: one row per step; an integer ``step`` column and any number of other columns.
-            Numeric (and boolean) columns become metrics named as the column; NaN cells are
-            skipped (a metric not measured at that step); other columns are ignored.
-        timestamp_ms: wall-clock time stamped on every metric.
-    """
-    if "step" not in frame.columns:
-        raise ValueError(
-            f"a metrics table needs a 'step' column (one row per step); got columns "
-            f"{list(frame.columns)}"
-        )
-    if not pd.api.types.is_integer_dtype(frame["step"]):
-        raise ValueError(f"the 'step' column must hold integers; got {frame['step'].dtype}")
-    numeric = [
-        column
-        for column in frame.columns
-        if column != "step" and pd.api.types.is_numeric_dtype(frame[column])
-    ]
-    metrics = []
-    for column in numeric:
-        values = frame[column].astype(float)
-        for step, value in zip(frame["step"], values, strict=True):
-            if pd.notna(value):
-                metrics.append(Metric(str(column), value, timestamp_ms, int(step)))
-    return metrics
-
-
-def log_metrics(client: MlflowClient, run_id: str, name: str, data: Any) -> int:
-    """Log the metrics saved as dataset ``name``; returns how many values were logged.
-
-    ``data`` is a per-step DataFrame (see :func:`metrics_from_frame`) or a flat mapping of
-    metric name -> number, logged at step 0.
-    """
-    timestamp_ms = int(time.time() * 1000)
     if isinstance(data, pd.DataFrame):
-        metrics = metrics_from_frame(data, timestamp_ms)
-    elif isinstance(data, Mapping):
-        bad = sorted(str(key) for key, value in data.items() if not isinstance(value, Real))
-        if bad:
-            raise ValueError(f"{name}: metric(s) {bad} are not numbers")
-        metrics = [Metric(str(key), float(value), timestamp_ms, 0) for key, value in data.items()]
-    else:
-        raise ValueError(
-            f"{name}: a *{METRICS_SUFFIX} dataset must hold a pandas DataFrame with a 'step' "
-            f"column or a mapping of metric name -> number; got {type(data).__name__}"
-        )
-    # One Kedro run may save several metrics tables with the same columns (one per GRPO
-    # strategy), so each key is prefixed by its dataset: tapo_grpo_sum_metrics -> tapo_grpo_sum/...
-    stem = name.removesuffix(METRICS_SUFFIX)
-    metrics = [Metric(f"{stem}/{m.key}", m.value, m.timestamp, m.step) for m in metrics]
-    client.log_batch(run_id, metrics=metrics)
-    return len(metrics)
-
-
-def log_plots(client: MlflowClient, run_id: str, name: str, data: Any) -> list[str]:
-    """Log the plot(s) saved as dataset ``name`` as PNG artifacts; returns their paths.
-
-    A single plot becomes ``<name>.png``; a list or dict of Figures (as kedro-datasets'
-    MatplotlibDataset saves them) becomes ``<name>/<index or key>.png``.
-    """
+        mlflow_client.log_text(run_id, data.to_csv(index=False), f"{name}.csv")
+        return [f"{name}.csv"]
     if isinstance(data, Mapping):
         items = [(f"{name}/{key}.png", value) for key, value in data.items()]
     elif isinstance(data, list | tuple):
@@ -187,23 +270,27 @@ def log_plots(client: MlflowClient, run_id: str, name: str, data: Any) -> list[s
     else:
         items = [(f"{name}.png", data)]
     for artifact_file, plot in items:
-        _log_plot(client, run_id, artifact_file, plot)
+        _log_plot(mlflow_client, run_id, artifact_file, plot)
     return [artifact_file for artifact_file, _ in items]
 
 
-def _log_plot(client: MlflowClient, run_id: str, artifact_file: str, plot: Any) -> None:
+def _log_plot(mlflow_client: MlflowClient, run_id: str, artifact_file: str, plot: Any) -> None:
+    from matplotlib.figure import Figure  # noqa: PLC0415
+    from PIL import Image  # noqa: PLC0415
+
     if isinstance(plot, Figure):
-        client.log_figure(run_id, plot, artifact_file)
+        mlflow_client.log_figure(run_id, plot, artifact_file)
     elif isinstance(plot, Image.Image):
-        client.log_image(run_id, plot, artifact_file=artifact_file)
+        mlflow_client.log_image(run_id, plot, artifact_file=artifact_file)
     elif isinstance(plot, bytes) and plot.startswith(_PNG_MAGIC):
         artifact_path, _, file_name = artifact_file.rpartition("/")
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / file_name
             path.write_bytes(plot)
-            client.log_artifact(run_id, str(path), artifact_path or None)
+            mlflow_client.log_artifact(run_id, str(path), artifact_path or None)
     else:
         raise ValueError(
-            f"{artifact_file}: a *_plot/*_curves dataset must hold a matplotlib Figure, a PIL "
-            f"image or PNG bytes (or a list/dict of them); got {type(plot).__name__}"
+            f"{artifact_file}: a table to log must be a pandas DataFrame and a plot a matplotlib "
+            f"Figure, a PIL image or PNG bytes (or a list / dict of them); got "
+            f"{type(plot).__name__}"
         )

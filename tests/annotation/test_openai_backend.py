@@ -350,7 +350,7 @@ def test_session_run_reads_the_key_from_credentials_and_writes_it_nowhere(
     assert manifest["parameters"]["annotation"]["annotator"]["options"]["credentials"] == (
         "openai_annotator"
     )
-    client = MlflowClient((tmp_path / "mlruns").as_uri())
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlruns/mlflow.db")  # conf/base/mlflow.yml
     (run,) = client.search_runs([client.get_experiment_by_name("creditflow").experiment_id])
     params = run.data.params
     assert params["annotation.annotator.options.credentials"] == "openai_annotator"

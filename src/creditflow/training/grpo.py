@@ -10,7 +10,7 @@ Data parallelism (optional, through ``accelerate``): every process draws its own
 step's prompts, samples and scores them, and computes its loss on its own rows; DDP averages
 the gradients, so all processes take the same optimizer step. Metrics are averaged across
 processes (reward metrics are computed on the gathered rewards) and only the main process
-records samples and writes checkpoints.
+records samples, writes checkpoints and calls the step callback.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from transformers import get_cosine_schedule_with_warmup
 
 from creditflow.algorithms import policy_loss
 from creditflow.rollout.batch import Policy, RolloutBatch
+from creditflow.tracking import StepCallback, active_step_logger
 from creditflow.training.checkpoint import CheckpointStore
 from creditflow.training.config import ConfigError, GRPOConfig
 from creditflow.training.strategies import (
@@ -86,6 +87,10 @@ class GRPOTrainer:
         reward_metrics: per-step diagnostics of the rewards to report beside the ones the
             advantage strategy reports itself (e.g. ``strategies.SignConflictRate`` for every
             strategy a comparison runs).
+        step_callback: ``callback(step, metrics)`` after every step with the step's history
+            row (main process only), and at the start for the rows a resumed run already has;
+            None: ``tracking.active_step_logger()``, the MLflow run of the Kedro node this
+            trainer runs in, if it is tracked.
     """
 
     def __init__(
@@ -99,6 +104,7 @@ class GRPOTrainer:
         progress: bool = True,
         accelerator: Accelerator | None = None,
         reward_metrics: Sequence[RewardMetric] = (),
+        step_callback: StepCallback | None = None,
     ):
         config.validate()
         validate_strategies(config)
@@ -114,6 +120,7 @@ class GRPOTrainer:
         self.config = config
         self.checkpoints = checkpoints
         self.progress = progress
+        self.step_callback = step_callback if step_callback is not None else active_step_logger()
         self.reference = reference
         if config.beta > 0 and reference is None:
             self.reference = copy.deepcopy(policy)
@@ -183,6 +190,7 @@ class GRPOTrainer:
     # ------------------------------------------------------------------ train
     def train(self) -> GRPOResult:
         c = self.config
+        self._report(self.result.history)  # a resumed run's earlier steps
         if self.start_step >= c.steps:
             logger.info(
                 "checkpoint already at step %d of %d: nothing to train", self.start_step, c.steps
@@ -198,6 +206,7 @@ class GRPOTrainer:
         for step in bar:
             metrics = self.step(step)
             self.result.history.append(metrics)
+            self._report([metrics])
             bar.set_postfix(
                 reward=f"{metrics['reward/total']:.3f}", kl=f"{metrics['actor/kl']:.3g}"
             )
@@ -265,6 +274,11 @@ class GRPOTrainer:
         metrics["time/step_s"] = time.perf_counter() - t0
         self._record_samples(step, batch, rewards)
         return self._mean_over_processes(metrics, skip=global_keys)
+
+    def _report(self, rows: Sequence[dict[str, float]]) -> None:
+        if self.step_callback is not None and self.is_main_process:
+            for row in rows:
+                self.step_callback(int(row["step"]), row)
 
     def rollout(self, step: int) -> RolloutBatch:
         """Draw ``prompts_per_step`` prompts (seeded by step) and G completions for each; with

@@ -11,7 +11,8 @@ a ``CheckpointStore`` (the same store and layout as GRPO's).
 One step, in this order (the text and VL SFT loops' order, kept so their results stay
 bit-identical): ``batch_fn`` -> ``loss_fn`` -> ``zero_grad(set_to_none=True)`` -> ``backward``
 -> ``clip_grad_norm_`` (unless ``max_grad_norm`` is None) -> ``optimizer.step`` ->
-``scheduler.step``.
+``scheduler.step``. After it, the step's history row goes to the step callback (by default the
+MLflow run of the Kedro node, ``tracking.active_step_logger``), so curves show while it trains.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import get_constant_schedule_with_warmup, get_cosine_schedule_with_warmup
 
+from creditflow.tracking import StepCallback, active_step_logger
 from creditflow.training.checkpoint import CheckpointStore
 from creditflow.training.config import ConfigError, typed_value
 
@@ -179,6 +181,9 @@ class SupervisedTrainer:
             with a checkpoint resumes from it; one at ``config.steps`` is not trained again.
         parameters: what AdamW updates and clipping measures (default: all of ``module``'s).
         desc, progress: the progress bar's label, and whether to show it.
+        step_callback: ``callback(step, row)`` with each step's history row, after the step,
+            and at the start for the rows a resumed run already has; None:
+            ``tracking.active_step_logger()`` (the tracked Kedro node's MLflow run, if any).
     """
 
     def __init__(
@@ -192,6 +197,7 @@ class SupervisedTrainer:
         parameters: Iterable[torch.nn.Parameter] | None = None,
         desc: str = "supervised",
         progress: bool = True,
+        step_callback: StepCallback | None = None,
     ):
         self.module = module
         self.batch_fn, self.loss_fn = batch_fn, loss_fn
@@ -199,6 +205,7 @@ class SupervisedTrainer:
         self.checkpoints = checkpoints
         self.parameters = list(module.parameters() if parameters is None else parameters)
         self.desc, self.progress = desc, progress
+        self.step_callback = step_callback if step_callback is not None else active_step_logger()
         self.sampler = EpochSampler(n_examples, config.batch_size, config.seed)
         self.optimizer = torch.optim.AdamW(
             self.parameters, lr=config.learning_rate, weight_decay=config.weight_decay
@@ -236,6 +243,7 @@ class SupervisedTrainer:
     def train(self) -> list[dict[str, float]]:
         """Run the remaining steps; returns one metrics row per step (resumed ones included)."""
         c = self.config
+        self._report(self.history)  # a resumed run's earlier steps
         if self.start_step >= c.steps:
             logger.info(
                 "%s: checkpoint at step %d of %d, nothing to train",
@@ -257,6 +265,7 @@ class SupervisedTrainer:
             self.history.append(
                 {"step": step + 1, **metrics, "lr": self.scheduler.get_last_lr()[0]}
             )
+            self._report(self.history[-1:])
             bar.set_postfix({k: f"{v:.4g}" for k, v in metrics.items()}, refresh=False)
             done = step + 1
             if self.checkpoints is not None and (
@@ -264,6 +273,11 @@ class SupervisedTrainer:
             ):
                 self.save(done)
         return self.history
+
+    def _report(self, rows: list[dict[str, float]]) -> None:
+        if self.step_callback is not None:
+            for row in rows:
+                self.step_callback(int(row["step"]), row)
 
     def step(self) -> dict[str, float]:
         """One optimizer step on the sampler's next batch; returns the caller's metrics."""
