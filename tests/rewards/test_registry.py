@@ -7,6 +7,7 @@ import pytest
 from creditflow import rewards
 from creditflow.rewards import (
     REWARD_FUNCTIONS,
+    check_reward_options,
     format_reward,
     get_reward_function,
     reasoning_reward,
@@ -31,20 +32,30 @@ def test_registry_names():
 
 
 def test_adapters_call_the_rewards_with_the_right_arguments():
-    assert get_reward_function("format")(COMPLETIONS, REFERENCES, ANSWERS) == format_reward(
-        COMPLETIONS
+    assert get_reward_function("format")(COMPLETIONS, REFERENCES, ANSWERS) == (
+        format_reward(COMPLETIONS),
+        {},
     )
     assert get_reward_function("translation")(COMPLETIONS, REFERENCES, ANSWERS) == (
-        translation_reward(COMPLETIONS, REFERENCES)
+        translation_reward(COMPLETIONS, REFERENCES),
+        {},
     )
-    assert get_reward_function("reasoning")(COMPLETIONS, REFERENCES, ANSWERS) == (
-        reasoning_reward(COMPLETIONS, ANSWERS)
-    )
+    rewards, flags = get_reward_function("reasoning")(COMPLETIONS, REFERENCES, ANSWERS)
+    assert rewards == reasoning_reward(COMPLETIONS, ANSWERS)
     # Hand values: F = [1, 1, 0]; the first translation is exact; answers 9, 8, 9 vs gold 9.
-    assert get_reward_function("format")(COMPLETIONS, REFERENCES, ANSWERS) == [1.0, 1.0, 0.0]
-    assert get_reward_function("reasoning")(COMPLETIONS, REFERENCES, ANSWERS) == [1.0, 0.0, 1.0]
-    translation = get_reward_function("translation")(COMPLETIONS, REFERENCES, ANSWERS)
+    assert get_reward_function("format")(COMPLETIONS, REFERENCES, ANSWERS)[0] == [1.0, 1.0, 0.0]
+    assert rewards == [1.0, 0.0, 1.0]
+    assert flags == {"rejected": [0.0] * 3, "timed_out": [0.0] * 3, "over_budget": [0.0] * 3}
+    translation, _ = get_reward_function("translation")(COMPLETIONS, REFERENCES, ANSWERS)
     assert translation[0] == 1.0 and 0.0 < translation[1] < 1.0 and translation[2] == 0.0
+
+
+def test_reasoning_flags_mark_the_rejected_completions():
+    completions = [*COMPLETIONS, "\\boxed{9^{9^{9^{9}}}}", "\\boxed{(10^{10})!}"]
+    rewards, flags = get_reward_function("reasoning")(completions, ["Q"] * 5, ["9"] * 5)
+    assert rewards == [1.0, 0.0, 1.0, 0.0, 0.0]
+    assert flags["rejected"] == [0.0, 0.0, 0.0, 1.0, 1.0]
+    assert flags["timed_out"] == flags["over_budget"] == [0.0] * 5
 
 
 def test_adapters_forward_keywords():
@@ -52,6 +63,32 @@ def test_adapters_forward_keywords():
         get_reward_function("translation")(COMPLETIONS, REFERENCES, ANSWERS, metric="bleu")
     with pytest.raises(ValueError, match="timeout_s"):
         get_reward_function("reasoning")(COMPLETIONS, REFERENCES, ANSWERS, timeout_s=-1)
+    rewards, flags = get_reward_function("reasoning")(
+        ["\\boxed{12345}"], ["Q"], ["12345"], max_answer_chars=4
+    )
+    assert rewards == [0.0] and flags["rejected"] == [1.0]
+
+
+def test_check_reward_options_names_the_valid_ones_and_checks_values():
+    assert check_reward_options("reasoning", {"budget_s": 10.0, "timeout_s": 2}) == {
+        "budget_s": 10.0,
+        "timeout_s": 2,
+    }
+    assert check_reward_options("reasoning", {"budget_s": None}) == {"budget_s": None}
+    assert check_reward_options("translation", {"metric": "chrf++"}) == {"metric": "chrf++"}
+    assert check_reward_options("format", {}) == {}
+    with pytest.raises(ValueError, match=r"unknown option\(s\) \['budget'\].*'budget_s'"):
+        check_reward_options("reasoning", {"budget": 10.0})
+    with pytest.raises(ValueError, match=r"unknown option\(s\) \['metric'\] of reward 'format'"):
+        check_reward_options("format", {"metric": "chrf++"})
+    with pytest.raises(ValueError, match="budget_s must be > 0"):
+        check_reward_options("reasoning", {"budget_s": 0})
+    with pytest.raises(ValueError, match="max_nesting must be an int >= 1"):
+        check_reward_options("reasoning", {"max_nesting": 0.5})
+    with pytest.raises(ValueError, match="unknown translation metric"):
+        check_reward_options("translation", {"metric": "bleu"})
+    with pytest.raises(ValueError, match="unknown reward 'bleu'"):
+        check_reward_options("bleu", {})
 
 
 def test_unknown_name_lists_the_valid_ones():

@@ -22,6 +22,13 @@ def test_returns_the_value(worker):
     assert worker.call(str.upper, "\udcff\x00a", timeout_s=30) == "\udcff\x00A"
 
 
+def test_start_starts_the_child_once(worker):
+    worker.start()
+    pid = worker.call(os.getpid, timeout_s=30)
+    worker.start()  # running: nothing to do
+    assert worker.call(os.getpid, timeout_s=30) == pid != os.getpid()
+
+
 def test_exception_in_the_child_becomes_worker_error_and_the_worker_survives(worker):
     with pytest.raises(WorkerError, match="ValueError"):
         worker.call(int, "not a number", timeout_s=30)

@@ -12,11 +12,21 @@ from creditflow.rewards.format import (
     translation_segment_end,
 )
 from creditflow.rewards.reasoning import (
+    OUTCOMES,
+    check_pairs,
     extract_boxed_answer,
     normalize_thousands,
+    reasoning_outcomes,
     reasoning_reward,
+    screen_answer,
 )
-from creditflow.rewards.registry import REWARD_FUNCTIONS, RewardFunction, get_reward_function
+from creditflow.rewards.registry import (
+    REWARD_FUNCTIONS,
+    RewardFunction,
+    RewardOutput,
+    check_reward_options,
+    get_reward_function,
+)
 from creditflow.rewards.translation import (
     DEFAULT_XCOMET_MODEL,
     TRANSLATION_METRICS,
@@ -26,18 +36,24 @@ from creditflow.rewards.translation import (
 
 __all__ = [
     "DEFAULT_XCOMET_MODEL",
+    "OUTCOMES",
     "REWARD_FUNCTIONS",
     "TRANSLATION_CLOSE",
     "TRANSLATION_METRICS",
     "TRANSLATION_OPEN",
     "RewardFunction",
+    "RewardOutput",
+    "check_pairs",
+    "check_reward_options",
     "chrf_plus_plus",
     "extract_boxed_answer",
     "extract_translation",
     "format_reward",
     "get_reward_function",
     "normalize_thousands",
+    "reasoning_outcomes",
     "reasoning_reward",
+    "screen_answer",
     "translation_reward",
     "translation_segment_end",
 ]

@@ -119,6 +119,15 @@ class TimeoutWorker:
             raise WorkerError(value)
         return value
 
+    def start(self) -> None:
+        """Start the child now unless it is running, so that no later call waits for it.
+
+        Raises:
+            WorkerError: it did not start within ``STARTUP_TIMEOUT_S``.
+        """
+        with self._lock:
+            self._ensure_started()
+
     def close(self) -> None:
         """Stop the child (if any); a later :meth:`call` starts a new one."""
         with self._lock:

@@ -80,6 +80,9 @@ class GRPOConfig:
     advantage: {"name": strategy, ...strategy options} (training.strategies.ADVANTAGE_STRATEGIES).
     token_weights: {"name": strategy, ...options} (training.strategies.TOKEN_WEIGHT_STRATEGIES).
     rewards: reward name -> weight; the weighted sum is the scalar reward of ``grpo``.
+    reward_options: reward name -> keyword options of that reward function, e.g.
+        ``{"reasoning": {"budget_s": 30.0}}`` (``creditflow.rewards.check_reward_options``;
+        checked against the computed rewards by ``grpo_runs.build_grpo_config``).
     seed: seeds prompt order, sampling and tie-breaking.
     checkpoint_every: save a resumable checkpoint every N steps (0 = only at the end).
     keep_checkpoints: how many checkpoints to keep on disk.
@@ -108,6 +111,7 @@ class GRPOConfig:
     advantage: dict[str, Any] = field(default_factory=lambda: {"name": "grpo"})
     token_weights: dict[str, Any] = field(default_factory=lambda: {"name": "uniform"})
     rewards: dict[str, float] = field(default_factory=lambda: {"reasoning": 1.0})
+    reward_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     seed: int = 0
     checkpoint_every: int = 10
     keep_checkpoints: int = 2

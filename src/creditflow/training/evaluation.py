@@ -3,14 +3,14 @@ or vision-language policy."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from creditflow.rewards import get_reward_function
+from creditflow.rewards import check_reward_options, get_reward_function
 from creditflow.rollout import LanguagePolicy, SamplingSettings, VisionLanguagePolicy
 from creditflow.training.grpo import step_seed
 
@@ -18,14 +18,27 @@ from creditflow.training.grpo import step_seed
 class TextRewards:
     """Named text rewards bound to the references and answers of a prompt table.
 
-    ``__call__(completions, prompt_index (B,))`` -> {name: (B,) float tensor}; row b is scored
-    against the reference and answer of prompt ``prompt_index[b]``.
+    ``__call__(completions, prompt_index (B,))`` -> {name: (B,) float tensor}: each reward,
+    and each of its 0/1 flags as ``"<reward>/<flag>"`` (``grpo.RewardFn``); row b is scored
+    against the reference and answer of prompt ``prompt_index[b]``. ``options``: reward name
+    -> keyword options of that reward, checked here (``rewards.check_reward_options``).
     """
 
-    def __init__(self, names: Sequence[str], references: Sequence[str], answers: Sequence[str]):
+    def __init__(
+        self,
+        names: Sequence[str],
+        references: Sequence[str],
+        answers: Sequence[str],
+        options: Mapping[str, Mapping[str, Any]] | None = None,
+    ):
+        options = dict(options or {})
+        unknown = sorted(set(options) - set(names))
+        if unknown:
+            raise ValueError(f"options for rewards {unknown} that are not in {list(names)}")
         self.functions = {
             name: get_reward_function(name) for name in names
         }  # fails early on bad names
+        self.options = {name: check_reward_options(name, options.get(name, {})) for name in names}
         self.references = list(references)
         self.answers = list(answers)
 
@@ -35,10 +48,13 @@ class TextRewards:
         rows = prompt_index.tolist()
         refs = [self.references[i] for i in rows]
         answers = [self.answers[i] for i in rows]
-        return {
-            name: torch.tensor(fn(completions, refs, answers), dtype=torch.float32)
-            for name, fn in self.functions.items()
-        }
+        out = {}
+        for name, fn in self.functions.items():
+            rewards, flags = fn(completions, refs, answers, **self.options[name])
+            out[name] = torch.tensor(rewards, dtype=torch.float32)
+            for flag, values in flags.items():
+                out[f"{name}/{flag}"] = torch.tensor(values, dtype=torch.float32)
+        return out
 
 
 @torch.no_grad()
@@ -114,10 +130,10 @@ def score_completions(
     answers: Sequence[str],
     names: Sequence[str],
 ) -> pd.DataFrame:
-    """One row per completion, one column ``reward/<name>`` per reward."""
+    """One row per completion, one column ``reward/<name>`` per reward (not its flags)."""
     rewards = TextRewards(names, references, answers)
     scores = rewards(list(completions), torch.arange(len(completions)))
-    return pd.DataFrame({f"reward/{k}": v.numpy() for k, v in scores.items()})
+    return pd.DataFrame({f"reward/{k}": scores[k].numpy() for k in rewards.functions})
 
 
 def evaluate_text_policy(

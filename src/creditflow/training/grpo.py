@@ -46,7 +46,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-# (completions, prompt_index (B,)) -> reward name -> (B,) rewards
+# (completions, prompt_index (B,)) -> name -> (B,): the rewards, by reward name, and 0/1 flags
+# on how a reward was come by, named "<reward>/<flag>" (creditflow.rewards.registry): the step
+# reports a flag's count in the batch (e.g. reward/reasoning/timed_out); no strategy reads it.
 RewardFn = Callable[[list[str], torch.Tensor], dict[str, torch.Tensor]]
 
 
@@ -255,7 +257,8 @@ class GRPOTrainer:
         metrics["reward/total"] = total.mean().item()
         metrics["reward/total_std"] = total.std().item() if total.numel() > 1 else 0.0
         for name, values in all_rewards.items():
-            metrics[f"reward/{name}"] = values.mean().item()
+            flag = "/" in name  # see RewardFn
+            metrics[f"reward/{name}"] = values.sum().item() if flag else values.mean().item()
         for reward_metric in self.reward_metrics:
             metrics.update(reward_metric(all_rewards, batch.group_size))
         # These, and lr, are the same on every process; the rest are averaged across them.

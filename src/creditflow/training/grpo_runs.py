@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from creditflow.models.reranker import PointerReranker
+from creditflow.rewards import check_reward_options
 from creditflow.rollout import (
     LanguagePolicy,
     RerankerPolicy,
@@ -52,8 +53,9 @@ def merge_overrides(base: dict[str, Any], overrides: dict[str, Any] | None) -> d
 
 
 def build_grpo_config(grpo_params: dict[str, Any], reward_names: Sequence[str]) -> GRPOConfig:
-    """A validated ``GRPOConfig`` whose rewards, weighted or read by the advantage strategy
-    (TAPO's ``translation_reward`` / ``reasoning_reward``), all exist in ``reward_names``."""
+    """A validated ``GRPOConfig`` whose rewards, weighted, read by the advantage strategy
+    (TAPO's ``translation_reward`` / ``reasoning_reward``) or given options, all exist in
+    ``reward_names``, and whose ``reward_options`` those rewards take."""
     config = GRPOConfig.from_params(dict(grpo_params))
     validate_strategies(config)
     unknown = sorted(set(config.rewards) - set(reward_names))
@@ -70,6 +72,16 @@ def build_grpo_config(grpo_params: dict[str, Any], reward_names: Sequence[str]) 
             f"computed; computed rewards are {sorted(reward_names)} (add them to "
             f"'reward_functions' or fix the advantage's *_reward options)"
         )
+    for name, options in config.reward_options.items():
+        if name not in set(reward_names):
+            raise ConfigError(
+                f"reward_options names reward {name!r}, which is not computed; computed "
+                f"rewards are {sorted(reward_names)}"
+            )
+        try:
+            check_reward_options(name, options)
+        except ValueError as error:
+            raise ConfigError(f"reward_options.{name}: {error}") from error
     return config
 
 
@@ -138,7 +150,7 @@ def train_grpo_process(
     reward_metrics: Sequence[RewardMetric] = (),
 ) -> tuple[Any, GRPOResult]:
     """One process of ``run_grpo`` (module level: spawned workers import it by name)."""
-    rewards = TextRewards(reward_names, references, answers)
+    rewards = TextRewards(reward_names, references, answers, config.reward_options)
     trainer = GRPOTrainer(
         language_policy(model, tokenizer, config),
         prompts,
@@ -240,7 +252,7 @@ def run_vl_grpo(
             tokenizer_digest(processor.tokenizer),
             processor.image_processor.to_dict(),
         )
-    rewards = TextRewards(reward_names, references, answers)
+    rewards = TextRewards(reward_names, references, answers, config.reward_options)
     trainer = GRPOTrainer(
         vision_language_policy(model, processor, config), visual, rewards, config, checkpoints
     )
