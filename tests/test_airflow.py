@@ -63,7 +63,7 @@ def test_the_dag_has_one_task_per_node_of_the_tapo_pipeline(tapo_dag, tapo_pipel
     expected = {slugify(node.name): f'"{node.name}"' for node in tapo_pipeline.nodes}
     assert tasks == expected
     # Naming: node names slugified, one Kedro node per task.
-    for node in ("tapo.train_tapo_policy", "evaluate_tapo_policy_sft", "ingest_mgsm_problems"):
+    for node in ("tapo.train_tapo_policy", "evaluate_tapo_policy_sft", "build_tapo_tasks"):
         assert tasks[slugify(node)] == f'"{node}"'
     assert "tapo-train-tapo-policy" in tasks
 

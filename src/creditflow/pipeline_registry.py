@@ -5,7 +5,6 @@ from __future__ import annotations
 from kedro.framework.project import find_pipelines
 from kedro.pipeline import Pipeline
 
-from creditflow.pipelines.data_ingest import create_pipeline as create_ingest_pipeline
 
 # What a bare `kedro run` runs: the experience-model chain of SPEC section 3, from the synthetic
 # catalogue to the evaluation table; the other pipelines (tapo, tor, data_ingest) run with
@@ -23,20 +22,17 @@ DEFAULT_PIPELINES = (
 
 
 def register_pipelines() -> dict[str, Pipeline]:
-    """Each pipeline of ``creditflow.pipelines`` by its folder name, made runnable on its own:
-    a pipeline that reads ingested tables (e.g. ``tapo`` reads ``mgsm_problems``) also gets
-    the ``data_ingest`` nodes that produce them. ``__default__`` (a bare ``kedro run``, and
-    ``make run``) runs DEFAULT_PIPELINES, sized to finish in under 10 minutes on a 2-core CPU.
+    """Each pipeline of ``creditflow.pipelines`` by its folder name. ``__default__`` (a bare
+    ``kedro run``, and ``make run``) runs DEFAULT_PIPELINES, sized to finish in under 10
+    minutes on a 2-core CPU.
+
+    A pipeline that reads ingested tables (``tapo`` reads ``mgsm_problems``, ``tor`` the
+    TabMWP and MATH-Vision tables, ``movielens_eval`` the ratings) reads the versions
+    ``kedro run --pipelines data_ingest`` saved; it does not re-ingest (and re-save unchanged
+    copies) on every run. A run whose inputs were never saved fails before its first node
+    saying which pipeline makes them (``hooks.PinnedVersionsHook``).
     """
-    # Kedro 1.7 may discover only the requested pipelines, so data_ingest is built here.
     pipelines = find_pipelines(raise_errors=True)
-    ingest = create_ingest_pipeline()
-    for name, pipeline in list(pipelines.items()):
-        if name == "data_ingest":
-            continue
-        needed = pipeline.inputs() & ingest.all_outputs()
-        if needed:
-            pipelines[name] = ingest.only_nodes_with_outputs(*needed) + pipeline
     pipelines["__default__"] = sum(
         (pipelines[name] for name in DEFAULT_PIPELINES if name in pipelines), Pipeline([])
     )

@@ -16,12 +16,20 @@ from creditflow.hooks import (  # noqa: E402
     CredentialsHook,
     MlflowTrackingHook,
     ParameterCheckHook,
+    PinnedVersionsHook,
     RunManifestHook,
 )
 
 # Hooks are executed in a Last-In-First-Out (LIFO) order.
-# ParameterCheckHook last, so it runs first and fails a run before MLflow opens one.
-HOOKS = (CredentialsHook(), RunManifestHook(), MlflowTrackingHook(), ParameterCheckHook())
+# ParameterCheckHook last, so it runs first and fails a run before MLflow opens one;
+# PinnedVersionsHook fixes the run's dataset versions before any of them loads.
+HOOKS = (
+    CredentialsHook(),
+    RunManifestHook(),
+    MlflowTrackingHook(),
+    PinnedVersionsHook(),
+    ParameterCheckHook(),
+)
 
 # Installed plugins for which to disable hook auto-registration. kedro-mlflow's hook runs
 # inside MlflowTrackingHook, which redacts secrets before it logs parameters; registered on its
