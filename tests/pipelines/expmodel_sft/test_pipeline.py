@@ -68,7 +68,8 @@ def test_expmodel_sft_trains_a_copy_of_the_initial_model(tmp_path):
 
     # A re-run of the same run loads its final checkpoint instead of training again.
     (run_dir,) = tmp_path.iterdir()
-    assert [p.name for p in sorted(run_dir.iterdir())] == ["step-000002"]
+    # The final checkpoint beside the run's lock (training.checkpoint.LOCK_FILE).
+    assert [p.name for p in sorted(run_dir.iterdir())] == [".lock", "step-000002"]
     SequentialRunner().run(pipeline.only_nodes("train_expmodel_sft"), catalog)
     again = catalog.load("expmodel_sft_model").state_dict()
     assert all(torch.equal(again[k], sft[k]) for k in sft)
