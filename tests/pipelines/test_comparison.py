@@ -115,7 +115,7 @@ def test_sft_is_not_a_strategy_name(tmp_path: Path):
         (
             "tapo",
             {"strategies": {"tapo": {"advantage": {"alpah": 0.3}}}},
-            r"tapo.strategies.tapo .*unknown \['alpah'\]",
+            r"tapo.strategies.tapo .*unknown \['alpah'\] \(did you mean 'alpha' for 'alpah'\?\)",
         ),
         ("tapo", {"grpo": {"steps": "abc"}}, r"tapo.grpo.steps: .*valid integer, got 'abc'"),
         ("tapo", {"grpo": {"group_size": 2.5}}, r"tapo.grpo.group_size: .*integer, got 2.5"),

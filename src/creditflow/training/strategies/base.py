@@ -12,6 +12,7 @@ Masks are 1 where a token counts.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -104,7 +105,12 @@ def reject_unknown_options(spec: Spec, allowed: set[str]) -> None:
     extra = sorted(set(spec) - allowed)
     if extra:
         options = sorted(allowed - {"name"}) or "no options"
-        raise ConfigError(f"strategy {spec['name']!r} takes {options}, got unknown {extra}")
+        guesses = {key: difflib.get_close_matches(key, allowed - {"name"}, n=1) for key in extra}
+        hint = "; ".join(f"did you mean {g[0]!r} for {k!r}?" for k, g in guesses.items() if g)
+        raise ConfigError(
+            f"strategy {spec['name']!r} takes {options}, got unknown {extra}"
+            + (f" ({hint})" if hint else "")
+        )
 
 
 def no_options(spec: Spec, config: GRPOConfig) -> None:
