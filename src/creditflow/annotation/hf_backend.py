@@ -76,7 +76,7 @@ class HFAnnotator:
         retry_temperature: sampling temperature of the retries (> 0).
         device: where a loaded model runs; CUDA when available, else CPU, when None. A passed
             ``model`` stays where it is.
-        progress: show a progress bar over batches.
+        progress: show a progress bar over batches (on by default; a local VLM is slow).
     """
 
     def __init__(
@@ -93,7 +93,7 @@ class HFAnnotator:
         prompt_template: str = DEFAULT_PROMPT_TEMPLATE,
         retry_temperature: float = 1.0,
         device: str | None = None,
-        progress: bool = False,
+        progress: bool = True,
     ) -> None:
         sources = [
             name

@@ -104,7 +104,7 @@ class OpenAIAnnotator:
         prompt_template: text with the placeholders ``{title}``, ``{category}`` and ``{schema}``
             (the schema instructions); every one must be a known placeholder.
         max_tokens: completion budget per request.
-        progress: show a progress bar over items.
+        progress: show a progress bar over items (on by default; a served model is slow).
     """
 
     def __init__(
@@ -119,7 +119,7 @@ class OpenAIAnnotator:
         cache_dir: str | os.PathLike | None = None,
         prompt_template: str = DEFAULT_PROMPT_TEMPLATE,
         max_tokens: int = 512,
-        progress: bool = False,
+        progress: bool = True,
     ) -> None:
         if not base_url or not model:
             raise ValueError("base_url and model must be non-empty")
