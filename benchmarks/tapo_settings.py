@@ -104,7 +104,7 @@ def main() -> None:
 
     # The pipeline's own training and evaluation problems (tapo.tasks), the latter resized.
     params["tasks"]["n_eval_per_language"] = args.eval_per_language
-    train, held_out = build_tapo_tasks(params)
+    train, held_out = build_tapo_tasks(None, params)  # tapo.tasks.source: synthetic
     seconds = None
     if args.strategy != "none" and args.strategy not in params["strategies"]:
         parser.error(

@@ -88,6 +88,17 @@ PROBES = [
     ("tor.evaluation.tabmwp_mx", 3, r"tor.evaluation: unknown key `tabmwp_mx` \(did you mean"),
     ("tor.policy.tiny.hidden_size", "64", r"tor.policy.tiny.hidden_size: .*got '64' \(str\)"),
     ("tor.tasks.kinds", ["count"], r"tor.tasks.kinds.0: unknown problem kind 'count'"),
+    # Task sources (issue 13): the split's knobs; the source's name is checked against the
+    # catalog by task_sources.TaskSourceHook (tests/test_task_sources.py).
+    ("tapo.tasks.heldout_fraction", 1.0, r"tapo.tasks.heldout_fraction: .*less than 1"),
+    ("tapo.tasks.max_eval_problems", 0, r"tapo.tasks.max_eval_problems: .*greater than or equal"),
+    ("tapo.tasks.source", 3, r"tapo.tasks.source: input should be a valid string"),
+    (
+        "tor.tasks.sorce",
+        "tabmwp_problems",
+        r"tor.tasks: unknown key `sorce` \(did you mean `source`",
+    ),
+    ("tor.tasks.split_seed", 1.5, r"tor.tasks.split_seed: .*integer"),
     ("annotation.items.n_itmes", 3, r"annotation.items: unknown key `n_itmes` \(did you mean"),
     ("annotation.bogus", 1, r"annotation: unknown key `bogus`"),
     ("annotation.query_logs.heldout_fraction", 1.5, r"annotation.query_logs.heldout_fraction"),

@@ -16,6 +16,7 @@ from creditflow.reporting import (
     metrics_frame,
     plot_metrics_by_band,
     summarise_rankers_by_band,
+    summarise_tapo_by_language,
     summarise_tapo_evaluations,
     training_reward_ends,
 )
@@ -170,6 +171,48 @@ def test_summarise_tapo_evaluations_paired_gain_over_the_warm_start():
     assert "eval_reward_gain_seen" not in summarise_tapo_evaluations(
         evaluations, metrics, ["sw"], baseline=None
     )
+
+
+def test_a_multilingual_source_pairs_by_id_and_language_and_adds_rows_per_language():
+    # One problem id "p" in de and zh (a catalog source such as MGSM: ids repeat across
+    # languages), held out and evaluated as dataset "mgsm". Sampled reward = r (all reasoning).
+    rewards = {("sft", "de"): 0.2, ("sft", "zh"): 0.6, ("grpo", "zh"): 0.7, ("grpo", "de"): 0.5}
+    evaluations = pd.DataFrame(
+        {
+            "policy": [p for p, _ in rewards],
+            "id": "p",
+            "dataset": "mgsm",
+            "language": [lang for _, lang in rewards],
+            "reward/format": 1.0,
+            "reward/translation": 0.0,
+            "reward/reasoning": [1.0, 0.0, 1.0, 1.0],
+            "sampled/reward/translation": 0.0,
+            "sampled/reward/reasoning": list(rewards.values()),
+        }
+    )
+    metrics = pd.DataFrame({"strategy": ["grpo"], "step": [1], "reward/total": [0.3]})
+    table = summarise_tapo_by_language(evaluations, metrics, "mgsm")
+    assert table[["policy", "language"]].values.tolist() == [
+        ["sft", "all"],
+        ["sft", "de"],
+        ["sft", "zh"],
+        ["grpo", "all"],
+        ["grpo", "de"],
+        ["grpo", "zh"],
+    ]
+    by = table.set_index(["policy", "language"])
+    # Paired by (id, language): de 0.5 - 0.2, zh 0.7 - 0.6 -> mean 0.2 over both.
+    assert by.loc[("grpo", "all"), "eval_reward_gain_seen"] == pytest.approx(0.2)
+    assert by.loc[("grpo", "de"), "eval_reward_gain_seen"] == pytest.approx(0.3)
+    assert by.loc[("sft", "zh"), "accuracy_seen"] == 0.0
+    # The held-out MGSM rows are both the task rows and the MGSM evaluation.
+    assert by.loc[("sft", "all"), "mgsm_accuracy"] == by.loc[("sft", "all"), "accuracy_seen"]
+    assert by["accuracy_unseen"].isna().all()  # a catalog source's languages are all seen
+    assert by.loc[("grpo", "all"), "train_reward_first"] == pytest.approx(0.3)
+    assert np.isnan(by.loc[("grpo", "de"), "train_reward_first"])  # training mixes languages
+    # One language: the table of summarise_tapo_evaluations, without a language column.
+    english = evaluations.assign(language="en", id=[f"q{i}" for i in range(4)])
+    assert "language" not in summarise_tapo_by_language(english, metrics, "mgsm")
 
 
 def test_training_reward_ends_average_the_first_and_last_window_by_step():

@@ -109,6 +109,7 @@ def run_tapo_smallest(
     datasets = {
         **parameter_datasets("tapo", smallest_tapo_params(overrides)),
         "mgsm_problems": MemoryDataset(mgsm),
+        "tapo_source_problems": MemoryDataset(None),  # tapo.tasks.source: synthetic
     }
     for name in pipeline.all_outputs():
         datasets[name] = KeptMemoryDataset(copy_mode="assign")

@@ -47,17 +47,19 @@ def summarise_tapo_evaluations(
     training_metrics: pd.DataFrame,
     holdout_languages: Sequence[str],
     baseline: str | None = "sft",
+    task_dataset: str = "synthetic",
 ) -> pd.DataFrame:
-    """One row per policy: greedy accuracy on seen / unseen (held-out) synthetic languages and
-    on MGSM, mean chrF++ (translation reward), format rate; when the evaluation sampled, the
-    expected evaluation reward under training-time sampling (``eval_reward_*`` =
+    """One row per policy: greedy accuracy on seen / unseen (held-out) languages of the task
+    rows (``dataset == task_dataset``: the synthetic problems, or a catalog source's held-out
+    ones) and on MGSM, mean chrF++ (translation reward), format rate; when the evaluation
+    sampled, the expected evaluation reward under training-time sampling (``eval_reward_*`` =
     translation + reasoning, its parts ``sampled_*`` and the samples' format rate) and,
     when ``baseline`` names an evaluated policy (the warm start), the gain over it paired by
-    problem id
+    problem (``id`` and ``language``)
     (``eval_reward_gain_*`` and its standard error ``eval_reward_gain_se_*``); and the mean
     sign-conflict rate and the training reward over the first / last 5 steps (NaN for
     policies not trained by GRPO)."""
-    synthetic = evaluations[evaluations["dataset"] == "synthetic"]
+    synthetic = evaluations[evaluations["dataset"] == task_dataset]
     unseen = synthetic["language"].isin(list(holdout_languages))
     gains = _paired_sampled_gains(synthetic, unseen, baseline)
     mgsm = evaluations[evaluations["dataset"] == "mgsm"]
@@ -84,6 +86,35 @@ def summarise_tapo_evaluations(
             row.update(training_reward_ends(trained))
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def summarise_tapo_by_language(
+    evaluations: pd.DataFrame,
+    training_metrics: pd.DataFrame,
+    task_dataset: str,
+    baseline: str | None = "sft",
+) -> pd.DataFrame:
+    """``summarise_tapo_evaluations`` for a catalog task source, whose languages are all
+    trained on (every task row is "seen"). A source with one language gives the same table;
+    a multilingual one adds a ``language`` column: ``"all"`` on each policy's row, then one
+    row per (policy, language) with the evaluation columns of that language's rows (the
+    training columns only on the ``"all"`` rows, as training mixes the languages)."""
+    table = summarise_tapo_evaluations(evaluations, training_metrics, [], baseline, task_dataset)
+    tasks = evaluations[evaluations["dataset"] == task_dataset]
+    languages = sorted(tasks["language"].unique())
+    if len(languages) < 2:
+        return table
+    untrained = training_metrics.iloc[:0]
+    parts = [table.assign(language="all")]
+    for language in languages:
+        rows = evaluations[evaluations["language"] == language]
+        part = summarise_tapo_evaluations(rows, untrained, [], baseline, task_dataset)
+        parts.append(part.assign(language=language))
+    out = pd.concat(parts, ignore_index=True)
+    order = {policy: i for i, policy in enumerate(table["policy"])}
+    out = out.sort_values("policy", key=lambda p: p.map(order), kind="stable")
+    first = ["policy", "language"]
+    return out[first + [c for c in out.columns if c not in first]].reset_index(drop=True)
 
 
 def training_reward_ends(trained: pd.DataFrame, window: int = 5) -> dict[str, float]:
@@ -134,32 +165,29 @@ def _paired_sampled_gains(
     synthetic: pd.DataFrame, unseen: pd.Series, baseline: str | None
 ) -> dict[str, dict[str, float]]:
     """policy -> {eval_reward_gain_<split>, eval_reward_gain_se_<split>}: the mean over
-    problems (joined on ``id``) of the policy's sampled translation + reasoning reward minus
-    the baseline's, and the standard error of that mean (sample std / sqrt(n), NaN for n < 2).
-    Pairing removes the between-problem spread that the two means share. Empty without
-    sampled columns, an ``id`` column or the baseline policy."""
+    problems (joined on ``id``, and ``language`` where there is one: a multilingual source's
+    id names one problem in every language) of the policy's sampled translation + reasoning
+    reward minus the baseline's, and the standard error of that mean (sample std / sqrt(n),
+    NaN for n < 2). Pairing removes the between-problem spread that the two means share.
+    Empty without sampled columns, an ``id`` column or the baseline policy."""
     needed = {"id", "sampled/reward/reasoning"}
     if baseline is None or not needed <= set(synthetic):
         return {}
     if baseline not in set(synthetic["policy"]):
         return {}
-    frame = pd.DataFrame(
-        {
-            "policy": synthetic["policy"],
-            "id": synthetic["id"],
-            "unseen": unseen,
-            "r": _sampled_eval_reward(synthetic),
-        }
+    keys = ["id", "language"] if "language" in synthetic else ["id"]
+    frame = synthetic[keys].assign(
+        policy=synthetic["policy"], unseen=unseen, r=_sampled_eval_reward(synthetic)
     )
-    base = frame[frame["policy"] == baseline].set_index("id")["r"]
+    base = frame[frame["policy"] == baseline].set_index(keys)["r"]
     out: dict[str, dict[str, float]] = {}
     for policy, rows in frame.groupby("policy", sort=False):
         if policy == baseline:
             continue
         out[policy] = {}
         for split, is_unseen in (("seen", False), ("unseen", True)):
-            part = rows[rows["unseen"] == is_unseen]
-            diff = (part.set_index("id")["r"] - base.reindex(part["id"])).dropna()
+            part = rows[rows["unseen"] == is_unseen].set_index(keys)["r"]
+            diff = (part - base.reindex(part.index)).dropna()
             n = len(diff)
             out[policy][f"eval_reward_gain_{split}"] = float(diff.mean()) if n else np.nan
             out[policy][f"eval_reward_gain_se_{split}"] = (

@@ -19,15 +19,19 @@ from creditflow.hooks import (  # noqa: E402
     PinnedVersionsHook,
     RunManifestHook,
 )
+from creditflow.task_sources import TaskSourceHook  # noqa: E402
 
 # Hooks are executed in a Last-In-First-Out (LIFO) order.
 # ParameterCheckHook last, so it runs first and fails a run before MLflow opens one;
-# PinnedVersionsHook fixes the run's dataset versions before any of them loads.
+# PinnedVersionsHook fixes the run's dataset versions before any of them loads;
+# TaskSourceHook puts tapo.tasks.source / tor.tasks.source under the task nodes' fixed input
+# names (README "Your own data") and fails a run whose source is unknown before pinning.
 HOOKS = (
     CredentialsHook(),
     RunManifestHook(),
     MlflowTrackingHook(),
     PinnedVersionsHook(),
+    TaskSourceHook(),
     ParameterCheckHook(),
 )
 

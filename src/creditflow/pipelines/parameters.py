@@ -110,7 +110,19 @@ def _supervised(name: str, defaults: Mapping[str, Any]) -> type[Block]:
 # --- tapo ------------------------------------------------------------------------------------
 
 
-class TapoTasks(Block):
+class TaskSourceFields(Block):
+    """``tasks.source`` (``synthetic`` or a catalog dataset's name, which
+    ``task_sources.TaskSourceHook`` checks against the catalog) and how a catalog source is
+    split (``creditflow.tasks.sources.split_by_problem_id``)."""
+
+    source: Annotated[str, Field(min_length=1)]
+    heldout_fraction: OpenFraction
+    split_seed: int
+    max_train_problems: Count | None
+    max_eval_problems: Count | None
+
+
+class TapoTasks(TaskSourceFields):
     languages: list[one_of(ALL_LANGUAGES, "language")] = Field(min_length=1)
     holdout_languages: list[str] = []
     n_train_per_language: Count
@@ -157,7 +169,7 @@ class TapoParams(Block):
 # --- tor -------------------------------------------------------------------------------------
 
 
-class TorTasks(Block):
+class TorTasks(TaskSourceFields):
     n_train: Count
     n_eval: Count
     image_size: Annotated[int, Field(ge=28)]  # two 14-px patches a side at least

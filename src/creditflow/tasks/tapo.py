@@ -861,11 +861,16 @@ EVALUATION_COLUMNS = ("dataset", "id", "language", "question", "question_en", "a
 
 
 def tapo_evaluation_problems(
-    synthetic: pd.DataFrame, mgsm: pd.DataFrame, mgsm_max_per_language: int
+    tasks: pd.DataFrame, mgsm: pd.DataFrame, mgsm_max_per_language: int, label: str = "synthetic"
 ) -> pd.DataFrame:
-    """The evaluation table: the synthetic problems (``dataset="synthetic"``), then the first
-    ``mgsm_max_per_language`` MGSM problems of each language (``dataset="mgsm"``), with
-    ``EVALUATION_COLUMNS``."""
-    capped = mgsm.groupby("language", sort=True).head(mgsm_max_per_language)
-    frames = [synthetic.assign(dataset="synthetic"), capped.assign(dataset="mgsm")]
+    """The evaluation table, with ``EVALUATION_COLUMNS``: the evaluation problems of the task
+    source (``dataset=label``: ``"synthetic"``, or a catalog source's name), then the first
+    ``mgsm_max_per_language`` MGSM problems of each language (``dataset="mgsm"``).
+
+    With ``label="mgsm"`` the task rows are MGSM's own held-out problems and are the MGSM
+    evaluation: no further MGSM rows are added, since those could have been trained on."""
+    frames = [tasks.assign(dataset=label)]
+    if label != "mgsm":
+        capped = mgsm.groupby("language", sort=True).head(mgsm_max_per_language)
+        frames.append(capped.assign(dataset="mgsm"))
     return pd.concat(frames, ignore_index=True)[list(EVALUATION_COLUMNS)]

@@ -11,7 +11,7 @@ from kedro.runner import SequentialRunner
 from matplotlib.figure import Figure
 
 from creditflow.datasets import CheckpointDirectoryDataset
-from creditflow.ingest import load_mgsm
+from creditflow.ingest import load_gsm8k, load_mgsm
 from creditflow.pipelines.comparison import configured_strategies
 from creditflow.pipelines.tapo import create_pipeline
 from tests.pipelines._params import TAPO_SMALLEST, deep_update, parameter_datasets
@@ -35,8 +35,16 @@ class KeptMemoryDataset(MemoryDataset):
         pass
 
 
-def _catalog(pipeline, params: dict, mgsm: pd.DataFrame, checkpoint_root: Path) -> DataCatalog:
-    datasets = {**parameter_datasets("tapo", params), "mgsm_problems": MemoryDataset(mgsm)}
+def _catalog(
+    pipeline, params: dict, mgsm: pd.DataFrame, checkpoint_root: Path, source=None
+) -> DataCatalog:
+    """``source``: what ``task_sources.TaskSourceHook`` puts under ``tapo_source_problems``
+    in a session (None for ``synthetic``, else the catalog source's table)."""
+    datasets = {
+        **parameter_datasets("tapo", params),
+        "mgsm_problems": MemoryDataset(mgsm),
+        "tapo_source_problems": MemoryDataset(source),
+    }
     for name in pipeline.all_outputs():
         # Models are kept by reference, as the style guide asks (no deep copies of nn.Modules).
         datasets[name] = KeptMemoryDataset(copy_mode="assign")
@@ -121,3 +129,85 @@ def test_tapo_pipeline_runs_end_to_end_and_resumes(tapo_params, shared_data, tmp
     pd.testing.assert_frame_equal(again, metrics)
     retrained = rerun.load("tapo_policy_tapo").state_dict()
     assert all(torch.equal(tapo[k], retrained[k]) for k in tapo)
+
+
+# A catalog source at the smallest sizes, without the SFT warm start (issue 13).
+CATALOG_SOURCE = {"sft": {"steps": 0}, "tasks": {"heldout_fraction": 0.25, "max_eval_problems": 2}}
+
+
+@pytest.mark.slow
+def test_tapo_trains_on_a_catalog_source_without_sft(tapo_params, shared_data, tmp_path):
+    """GSM8K train as the source (English only), ``sft.steps: 0``: training rows and held-out
+    rows are disjoint problem ids, the held-out rows are the evaluation (sampled as the
+    synthetic ones are), MGSM is still evaluated, and the table has today's columns."""
+    torch.set_num_threads(1)
+    params = deep_update(
+        tapo_params,
+        {**CATALOG_SOURCE, "tasks": {**CATALOG_SOURCE["tasks"], "source": "gsm8k_train_problems"}},
+    )
+    gsm8k = load_gsm8k(shared_data / "gsm8k", "train", max_rows=8)
+    mgsm = load_mgsm(shared_data / "mgsm", ["en", "de"], max_rows=1)
+    pipeline = create_pipeline()
+    catalog = _catalog(pipeline, params, mgsm, tmp_path / "ckpt", source=gsm8k)
+    SequentialRunner().run(pipeline, catalog)
+
+    train, held_out = catalog.load("tapo_train_tasks"), catalog.load("tapo_eval_tasks")
+    assert len(train) == 6 and len(held_out) == 2  # 8 ids, 25 % held out
+    assert not set(train["id"]) & set(held_out["id"])
+    assert (train["reasoning_en"] == "").all()  # no reasoning column: the answer format alone
+    # sft.steps 0: the warm start is the initial policy's weights.
+    initial, warm = catalog.load("tapo_initial_policy"), catalog.load("tapo_sft_policy")
+    assert all(torch.equal(v, warm.state_dict()[k]) for k, v in initial.state_dict().items())
+    assert len(catalog.load("tapo_sft_metrics")) == 0
+
+    results = catalog.load("tapo_results_tapo")
+    assert results.groupby("dataset").size().to_dict() == {"gsm8k_train_problems": 2, "mgsm": 2}
+    sampled = results["sampled/reward/reasoning"].notna()
+    assert sampled.tolist() == (results["dataset"] == "gsm8k_train_problems").tolist()
+    table = catalog.load("tapo_comparison")
+    assert table["policy"].tolist() == ["sft", *STRATEGIES]
+    assert "language" not in table.columns  # one language: one row per policy
+    for column in (
+        "accuracy_seen",
+        "chrf_seen",
+        "format_rate",
+        "mgsm_accuracy",
+        "eval_reward_seen",
+    ):
+        assert table[column].notna().all(), column
+    assert table["accuracy_unseen"].isna().all()  # every language of a catalog source is seen
+    assert len(catalog.load("tapo_tapo_metrics")) == 2
+
+
+@pytest.mark.slow
+def test_mgsm_as_the_source_is_its_own_evaluation_with_rows_per_language(
+    tapo_params, shared_data, tmp_path
+):
+    """MGSM split by problem id: a held-out id is evaluated in every language and is the
+    MGSM evaluation (no MGSM row that was trained on is evaluated); the table adds one row
+    per (policy, language)."""
+    torch.set_num_threads(1)
+    params = deep_update(
+        tapo_params,
+        {**CATALOG_SOURCE, "tasks": {**CATALOG_SOURCE["tasks"], "source": "mgsm_problems"}},
+    )
+    mgsm = load_mgsm(shared_data / "mgsm", ["en", "de", "zh"], max_rows=4)
+    pipeline = create_pipeline()
+    catalog = _catalog(pipeline, params, mgsm, tmp_path / "ckpt", source=mgsm)
+    SequentialRunner().run(pipeline, catalog)
+
+    train_ids = set(catalog.load("tapo_train_tasks")["id"])
+    results = catalog.load("tapo_results_sft")
+    assert set(results["dataset"]) == {"mgsm"}
+    assert len(results) == 3  # one held-out id (of 4) in 3 languages
+    assert not set(results["id"]) & train_ids
+    table = catalog.load("tapo_comparison")
+    assert table.columns[:2].tolist() == ["policy", "language"]
+    assert table.loc[table["policy"] == "sft", "language"].tolist() == ["all", "de", "en", "zh"]
+    assert len(table) == 4 * (1 + len(STRATEGIES))
+    overall = table[table["language"] == "all"].set_index("policy")
+    # The held-out MGSM rows are both the task rows (seen) and the MGSM evaluation.
+    assert (overall["mgsm_accuracy"] == overall["accuracy_seen"]).all()
+    per_language = table[table["language"] != "all"]
+    assert per_language["train_sign_conflict_rate"].isna().all()
+    assert overall.loc[list(STRATEGIES), "train_sign_conflict_rate"].notna().all()

@@ -52,9 +52,14 @@ class KeptMemoryDataset(MemoryDataset):
         pass
 
 
-def _catalog(pipeline, params: dict, real: dict[str, pd.DataFrame], root: Path) -> DataCatalog:
+def _catalog(
+    pipeline, params: dict, real: dict[str, pd.DataFrame], root: Path, source=None
+) -> DataCatalog:
+    """``source``: what ``task_sources.TaskSourceHook`` puts under ``tor_source_problems`` in
+    a session (None for ``synthetic``, else the catalog source's table)."""
     datasets = parameter_datasets("tor", params)
     datasets.update({name: MemoryDataset(frame) for name, frame in real.items()})
+    datasets["tor_source_problems"] = MemoryDataset(source)
     for name in pipeline.all_outputs():
         datasets[name] = KeptMemoryDataset(copy_mode="assign")  # models by reference
     datasets["tor_sft_checkpoints"] = CheckpointDirectoryDataset(str(root / "sft"))
@@ -74,9 +79,14 @@ def test_tor_pipeline_runs_end_to_end(tor_params, shared_data, tmp_path):
         .reset_index(drop=True),
     }
     pipeline = create_pipeline()
-    assert pipeline.inputs() == {"params:tor", "tabmwp_problems", "mathvision_problems"} | {
-        f"tor_checkpoints_{s}" for s in STRATEGIES
-    } | {f"params:tor.strategies.{s}" for s in STRATEGIES} | {"tor_sft_checkpoints"}
+    assert pipeline.inputs() == {
+        "params:tor",
+        "tor_source_problems",
+        "tabmwp_problems",
+        "mathvision_problems",
+    } | {f"tor_checkpoints_{s}" for s in STRATEGIES} | {
+        f"params:tor.strategies.{s}" for s in STRATEGIES
+    } | {"tor_sft_checkpoints"}
     catalog = _catalog(pipeline, tor_params, real, tmp_path / "ckpt")
     SequentialRunner().run(pipeline, catalog)
 
@@ -125,6 +135,36 @@ def test_tor_pipeline_runs_end_to_end(tor_params, shared_data, tmp_path):
     assert all(catalog.load(f"tor_policy_{s}") is not sft_model for s in STRATEGIES)
     checkpoints = sorted((tmp_path / "ckpt" / "tor").glob("*/step-*"))
     assert [p.name for p in checkpoints] == ["step-000001", "step-000002"]
+
+
+@pytest.mark.slow
+def test_tor_trains_on_tabmwp_as_its_source(tor_params, shared_data, tmp_path):
+    """TabMWP as the source (issue 13), split by problem id: the held-out TabMWP rows are the
+    TabMWP evaluation (no trained-on row is evaluated), MATH-Vision is still evaluated, and
+    the table has today's columns."""
+    torch.set_num_threads(1)
+    tasks = {"source": "tabmwp_problems", "heldout_fraction": 0.25, "max_eval_problems": 2}
+    params = deep_update(tor_params, {"tasks": tasks})
+    tabmwp = load_tabmwp(shared_data / "tabmwp_numeric300", max_rows=8)
+    real = {
+        "tabmwp_problems": tabmwp,
+        "mathvision_problems": load_mathvision(shared_data / "mathvision_testmini", max_rows=2),
+    }
+    pipeline = create_pipeline()
+    catalog = _catalog(pipeline, params, real, tmp_path / "ckpt", source=tabmwp)
+    SequentialRunner().run(pipeline, catalog)
+
+    train, held_out = catalog.load("tor_train_tasks"), catalog.load("tor_eval_tasks")
+    assert len(train) == 6 and len(held_out) == 2
+    assert not set(train["id"]) & set(held_out["id"])
+    results = catalog.load("tor_results_tor")
+    assert results.groupby("dataset").size().to_dict() == {"mathvision": 2, "tabmwp": 2}
+    assert set(results.loc[results["dataset"] == "tabmwp", "id"]) == set(held_out["id"])
+    table = catalog.load("tor_comparison")
+    assert table["policy"].tolist() == ["sft", *STRATEGIES]
+    assert table[["n_synthetic", "n_tabmwp", "n_mathvision"]].iloc[0].tolist() == [0, 2, 2]
+    assert table[["accuracy_tabmwp", "accuracy_mathvision"]].notna().all().all()
+    assert len(catalog.load("tor_tor_metrics")) == 2
 
 
 def test_choice_question_lists_the_options_by_letter():

@@ -8,9 +8,16 @@ from typing import Any
 import pandas as pd
 from matplotlib.figure import Figure
 
+from creditflow.ingest.task_sources import math_text_problems
 from creditflow.models import load_policy, load_tokenizer, train_bpe_tokenizer
 from creditflow.pipelines.comparison import labelled_tables
-from creditflow.reporting import metrics_frame, plot_reward_curves, summarise_tapo_evaluations
+from creditflow.reporting import (
+    metrics_frame,
+    plot_reward_curves,
+    summarise_tapo_by_language,
+    summarise_tapo_evaluations,
+)
+from creditflow.tasks.sources import SYNTHETIC, evaluation_label, split_by_problem_id, split_options
 from creditflow.tasks.tapo import (
     format_tapo_target,
     generate_tapo_problems,
@@ -30,20 +37,24 @@ from creditflow.training.threads import torch_threads
 
 logger = logging.getLogger(__name__)
 
+# The real evaluation set the evaluation node reads, by its label in the result tables: with
+# that table as tapo.tasks.source, its held-out rows are the set's evaluation.
+BENCHMARKS = {"mgsm": "mgsm_problems"}
 
-def build_tapo_tasks(params: dict[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Seeded multilingual problems: training rows without the held-out language(s), and an
-    evaluation set (a different seed) over every language, held-out ones included."""
+
+def build_tapo_tasks(
+    tapo_source_problems: pd.DataFrame | None, params: dict[str, Any]
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Training and evaluation problems from ``tasks.source``. ``synthetic``: seeded
+    multilingual problems, training rows without the held-out language(s), and an evaluation
+    set (a different seed) over every language. A catalog dataset (``tapo_source_problems``,
+    put there by ``task_sources.TaskSourceHook``): its rows checked against the math-text
+    schema and split by problem id, the held-out ids being the evaluation set."""
     tasks = params["tasks"]
-    common = {"max_operand": tasks["max_operand"], "operations": tasks["operations"]}
-    train_all = generate_tapo_problems(
-        tasks["n_train_per_language"], tasks["languages"], seed=params["seed"], **common
-    )
-    train, _ = split_by_language(train_all, tasks["holdout_languages"])
-    evaluation = generate_tapo_problems(
-        tasks["n_eval_per_language"], tasks["languages"], seed=params["seed"] + 10_000, **common
-    )
-    return train.reset_index(drop=True), evaluation
+    if tasks["source"] == SYNTHETIC:
+        return _synthetic_tasks(params)
+    problems = math_text_problems(tapo_source_problems, tasks["source"])
+    return split_by_problem_id(problems, **split_options(tasks))
 
 
 def train_tapo_tokenizer(tapo_train_tasks: pd.DataFrame, params: dict[str, Any]):
@@ -123,13 +134,16 @@ def evaluate_tapo_policy(
     mgsm_problems: pd.DataFrame,
     params: dict[str, Any],
 ) -> pd.DataFrame:
-    """Greedy completions on the synthetic evaluation set and (capped) MGSM, scored with the
-    training rewards, one row per problem; the synthetic rows also get
-    ``sampled/reward/<name>`` (``evaluation.samples_per_problem`` completions sampled as in
-    training, from a seed every policy shares)."""
+    """Greedy completions on the evaluation problems of ``tasks.source`` (``dataset``: its
+    label, ``_task_label``) and (capped) MGSM, scored with the training rewards, one row per
+    problem; the source's rows also get ``sampled/reward/<name>``
+    (``evaluation.samples_per_problem`` completions sampled as in training, from a seed every
+    policy shares). With ``mgsm_problems`` as the source its held-out rows are the MGSM
+    evaluation: no other MGSM row is evaluated (the rest were trained on)."""
     evaluation, sampling = params["evaluation"], params["grpo"]
+    label = _task_label(params)
     problems = tapo_evaluation_problems(
-        tapo_eval_tasks, mgsm_problems, evaluation["mgsm_max_per_language"]
+        tapo_eval_tasks, mgsm_problems, evaluation["mgsm_max_per_language"], label
     )
     with torch_threads(params["torch_threads"]):
         return evaluate_text_problems(
@@ -141,7 +155,7 @@ def evaluate_tapo_policy(
             max_new_tokens=evaluation["max_new_tokens"],
             batch_size=evaluation["batch_size"],
             samples_per_problem=evaluation.get("samples_per_problem", 0),
-            sampled_rows=problems["dataset"] == "synthetic",
+            sampled_rows=problems["dataset"] == label,
             temperature=sampling.get("temperature", 1.0),
             top_p=sampling.get("top_p", 1.0),
             seed=params["seed"],
@@ -153,12 +167,36 @@ def compare_tapo_strategies(
 ) -> tuple[pd.DataFrame, Figure]:
     """The comparison table (accuracy on seen/unseen languages and MGSM, chrF++, format rate,
     gains over the warm start, sign-conflict rate in training) and the reward curves.
-    ``tables``: ``results/<strategy>`` and ``metrics/<strategy>`` of every strategy."""
+    ``tables``: ``results/<strategy>`` and ``metrics/<strategy>`` of every strategy. With a
+    catalog source every language is seen, and a multilingual source adds one row per
+    (policy, language) (``reporting.summarise_tapo_by_language``)."""
     evaluations, metrics = labelled_tables(params["strategies"], tapo_results_sft, tables)
-    table = summarise_tapo_evaluations(evaluations, metrics, params["tasks"]["holdout_languages"])
+    if params["tasks"]["source"] == SYNTHETIC:
+        holdout = params["tasks"]["holdout_languages"]
+        table = summarise_tapo_evaluations(evaluations, metrics, holdout)
+    else:
+        table = summarise_tapo_by_language(evaluations, metrics, _task_label(params))
     logger.info("TAPO comparison:\n%s", table.to_string(index=False))
     curves = ["reward/total", "reward/reasoning", "reward/translation", "reward/format"]
     return table, plot_reward_curves(metrics, curves)
+
+
+def _synthetic_tasks(params: dict[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    tasks = params["tasks"]
+    common = {"max_operand": tasks["max_operand"], "operations": tasks["operations"]}
+    train_all = generate_tapo_problems(
+        tasks["n_train_per_language"], tasks["languages"], seed=params["seed"], **common
+    )
+    train, _ = split_by_language(train_all, tasks["holdout_languages"])
+    evaluation = generate_tapo_problems(
+        tasks["n_eval_per_language"], tasks["languages"], seed=params["seed"] + 10_000, **common
+    )
+    return train.reset_index(drop=True), evaluation
+
+
+def _task_label(params: dict[str, Any]) -> str:
+    """The ``dataset`` value of the task source's rows in the evaluation tables."""
+    return evaluation_label(params["tasks"]["source"], BENCHMARKS)
 
 
 def _sft_targets(tasks: pd.DataFrame) -> list[str]:

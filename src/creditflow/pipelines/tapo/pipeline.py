@@ -1,5 +1,9 @@
 """``tapo``: tasks -> tokenizer -> policy -> SFT warm start -> GRPO per strategy -> evaluation.
 
+The tasks come from ``tapo.tasks.source``: the synthetic generators, or a catalog dataset of
+the math-text schema, read through the fixed input ``tapo_source_problems``
+(``creditflow.task_sources``: Kedro builds the pipeline before it reads ``--params``).
+
 Every strategy listed under ``tapo.strategies`` in ``conf/base/parameters_tapo.yml`` trains
 from the same warm start with the same seed and budget; only the credit assignment differs.
 Each is ``comparison.strategy_template`` in its own namespace (``grpo_sum``,
@@ -15,6 +19,7 @@ from kedro.pipeline import Node, Pipeline
 
 from creditflow.pipelines.comparison import comparison_pipeline, configured_strategies
 from creditflow.pipelines.tapo import nodes
+from creditflow.task_sources import TASK_SOURCES
 
 PARAMS = "params:tapo"
 EVALUATION_INPUTS = ["tapo_tokenizer", "tapo_eval_tasks", "mgsm_problems", PARAMS]
@@ -27,7 +32,7 @@ def create_pipeline(strategies: Sequence[str] | None = None, **kwargs) -> Pipeli
         [
             Node(
                 nodes.build_tapo_tasks,
-                PARAMS,
+                [TASK_SOURCES["tapo"].dataset, PARAMS],
                 ["tapo_train_tasks", "tapo_eval_tasks"],
                 name="build_tapo_tasks",
             ),

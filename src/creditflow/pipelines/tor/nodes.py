@@ -11,6 +11,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from PIL import Image
 
+from creditflow.ingest.task_sources import visual_problems
 from creditflow.models import (
     ImageOnlyQwen2_5_VLProcessor,
     build_tiny_processor,
@@ -20,6 +21,7 @@ from creditflow.models import (
 from creditflow.pipelines.comparison import labelled_tables
 from creditflow.pipelines.tor.report import summarise_tor_runs
 from creditflow.reporting import metrics_frame, plot_reward_curves
+from creditflow.tasks.sources import SYNTHETIC, evaluation_label, split_by_problem_id, split_options
 from creditflow.tasks.tor import format_tor_target, generate_tor_problems, tor_prompt
 from creditflow.training.checkpoint import CheckpointStore
 from creditflow.training.config import ConfigError
@@ -35,21 +37,25 @@ logger = logging.getLogger(__name__)
 
 # MATH-Vision questions point at their figure with "<image1>"; the image is the prompt's own.
 _IMAGE_TAG = re.compile(r"\s*<image\d*>\s*")
+# The real evaluation sets the evaluation node reads, by their label in the result tables:
+# with one of those tables as tor.tasks.source, its held-out rows are the set's evaluation.
+BENCHMARKS = {"tabmwp": "tabmwp_problems", "mathvision": "mathvision_problems"}
 
 
-def build_tor_tasks(params: dict[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Seeded synthetic visual problems: a training set and a held-out evaluation set (another
-    seed, with any picture that also occurs in training dropped)."""
+def build_tor_tasks(
+    tor_source_problems: pd.DataFrame | None, params: dict[str, Any]
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Training and evaluation problems from ``tasks.source``. ``synthetic``: seeded visual
+    problems, a training set and a held-out evaluation set (another seed, with any picture
+    that also occurs in training dropped). A catalog dataset (``tor_source_problems``, put
+    there by ``task_sources.TaskSourceHook``): its rows checked against the visual schema,
+    questions worded as the policy reads them (``choice_question``), split by problem id."""
     tasks = params["tasks"]
-    common = {
-        "image_size": tasks["image_size"],
-        "kinds": tasks["kinds"],
-        "max_number": tasks["max_number"],
-    }
-    train = generate_tor_problems(tasks["n_train"], seed=params["seed"], **common)
-    evaluation = generate_tor_problems(tasks["n_eval"], seed=params["seed"] + 10_000, **common)
-    evaluation = evaluation[~evaluation["spec"].isin(set(train["spec"]))]
-    return train, evaluation.reset_index(drop=True)
+    if tasks["source"] == SYNTHETIC:
+        return _synthetic_tasks(params)
+    problems = visual_problems(tor_source_problems, tasks["source"])
+    problems["question"] = _policy_questions(problems)
+    return split_by_problem_id(problems, **split_options(tasks))
 
 
 def train_tor_tokenizer(tor_train_tasks: pd.DataFrame, params: dict[str, Any]):
@@ -130,12 +136,16 @@ def evaluate_tor_policy(
     mathvision_problems: pd.DataFrame,
     params: dict[str, Any],
 ) -> pd.DataFrame:
-    """Greedy answers on the held-out synthetic problems, TabMWP (question + table image) and
-    MATH-Vision testmini (choices in the prompt, letters compared through the boxed answer),
-    the real sets capped; one row per problem."""
+    """Greedy answers on the held-out problems of ``tasks.source`` (``dataset``: its label,
+    ``synthetic`` or the source's name), TabMWP (question + table image) and MATH-Vision
+    testmini (choices in the prompt, letters compared through the boxed answer), the real sets
+    capped; one row per problem. With ``tabmwp_problems`` or ``mathvision_problems`` as the
+    source its held-out rows are that set's evaluation: no other row of it is evaluated (the
+    rest were trained on)."""
     evaluation = params["evaluation"]
+    label = evaluation_label(params["tasks"]["source"], BENCHMARKS)
     problems, prompts = _evaluation_problems(
-        tor_eval_tasks, tabmwp_problems, mathvision_problems, evaluation
+        tor_eval_tasks, label, tabmwp_problems, mathvision_problems, evaluation
     )
     with torch_threads(params["torch_threads"]):
         scored = evaluate_vl_policy(
@@ -185,33 +195,32 @@ def choice_question(question: str, choices: list[str]) -> str:
 
 
 def _evaluation_problems(
-    synthetic: pd.DataFrame,
+    tasks: pd.DataFrame,
+    label: str,
     tabmwp: pd.DataFrame,
     mathvision: pd.DataFrame,
     evaluation: dict[str, Any],
 ) -> tuple[pd.DataFrame, list[tuple[str, bytes | Image.Image]]]:
-    """The evaluation table (dataset, id, prompt text, answer) and its (text, image) prompts."""
+    """The evaluation table (dataset, id, prompt text, answer) and its (text, image) prompts:
+    the task rows labelled ``label``, then each real set that is not the task source."""
     real = [
-        _real_problems(tabmwp, "tabmwp", evaluation["tabmwp_max"]),
-        _real_problems(mathvision, "mathvision", evaluation["mathvision_max"]),
+        _real_problems(frame, dataset, evaluation[f"{dataset}_max"])
+        for dataset, frame in (("tabmwp", tabmwp), ("mathvision", mathvision))
+        if dataset != label
     ]
-    synthetic = synthetic.assign(dataset="synthetic", prompt=synthetic["question"])
+    tasks = tasks.assign(dataset=label, prompt=tasks["question"])
     columns = ["dataset", "id", "prompt", "answer"]
-    problems = pd.concat([synthetic[columns], *(r[columns] for r in real)], ignore_index=True)
-    images = list(synthetic["image_png"]) + [p for r in real for p in r["image_path"]]
+    problems = pd.concat([tasks[columns], *(r[columns] for r in real)], ignore_index=True)
+    images = _task_images(tasks) + [_image(p) for r in real for p in r["image_path"]]
     prompts = [
-        (tor_prompt(text), _image(image))
-        for text, image in zip(problems["prompt"], images, strict=True)
+        (tor_prompt(text), image) for text, image in zip(problems["prompt"], images, strict=True)
     ]
     return problems, prompts
 
 
 def _real_problems(problems: pd.DataFrame, dataset: str, cap: int) -> pd.DataFrame:
     head = problems.head(cap)
-    prompts = [
-        choice_question(q, list(c)) for q, c in zip(head["question"], head["choices"], strict=True)
-    ]
-    return head.assign(dataset=dataset, prompt=prompts)
+    return head.assign(dataset=dataset, prompt=_policy_questions(head))
 
 
 def _image(image: bytes | str) -> bytes | Image.Image:
@@ -222,9 +231,36 @@ def _image(image: bytes | str) -> bytes | Image.Image:
         return opened.convert("RGB")
 
 
-def _train_prompts(tasks: pd.DataFrame) -> list[tuple[str, bytes]]:
+def _train_prompts(tasks: pd.DataFrame) -> list[tuple[str, bytes | Image.Image]]:
+    images = _task_images(tasks)
+    return [(tor_prompt(q), image) for q, image in zip(tasks["question"], images, strict=True)]
+
+
+def _task_images(tasks: pd.DataFrame) -> list[bytes | Image.Image]:
+    """The pictures of task rows: synthetic rows carry PNG bytes (``image_png``), a catalog
+    source's rows a file (``image_path``)."""
+    if "image_png" in tasks:
+        return list(tasks["image_png"])
+    return [_image(path) for path in tasks["image_path"]]
+
+
+def _synthetic_tasks(params: dict[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    tasks = params["tasks"]
+    common = {
+        "image_size": tasks["image_size"],
+        "kinds": tasks["kinds"],
+        "max_number": tasks["max_number"],
+    }
+    train = generate_tor_problems(tasks["n_train"], seed=params["seed"], **common)
+    evaluation = generate_tor_problems(tasks["n_eval"], seed=params["seed"] + 10_000, **common)
+    evaluation = evaluation[~evaluation["spec"].isin(set(train["spec"]))]
+    return train, evaluation.reset_index(drop=True)
+
+
+def _policy_questions(problems: pd.DataFrame) -> list[str]:
     return [
-        (tor_prompt(q), png) for q, png in zip(tasks["question"], tasks["image_png"], strict=True)
+        choice_question(q, list(c))
+        for q, c in zip(problems["question"], problems["choices"], strict=True)
     ]
 
 

@@ -1,6 +1,10 @@
 """``tor``: tasks -> processor -> VL policy -> SFT warm start -> GRPO per token-weight strategy
 -> evaluation (synthetic, TabMWP, MATH-Vision) -> comparison.
 
+The tasks come from ``tor.tasks.source``: the synthetic generators, or a catalog dataset of
+the visual schema, read through the fixed input ``tor_source_problems``
+(``creditflow.task_sources``: Kedro builds the pipeline before it reads ``--params``).
+
 Every strategy listed under ``tor.strategies`` in ``conf/base/parameters_tor.yml`` trains from
 the same warm start with the same seed and budget; only the token weights differ: plain GRPO
 (``uniform``), ToR with the paper's defaults (``tor``) and its ablations. Each is
@@ -17,6 +21,7 @@ from kedro.pipeline import Node, Pipeline
 
 from creditflow.pipelines.comparison import comparison_pipeline, configured_strategies
 from creditflow.pipelines.tor import nodes
+from creditflow.task_sources import TASK_SOURCES
 
 PARAMS = "params:tor"
 EVALUATION_INPUTS = [
@@ -35,7 +40,7 @@ def create_pipeline(strategies: Sequence[str] | None = None, **kwargs) -> Pipeli
         [
             Node(
                 nodes.build_tor_tasks,
-                PARAMS,
+                [TASK_SOURCES["tor"].dataset, PARAMS],
                 ["tor_train_tasks", "tor_eval_tasks"],
                 name="build_tor_tasks",
             ),

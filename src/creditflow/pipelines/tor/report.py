@@ -34,16 +34,18 @@ def summarise_tor_runs(
     """One row per policy (the warm start, then each strategy).
 
     Columns: ``accuracy_<set>`` (mean ``reward/reasoning`` of the greedy answers) and
-    ``n_<set>`` per evaluation set; for GRPO-trained policies the training reward over
+    ``n_<set>`` per evaluation set (``EVALUATION_SETS``, then any other ``dataset`` of the
+    evaluations: a catalog task source's held-out rows, by its name); for GRPO-trained policies the training reward over
     the first / last 5 steps and the per-step means of ``TRAINING_COLUMNS`` (NaN where a strategy
     does not report one, e.g. selection statistics for ``uniform``), and
     ``step_overhead_vs_uniform``: the mean step time relative to the ``baseline`` run's, minus 1.
     """
+    others = sorted(set(evaluations["dataset"]) - set(EVALUATION_SETS))
     rows = []
     for policy in evaluations["policy"].drop_duplicates():
         evaluated = evaluations[evaluations["policy"] == policy]
         row: dict[str, object] = {"policy": policy}
-        for name in EVALUATION_SETS:
+        for name in (*EVALUATION_SETS, *others):
             scores = evaluated.loc[evaluated["dataset"] == name, "reward/reasoning"]
             row[f"accuracy_{name}"] = scores.mean()
             row[f"n_{name}"] = len(scores)

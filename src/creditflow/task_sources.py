@@ -1,0 +1,145 @@
+"""Task sources from the catalog (issue 13): ``tapo.tasks.source`` and ``tor.tasks.source``.
+
+Kedro builds the pipelines before it reads ``--params``, so a parameter cannot choose a
+node's input. The task-building nodes therefore read one fixed input each (:data:`TASK_SOURCES`:
+``tapo_source_problems``, ``tor_source_problems``), and :class:`TaskSourceHook` puts under
+that name, when the catalog is created:
+
+- for ``source: synthetic`` (the default): a MemoryDataset holding None; the node then runs
+  the seeded generators;
+- for any other value: the catalog dataset of that name, the same object (so versioning,
+  ``--load-versions`` and the run's version pinning apply to it as to the name itself).
+
+A source must declare its schema in its catalog entry, ``metadata: {task_schema: math_text}``
+(tapo) or ``{task_schema: visual}`` (tor): that is how a name is known to be a task dataset
+before anything loads, and how an unknown name's error lists the ones there are. The rows are
+checked against the schema when the node loads them (:mod:`creditflow.ingest.task_sources`).
+
+A bad source fails only runs that read it, before their first node: the hook records the
+problem when the catalog is created and raises it from ``before_pipeline_run``.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kedro.framework.hooks import hook_impl
+from kedro.io import AbstractVersionedDataset, CatalogProtocol, MemoryDataset
+from kedro.pipeline import Pipeline
+
+SYNTHETIC = "synthetic"  # = creditflow.tasks.sources.SYNTHETIC (not imported: pandas, numpy)
+SCHEMA_KEY = "task_schema"  # the catalog entry's metadata key naming its task schema
+
+
+@dataclass(frozen=True)
+class TaskSource:
+    """The fixed node input a parameter group's ``tasks.source`` fills, and the task schema
+    (``creditflow.ingest.schemas``: ``math_text``, ``visual``) its datasets follow."""
+
+    dataset: str
+    schema: str
+
+
+TASK_SOURCES: Mapping[str, TaskSource] = {
+    "tapo": TaskSource("tapo_source_problems", "math_text"),
+    "tor": TaskSource("tor_source_problems", "visual"),
+}
+
+
+def task_datasets(conf_catalog: Mapping[str, Any], schema: str) -> list[str]:
+    """The catalog entries whose ``metadata`` declares ``task_schema: <schema>``, sorted.
+
+    >>> task_datasets({"a": {"metadata": {"task_schema": "visual"}}, "b": {}}, "visual")
+    ['a']
+    """
+    return sorted(
+        name
+        for name, entry in conf_catalog.items()
+        if isinstance(entry, Mapping)
+        and isinstance(entry.get("metadata"), Mapping)
+        and entry["metadata"].get(SCHEMA_KEY) == schema
+    )
+
+
+def source_problem(group: str, source: Any, conf_catalog: Mapping[str, Any]) -> str | None:
+    """Why ``<group>.tasks.source = source`` cannot be used, or None when it can."""
+    schema = TASK_SOURCES[group].schema
+    if not isinstance(source, str):
+        return None  # a type error: the parameter schema reports it (ParameterCheckHook)
+    if source == SYNTHETIC:
+        return None
+    valid = task_datasets(conf_catalog, schema)
+    if source in valid:
+        return None
+    listed = f"`{SYNTHETIC}` or one of the catalog's {schema} datasets: {', '.join(valid)}"
+    declare = (
+        f"a dataset of your own becomes a source with `metadata: {{{SCHEMA_KEY}: {schema}}}` "
+        "in its catalog entry (README 'Your own data')"
+    )
+    if source in conf_catalog:
+        return (
+            f"{group}.tasks.source: `{source}` is in the catalog but its entry does not declare "
+            f"`metadata: {{{SCHEMA_KEY}: {schema}}}`; use {listed}; {declare}"
+        )
+    guess = difflib.get_close_matches(source, valid, n=1, cutoff=0.6)
+    hint = f" (did you mean `{guess[0]}`?)" if guess else ""
+    return f"{group}.tasks.source: no catalog dataset `{source}`{hint}; use {listed}; {declare}"
+
+
+class TaskSourceHook:
+    """Registers each comparison's task source under its fixed input name (module docstring);
+    fails a run that reads a source that is unknown, or versioned and never saved, before its
+    first node."""
+
+    def __init__(self) -> None:
+        self._problems: dict[str, str] = {}  # input name -> what is wrong with its source
+        self._sources: dict[str, str] = {}  # input name -> the catalog dataset it stands for
+
+    @hook_impl
+    def after_catalog_created(
+        self,
+        catalog: CatalogProtocol,
+        conf_catalog: dict[str, Any],
+        parameters: dict[str, Any],
+    ) -> None:
+        self._problems, self._sources = {}, {}
+        tree = parameters.get("parameters") or {}
+        for group, spec in TASK_SOURCES.items():
+            if not isinstance(tree.get(group), Mapping):
+                continue  # this project (or env) has no such group
+            source = (tree[group].get("tasks") or {}).get("source", SYNTHETIC)
+            problem = source_problem(group, source, conf_catalog)
+            if problem is not None:
+                self._problems[spec.dataset] = problem
+            elif source == SYNTHETIC or not isinstance(source, str):
+                catalog[spec.dataset] = MemoryDataset(None)
+            else:
+                catalog[spec.dataset] = catalog.get(source)
+                self._sources[spec.dataset] = source
+
+    @hook_impl
+    def before_pipeline_run(self, pipeline: Pipeline, catalog: CatalogProtocol) -> None:
+        from kedro.io.core import VersionNotFoundError  # noqa: PLC0415
+
+        from creditflow.hooks import MissingInputsError  # noqa: PLC0415
+        from creditflow.training.config import ConfigError  # noqa: PLC0415 - imports torch
+
+        inputs = pipeline.inputs()
+        problems = [problem for name, problem in self._problems.items() if name in inputs]
+        if problems:
+            raise ConfigError("\n".join(problems))
+        for name, source in self._sources.items():
+            dataset = catalog.get(name) if name in inputs else None
+            if not isinstance(dataset, AbstractVersionedDataset):
+                continue
+            try:
+                dataset.resolve_load_version()
+            except VersionNotFoundError as error:
+                raise MissingInputsError(
+                    f"the task source `{source}` ({name}) has no saved version yet: run the "
+                    "pipeline that saves it first (`kedro run --pipelines data_ingest` for the "
+                    "ingested tables)"
+                ) from error
