@@ -93,12 +93,23 @@ def test_node_rejects_bad_parameters(params: dict) -> None:
 def test_catalog_declares_every_output_as_a_versioned_primary_parquet(project_root: Path) -> None:
     catalog = _conf(project_root, "catalog")
     assert create_pipeline().outputs() == set(EXPECTED)
+    # The tables tapo / tor can train on declare their task schema (creditflow.task_sources);
+    # gsm8k_test_problems does not: its lines 0-249 are MGSM's English source.
+    task_schemas = {
+        "mgsm_problems": "math_text",
+        "gsm8k_train_problems": "math_text",
+        "mathvision_problems": "visual",
+        "tabmwp_problems": "visual",
+    }
     for name in EXPECTED:
-        assert catalog[name] == {
+        entry = dict(catalog[name])
+        metadata = entry.pop("metadata", None)
+        assert entry == {
             "type": "pandas.ParquetDataset",
             "filepath": f"data/03_primary/{name}.parquet",
             "versioned": True,
         }
+        assert metadata == ({"task_schema": task_schemas[name]} if name in task_schemas else None)
 
 
 def test_versioned_catalog_entry_saves_and_loads(
