@@ -126,6 +126,23 @@ PROBES = [
     ("reranker_pretrain.model.n_heads", 5, r"reranker_pretrain.model: d_model \(32\) must be"),
     ("reranker_pretrain.features.exclude", ["clicks"], r"unknown feature 'clicks'"),
     ("reranker_pretrain.rerankers", {"yaug": {"use_exp_scores": True}}, r"must define \['click'"),
+    (
+        "annotation.click_model.quality_weight",
+        1.0,
+        r"annotation.click_model: unknown key `quality_weight` \(did you mean `quality`",
+    ),
+    ("annotation.click_model.exposure_depth", [5, 3], r"exposure_depth must be \(lo, hi\)"),
+    ("annotation.logging_ranker.noise", -1.0, r"annotation.logging_ranker: noise must be >= 0"),
+    ("reranker_eval.ab.method", "mc", r"reranker_eval.ab.method: unknown A/B method 'mc'"),
+    ("reranker_eval.ab.sweep.quality_weights", [], r"reranker_eval.ab.sweep.quality_weights"),
+    ("reranker_grpo.reward.r_old", "clicks", r"unknown r_old source 'clicks'"),
+    ("reranker_grpo.reward.feedback", "online", r"unknown feedback mode 'online'"),
+    ("reranker_grpo.reward.gain_mode", "linear", r"unknown gain mode 'linear'"),
+    (
+        "reranker_pretrain.rerankers.extra",
+        {"use_exp_scores": True},
+        r"rerankers \['extra'\] are not trained",
+    ),
 ]
 
 

@@ -268,3 +268,45 @@ def plot_metrics_by_band(
     # Above the panels, not inside one: bars fill every panel's height.
     figure.legend(handles, labels, loc="outside upper center", ncols=len(names), fontsize="small")
     return figure
+
+
+def plot_sweep(
+    sweep: pd.DataFrame,
+    field: str,
+    columns: Sequence[str],
+    bands: Sequence[str] = ("all", "tail"),
+    group: str = "ranker",
+    mark: float | None = None,
+) -> Figure:
+    """One panel per (band, metric column) of a sweep table (one row per ``field`` value,
+    ``group`` and ``band``): a line per ``group`` value against ``field``, with +-1 standard
+    error bars from ``<column>_se``, a dashed line at 0 and a dotted one at ``mark`` (e.g. the
+    default value of ``field``)."""
+    bands = [b for b in bands if b in set(sweep["band"])]
+    figure = Figure(figsize=(4.8 * len(columns), 3.4 * len(bands)), layout="constrained")
+    axes = figure.subplots(len(bands), len(columns), squeeze=False)
+    for row, band in enumerate(bands):
+        rows = sweep[sweep["band"] == band]
+        for ax, column in zip(axes[row], columns, strict=True):
+            for name, unsorted in rows.groupby(group, sort=False):
+                part = unsorted.sort_values(field)
+                errors = part[f"{column}_se"] if f"{column}_se" in part.columns else None
+                ax.errorbar(
+                    part[field],
+                    part[column],
+                    yerr=errors,
+                    marker="o",
+                    ms=3,
+                    capsize=2,
+                    linewidth=1,
+                    label=name,
+                )
+            ax.axhline(0.0, color="grey", linestyle="--", linewidth=0.8)
+            if mark is not None:
+                ax.axvline(mark, color="grey", linestyle=":", linewidth=0.8)
+            ax.set_xlabel(field)
+            ax.set_title(f"{column}, {band}")
+            ax.grid(alpha=0.3)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    figure.legend(handles, labels, loc="outside upper center", ncols=4, fontsize="small")
+    return figure

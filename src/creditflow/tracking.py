@@ -40,8 +40,9 @@ if TYPE_CHECKING:
 # (keys such as "reward/total"; a "step" key, text and NaN cells are not logged).
 StepCallback = Callable[[int, Mapping[str, Any]], None]
 
-# Saved datasets whose names end so are logged as artifacts: tables as CSV, plots as PNG.
-TABLE_SUFFIXES = ("_comparison", "_evaluation")
+# Saved datasets whose names end so are logged as artifacts: tables as CSV, plots as PNG
+# (``_ab`` / ``_sweep``: the simulated online A/B of the reranker chain and its sweep).
+TABLE_SUFFIXES = ("_comparison", "_evaluation", "_ab", "_sweep")
 PLOT_SUFFIXES = ("_plot", "_curves")
 ARTIFACT_SUFFIXES = TABLE_SUFFIXES + PLOT_SUFFIXES
 
@@ -250,10 +251,10 @@ def logging_steps(step_logger: StepLogger) -> Iterator[StepLogger]:
 def log_artifact(mlflow_client: MlflowClient, run_id: str, name: str, data: Any) -> list[str]:
     """Log the data saved as dataset ``name``; returns the artifact paths written.
 
-    A pandas DataFrame (a ``*_comparison`` / ``*_evaluation`` table) becomes ``<name>.csv``; a
-    plot (``*_plot`` / ``*_curves``: a matplotlib Figure, a PIL image or PNG bytes) becomes
-    ``<name>.png``, and a list or dict of them (as kedro-datasets' MatplotlibDataset saves)
-    ``<name>/<index or key>.png``.
+    A pandas DataFrame (a ``TABLE_SUFFIXES`` table, e.g. ``*_comparison``) becomes
+    ``<name>.csv``; a plot (``*_plot`` / ``*_curves``: a matplotlib Figure, a PIL image or PNG
+    bytes) becomes ``<name>.png``, and a list or dict of them (as kedro-datasets'
+    MatplotlibDataset saves) ``<name>/<index or key>.png``.
 
     Raises:
         ValueError: anything else, naming what is expected.

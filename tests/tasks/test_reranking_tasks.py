@@ -16,7 +16,9 @@ from creditflow.tasks.reranking import (
     QUALITY_DIMENSIONS,
     QUALITY_WEIGHTS,
     SESSION_COLUMNS,
-    LogBias,
+    ClickModel,
+    LoggingRanker,
+    candidate_response,
     frequency_bands,
     generate_catalogue,
     generate_sessions,
@@ -129,13 +131,15 @@ def test_session_lists_and_labels_are_consistent(catalogue, sessions):
     assert tuple(sessions.columns) == SESSION_COLUMNS
     assert sessions["session_id"].tolist() == list(range(3000))
     known = set(catalogue["item_id"])
-    depths = LogBias().exposure_depth
+    depths = ClickModel().exposure_depth
     for row in sessions.itertuples():
         assert len(set(row.candidates)) == 20 and set(row.candidates) <= known
         assert sorted(row.logged_order) == list(range(20))
         labels, clicks = np.array(row.labels), np.array(row.clicks)
         assert set(labels) <= {"C", "E", "U"}
         np.testing.assert_array_equal(clicks == 1, labels == "C")  # C iff clicked, so U never is
+        assert (np.array(row.long_views) <= clicks).all(), "a long view needs a click"
+        assert len(row.relevance) == 20 and all(0 <= r <= 1 for r in row.relevance)
         # Exposure is a prefix of the logged order: exposed candidates fill positions 0..depth-1.
         exposed_by_position = labels[row.logged_order] != "U"
         depth = exposed_by_position.sum()
@@ -235,6 +239,68 @@ def test_sessions_reject_bad_arguments(catalogue):
     with pytest.raises(ValueError, match="pool_size"):
         generate_sessions(catalogue, 5, 5, list_length=10, pool_size=5)
     with pytest.raises(ValueError, match="exposure_depth"):
-        LogBias(exposure_depth=(5, 3))
+        ClickModel(exposure_depth=(5, 3))
+    with pytest.raises(ValueError, match="position_bias"):
+        ClickModel(position_bias=-1.0)
+    with pytest.raises(ValueError, match="noise"):
+        LoggingRanker(noise=-0.1)
     with pytest.raises(ValueError, match="n_queries"):
         generate_sessions(catalogue, 0, 5)
+
+
+def test_click_model_position_weights_by_hand():
+    model = ClickModel(exposure_depth=(2, 4), position_bias=1.0)
+    # Depth uniform on {2, 3, 4}: P(depth > p) = 1, 1, 2/3, 1/3, 0 for p = 0..4; examination
+    # 1 / (p + 1).
+    np.testing.assert_allclose(model.exposure(5), [1, 1, 2 / 3, 1 / 3, 0])
+    np.testing.assert_allclose(model.examination(5), [1, 1 / 2, 1 / 3, 1 / 4, 1 / 5])
+    np.testing.assert_allclose(model.position_weights(5), [1, 1 / 2, 2 / 9, 1 / 12, 0])
+    # sigmoid(-0.5 + 1 * 1 + 1.2 * 0 + 0.2 * 0 + 1 * (1.0 - 0.5)) = sigmoid(1)
+    click = model.click_probability(np.array(1.0), np.array(0.0), np.array(0.0), np.array(1.0))
+    assert click == pytest.approx(1 / (1 + np.exp(-1.0)))
+    # sigmoid(-1 + 1 * 1 + 2 * 0) = 0.5
+    assert model.long_view_probability(np.array(1.0), np.array(0.5)) == pytest.approx(0.5)
+
+
+def test_click_model_from_params_and_replace():
+    model = ClickModel.from_params({"exposure_depth": [3, 5], "quality": 1.5})
+    assert model.exposure_depth == (3, 5) and model.quality == 1.5
+    assert model.replace(quality=0.0).quality == 0.0 and model.quality == 1.5
+    with pytest.raises(TypeError):
+        ClickModel.from_params({"quality_weight": 1.0})
+
+
+def test_long_views_follow_quality_and_logged_clicks_follow_the_click_model(catalogue, sessions):
+    click, long_view = candidate_response(sessions, catalogue, ClickModel())
+    assert click.shape == long_view.shape == (len(sessions), 20)
+    items = catalogue.set_index("item_id")
+    ids = np.concatenate(sessions["candidates"].to_numpy())
+    quality = items.loc[ids, "true_quality"].to_numpy()
+    clicked = np.concatenate(sessions["clicks"].to_numpy()) == 1
+    long_viewed = np.concatenate(sessions["long_views"].to_numpy()) == 1
+    # Among clicks, long views follow quality (weight 1 per sd) much more than clicks do.
+    assert spearmanr(long_viewed[clicked], quality[clicked]).statistic > 0.15
+    # The logged clicks are what the model predicts: expected vs observed click rate at the
+    # top logged position (always exposed and examined), over 3000 sessions.
+    top = np.array([row.logged_order[0] for row in sessions.itertuples()])
+    rows = np.arange(len(sessions))
+    observed = np.array([row.clicks[t] for row, t in zip(sessions.itertuples(), top, strict=True)])
+    assert observed.mean() == pytest.approx(click[rows, top].mean(), abs=0.03)
+    expected_long = (click * long_view)[rows, top].mean()
+    top_long = [row.long_views[t] for row, t in zip(sessions.itertuples(), top, strict=True)]
+    assert np.mean(top_long) == pytest.approx(expected_long, abs=0.03)
+
+
+def test_long_views_leave_the_logged_clicks_unchanged(catalogue):
+    # Long views draw from their own stream: with long views impossible the clicks are the same.
+    default = generate_sessions(catalogue, n_queries=10, n_sessions=40, list_length=8, seed=3)
+    never = generate_sessions(
+        catalogue,
+        n_queries=10,
+        n_sessions=40,
+        list_length=8,
+        seed=3,
+        click_model=ClickModel(long_view_intercept=-50.0),
+    )
+    assert default["clicks"].tolist() == never["clicks"].tolist()
+    assert all(sum(v) == 0 for v in never["long_views"])

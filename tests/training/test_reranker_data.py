@@ -13,10 +13,15 @@ from creditflow.rollout.reranker_policy import greedy_rankings
 from creditflow.tasks.reranking import generate_catalogue, generate_sessions
 from creditflow.training.config import checked_options
 from creditflow.training.reranker_data import (
+    LOGGED,
+    evaluate_pages,
     inputs_for,
+    pages_frame,
+    pages_from_frame,
     rankings_frame,
     rankings_from_frame,
     reranker_inputs,
+    serve_pages,
     session_exp_scores,
     split_sessions,
 )
@@ -140,3 +145,42 @@ def test_inputs_for_follows_the_reranker_setting(world):
         ValueError, match=r"unknown reranker 'other'; parameters define \['with', 'without'\]"
     ):
         inputs_for(sessions, items, scores, params, "other")
+
+
+def test_served_pages_round_trip_and_sampled_pages_are_seeded(world):
+    items, sessions = world
+    scores = pd.DataFrame({"item_id": items["item_id"], "s_exp": items["true_quality"]})
+    params = {"rerankers": {"a": {"use_exp_scores": True}}, "features": {"exclude": []}}
+    model = build_reranker(len(FEATURE_NAMES), {"d_model": 8, "n_heads": 2}, seed=0)
+    serve = {
+        "sessions": sessions,
+        "item_table": items,
+        "item_scores": scores,
+        "models": {"m": model},
+        "kinds": {"m": "a"},
+        "params": params,
+        "sampled": {"m_sampled": "m"},
+        "temperature": 1.5,
+        "samples": 3,
+    }
+    pages = serve_pages(**serve, seed=4)
+    assert list(pages) == [LOGGED, "m", "m_sampled"]
+    assert pages[LOGGED].shape == pages["m"].shape == (1, 12, 5)
+    assert pages["m_sampled"].shape == (3, 12, 5)
+    assert torch.equal(pages["m_sampled"], serve_pages(**serve, seed=4)["m_sampled"])
+    assert not torch.equal(pages["m_sampled"], serve_pages(**serve, seed=5)["m_sampled"])
+    assert torch.equal(
+        pages["m"][0], greedy_rankings(model, *inputs_for(sessions, items, scores, params, "a"))
+    )
+    back = pages_from_frame(pages_frame(pages, sessions), sessions)
+    assert list(back) == list(pages) and all(torch.equal(back[k], pages[k]) for k in pages)
+    # Sampled pages are evaluated per draw and averaged per session.
+    table = evaluate_pages(pages, sessions, scores, k=3)
+    sampled = table[table["ranker"] == "m_sampled"].reset_index(drop=True)
+    draws = [
+        evaluate_pages({"d": p.unsqueeze(0)}, sessions, scores, k=3) for p in pages["m_sampled"]
+    ]
+    expected = sum(d["true_ndcg"] for d in draws) / 3
+    pd.testing.assert_series_equal(sampled["true_ndcg"], expected, check_names=False)
+    with pytest.raises(ValueError, match="unknown model"):
+        serve_pages(**{**serve, "sampled": {"x": "nope"}})

@@ -10,7 +10,13 @@ import torch
 from creditflow.algorithms import page_reward
 from creditflow.models.reranker import PointerReranker, RerankerConfig
 from creditflow.rollout import Policy, RerankerPolicy, format_ranking, parse_rankings
-from creditflow.tasks.reranking import HIDDEN_COLUMNS, generate_catalogue, generate_sessions
+from creditflow.tasks.reranking import (
+    CATEGORY_VOCABULARY,
+    HIDDEN_COLUMNS,
+    ClickModel,
+    generate_catalogue,
+    generate_sessions,
+)
 from creditflow.training import CheckpointStore, GRPOConfig, GRPOTrainer
 from creditflow.training.reranking import (
     FEATURE_NAMES,
@@ -23,11 +29,18 @@ from creditflow.training.reranking import (
     session_features,
     summarise_by_band,
     teacher_forcing_nll,
+    title_signals,
 )
-from creditflow.training.strategies.page import PageReward
+from creditflow.training.strategies.page import (
+    LoggedClicks,
+    PageReward,
+    SimulatedFeedback,
+    page_reward_of,
+)
 from creditflow.training.supervised import SupervisedConfig
 
 L = 10
+TITLE_FEATURES = ("title_clickbait", "title_filler_share", "title_query_match")
 
 
 @pytest.fixture(scope="module")
@@ -74,10 +87,48 @@ def test_session_features_shapes_and_labels(sessions, features):
 
 def test_session_features_never_read_the_hidden_quality(sessions, catalogue, exp_scores, features):
     """Scrambling every hidden column, and dropping them from the item table, changes nothing."""
-    scrambled = sessions.assign(true_quality=[[0.5] * L] * len(sessions))
+    scrambled = sessions.assign(
+        true_quality=[[0.5] * L] * len(sessions), relevance=[[0.5] * L] * len(sessions)
+    )
     visible = catalogue.drop(columns=list(HIDDEN_COLUMNS))
     feats, mask = session_features(scrambled, visible, exp_scores)
     assert torch.equal(feats, features[0]) and torch.equal(mask, features[1])
+
+
+def test_title_signals_hand_cases():
+    # Markers: prefix, "!!!", all caps -> 3 of 3; words wow / this / pasta / recipe: one filler
+    # ("this"), two topical words of the query's category.
+    assert title_signals("WOW!!! THIS PASTA RECIPE!!!", frozenset({"pasta", "recipe"})) == (
+        1.0,
+        0.25,
+        0.5,
+    )
+    # No marker; "just" and "stuff" are fillers, "ramen" is off the query's words.
+    assert title_signals("Ramen just stuff", frozenset({"pasta"})) == (0.0, 2 / 3, 0.0)
+    assert title_signals("", frozenset()) == (0.0, 0.0, 0.0)
+
+
+def test_title_features_are_the_title_signals(sessions, catalogue, features):
+    feats, _ = features
+    columns = [FEATURE_NAMES.index(n) for n in TITLE_FEATURES]
+    items = catalogue.set_index("item_id")
+    for i in (0, 5, 99):
+        session = sessions.iloc[i]
+        (category,) = {
+            c
+            for c, words in CATEGORY_VOCABULARY.items()
+            if session["query_text"].split()[0] in words
+        }
+        words = frozenset(CATEGORY_VOCABULARY[category])
+        for j, item in enumerate(session["candidates"]):
+            expected = title_signals(items.loc[item, "title"], words)
+            torch.testing.assert_close(feats[i, j, columns], torch.tensor(expected))
+    # Click-bait titles carry the markers the world writes with probability true_clickbait.
+    bait = feats[..., FEATURE_NAMES.index("title_clickbait")].flatten()
+    truth = torch.tensor(
+        items.loc[[c for row in sessions["candidates"] for c in row], "true_clickbait"].to_numpy()
+    )
+    assert torch.corrcoef(torch.stack([bait.double(), truth]))[0, 1] > 0.6
 
 
 def test_session_features_pad_short_sessions(sessions, catalogue):
@@ -191,7 +242,11 @@ def test_page_reward_hand_case():
     DCG = 1/3 + 1/log2(3) = 0.96426; ideal [1, 2/3]: 1 + (2/3)/log2(3) = 1.42062 -> 0.67876.
     page = 0.3 * 1 + 0.7 * 0.67876 = 0.77513."""
     reward = PageReward(
-        torch.tensor([[0.0, 1.0, 0.0]]), torch.tensor([[0.9, 0.1, 0.5]]), alpha=0.3, beta=0.7, k=2
+        LoggedClicks(torch.tensor([[0.0, 1.0, 0.0]]), k=2),
+        torch.tensor([[0.9, 0.1, 0.5]]),
+        alpha=0.3,
+        beta=0.7,
+        k=2,
     )
     out = reward(["1 0 2"], torch.tensor([0]))
     exp_ndcg = (1 / 3 + 1 / math.log2(3)) / (1 + (2 / 3) / math.log2(3))
@@ -208,12 +263,76 @@ def test_page_reward_matches_page_reward_on_random_rankings(seed):
     scores = torch.randn(N, 6, generator=g)
     rows = torch.randint(N, (B,), generator=g)
     rankings = torch.stack([torch.randperm(6, generator=g) for _ in range(B)])
-    out = PageReward(clicks, scores, alpha=0.4, beta=0.6, k=3)(
+    out = PageReward(LoggedClicks(clicks, k=3), scores, alpha=0.4, beta=0.6, k=3)(
         [format_ranking(r) for r in rankings], rows
     )
     expected = page_reward(rankings, clicks[rows], scores[rows], 0.4, 0.6, 3)
     torch.testing.assert_close(out["page"], expected)
     torch.testing.assert_close(out["page"], 0.4 * out["r_old"] + 0.6 * out["exp_ndcg"])
+
+
+def _simulated(mode: str = "expected") -> SimulatedFeedback:
+    """One session: P(click | examined) 0.2, 0.5, 0.4, P(long | click) 0.1, 0.6, 0.3, depth
+    uniform on {1, 2} and position bias 1, so position weights 1, 1/4, 0."""
+    return SimulatedFeedback(
+        torch.tensor([[0.2, 0.5, 0.4]]),
+        torch.tensor([[0.1, 0.6, 0.3]]),
+        ClickModel(exposure_depth=(1, 2)),
+        long_view_weight=1.0,
+        mode=mode,
+    )
+
+
+def test_simulated_r_old_hand_case():
+    # Values c * (1 + l): 0.22, 0.8, 0.52; the best page 1, 2, 0 is worth 0.8 + 0.52 / 4 = 0.93.
+    # Page 1 2 0: clicks 0.5 + 0.1 = 0.6, long views 0.3 + 0.03 -> (0.6 + 0.33) / 0.93 = 1.
+    # Page 0 2 1: clicks 0.2 + 0.1 = 0.3, long views 0.02 + 0.03 -> 0.35 / 0.93.
+    reward = PageReward(_simulated(), torch.tensor([[0.9, 0.1, 0.5]]), alpha=0.6, beta=0.4, k=2)
+    out = reward(["1 2 0", "0 2 1"], torch.tensor([0, 0]))
+    torch.testing.assert_close(out["r_old"], torch.tensor([1.0, 0.35 / 0.93]))
+    torch.testing.assert_close(out["clicks"], torch.tensor([0.6, 0.3]))
+    torch.testing.assert_close(out["long_views"], torch.tensor([0.33, 0.05]))
+    torch.testing.assert_close(out["page"], 0.6 * out["r_old"] + 0.4 * out["exp_ndcg"])
+
+
+def test_sampled_r_old_is_a_pure_function_that_averages_to_the_expectation():
+    reward = _simulated("sampled")
+    B = 20_000
+    pages = torch.tensor([[0, 2, 1]]).repeat(B, 1)
+    rows = torch.zeros(B, dtype=torch.long)
+    texts = ["0 2 1"] * B
+    first = reward(pages, rows, texts)["r_old"]
+    assert torch.equal(first, reward(pages, rows, texts)["r_old"]), "same inputs, same users"
+    # One user per page: (clicks + long views) / 0.93 of a page worth 0.35 in expectation;
+    # each draw is at most 4 / 0.93, std < 1, so 20k draws put the mean within ~0.01.
+    assert first.mean().item() == pytest.approx(0.35 / 0.93, abs=0.03)
+    other = reward(pages, rows, ["0 2 1"] * (B - 1) + ["1 2 0"])["r_old"]
+    assert not torch.equal(first[:-1], other[:-1]), "other completions, other users"
+
+
+def test_page_reward_of_reads_the_reward_block(sessions, catalogue, exp_scores):
+    block = {
+        "alpha": 0.5,
+        "beta": 0.5,
+        "k": 5,
+        "gain_mode": "minmax",
+        "r_old": "simulated",
+        "feedback": "expected",
+        "long_view_weight": 1.0,
+        "feedback_seed": 0,
+    }
+    reward = page_reward_of(block, sessions, catalogue, exp_scores, ClickModel())
+    assert isinstance(reward.business, SimulatedFeedback) and reward.gain_mode == "minmax"
+    ranking = exp_scores[:3].argsort(dim=1, descending=True)
+    out = reward([format_ranking(r) for r in ranking], torch.arange(3))
+    torch.testing.assert_close(out["exp_ndcg"], torch.ones(3))  # y^s itself
+    assert ((out["r_old"] > 0) & (out["r_old"] <= 1 + 1e-6)).all()
+    logged = page_reward_of(
+        {**block, "r_old": "logged_clicks"}, sessions, catalogue, exp_scores, ClickModel()
+    )
+    assert isinstance(logged.business, LoggedClicks)
+    with pytest.raises(ValueError, match="r_old"):
+        page_reward_of({**block, "r_old": "clicks"}, sessions, catalogue, exp_scores, ClickModel())
 
 
 def test_parse_rankings_round_trip_and_errors():
@@ -264,7 +383,9 @@ def test_two_grpo_steps_through_the_engine_change_the_reranker(sessions, feature
             "samples_per_log": 2,
         }
     )
-    reward = PageReward(logged_sessions(sessions).clicks, exp_scores, alpha=0.5, beta=0.5, k=5)
+    reward = PageReward(
+        LoggedClicks(logged_sessions(sessions).clicks, k=5), exp_scores, alpha=0.5, beta=0.5, k=5
+    )
     trainer = GRPOTrainer(
         RerankerPolicy(model, feats, mask),
         list(range(len(sessions))),
@@ -298,6 +419,23 @@ def test_evaluate_rankings_is_one_for_the_ideal_orders(sessions, exp_scores):
     assert (by_click["click_ndcg"][has_click.numpy()] > 1 - 1e-6).all()
     assert (by_click["click_ndcg"][~has_click.numpy()] == 0).all(), "no click: ideal DCG 0"
     assert "exp_ndcg" not in by_click.columns
+
+
+@pytest.mark.parametrize("gain_mode", ["rank", "minmax"])
+def test_evaluate_rankings_exp_ndcg_is_the_reward_term(sessions, exp_scores, gain_mode):
+    # The evaluation's exp_ndcg and the page reward's exp_ndcg use the same y^s gains.
+    rankings = torch.stack(
+        [
+            torch.randperm(L, generator=torch.Generator().manual_seed(i))
+            for i in range(len(sessions))
+        ]
+    )
+    table = evaluate_rankings(rankings, sessions, exp_scores, k=5, gain_mode=gain_mode)
+    reward = PageReward(
+        LoggedClicks(logged_sessions(sessions).clicks, k=5), exp_scores, 0.0, 1.0, 5, gain_mode
+    )
+    out = reward([format_ranking(r) for r in rankings], torch.arange(len(sessions)))
+    torch.testing.assert_close(torch.tensor(table["exp_ndcg"].to_numpy()), out["exp_ndcg"])
 
 
 def test_evaluate_rankings_unexposed_share_hand_case():

@@ -21,6 +21,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field, model_validator
 
+from creditflow.algorithms import GAIN_MODES
 from creditflow.annotation import ANNOTATORS
 from creditflow.config_schema import (
     PROBLEMS_HEADER,
@@ -39,13 +40,15 @@ from creditflow.models.vision import build_tiny_qwen2_5_vl, vl_policy_spec
 from creditflow.redaction import is_secret_key
 from creditflow.rewards import REWARD_FUNCTIONS
 from creditflow.tasks.movielens import movielens_sessions
+from creditflow.tasks.reranking import ClickModel, LoggingRanker
 from creditflow.tasks.tapo import ALL_LANGUAGES, OPERATIONS
 from creditflow.tasks.tor import TOR_KINDS
 from creditflow.training.config import ConfigError, GRPOConfig, checked_options
 from creditflow.training.expmodel import EXPMODEL_TRAINING, PFTOptions, preference_pairs
 from creditflow.training.reranking import FEATURE_NAMES, PRETRAIN_TRAINING
 from creditflow.training.sft import SFTConfig
-from creditflow.training.strategies.page import page_grpo_config
+from creditflow.training.simulated_ab import AB_METHODS
+from creditflow.training.strategies.page import FEEDBACK_MODES, R_OLD_SOURCES, page_grpo_config
 from creditflow.training.supervised import SupervisedConfig
 
 
@@ -243,6 +246,8 @@ class AnnotatorChoice(Block):
 class AnnotationParams(Block):
     items: CatalogueItems
     query_logs: QueryLogs
+    logging_ranker: dataclass_block(LoggingRanker, check=lambda v: LoggingRanker(**v))
+    click_model: dataclass_block(ClickModel, check=ClickModel.from_params)
     annotator: AnnotatorChoice
 
 
@@ -306,7 +311,12 @@ class RerankerPretrainParams(Block):
 
         missing = sorted(set(RERANKERS) - set(self.rerankers))
         if missing:
-            raise ValueError(f"rerankers must define {missing} (the pipeline trains both)")
+            raise ValueError(f"rerankers must define {missing} (the pipeline trains each)")
+        unused = sorted(set(self.rerankers) - set(RERANKERS))
+        if unused:
+            raise ValueError(
+                f"rerankers {unused} are not trained; the pipeline trains {sorted(RERANKERS)}"
+            )
         return self
 
 
@@ -320,6 +330,11 @@ class PageRewardWeights(Block):
     alpha: float
     beta: float
     k: Count
+    gain_mode: one_of(GAIN_MODES, "gain mode")
+    r_old: one_of(R_OLD_SOURCES, "r_old source")
+    feedback: one_of(FEEDBACK_MODES, "feedback mode")
+    long_view_weight: Annotated[float, Field(ge=0.0)]
+    feedback_seed: int
 
 
 class RerankerGRPOParams(Block):
@@ -327,8 +342,27 @@ class RerankerGRPOParams(Block):
     grpo: dataclass_block(GRPOConfig, check=_check_page_grpo, name="PageGRPO")
 
 
-class RankingCutoff(Block):
+class SampledPages(Block):
+    samples: Count
+    seed: int
+
+
+class QualitySweep(Block):
+    quality_weights: list[float] = Field(min_length=1)
+
+
+class SimulatedAB(Block):
     k: Count
+    method: one_of(AB_METHODS, "A/B method")
+    draws: Count
+    seed: int
+    sampled_pages: SampledPages
+    sweep: QualitySweep
+
+
+class RerankerEvalParams(Block):
+    k: Count
+    ab: SimulatedAB
 
 
 class MovielensEvalParams(Block):
@@ -343,7 +377,7 @@ SCHEMAS: Mapping[str, type[Block]] = {
     "expmodel_pft": ExpmodelPFTParams,
     "expmodel_sft": ExpmodelSFTParams,
     "movielens_eval": MovielensEvalParams,
-    "reranker_eval": RankingCutoff,
+    "reranker_eval": RerankerEvalParams,
     "reranker_grpo": RerankerGRPOParams,
     "reranker_pretrain": RerankerPretrainParams,
     "tapo": TapoParams,

@@ -99,8 +99,9 @@ def movielens_sessions(
         ``tasks.reranking.generate_sessions``: ``session_id`` (0..N-1 by user id), ``query_id``
         (the user id), ``query_text``, ``query_frequency_band``, ``candidates`` (``L`` item
         ids), ``logged_order`` (position -> candidate index, popularity descending),
-        ``labels`` (``C``/``E``/``U``), ``clicks`` (0/1) and ``true_quality`` (``rating / 5``,
-        0 for negatives). ``item_table`` has ``ITEM_TABLE_COLUMNS``, one row per item that is a
+        ``labels`` (``C``/``E``/``U``), ``clicks`` (0/1), ``long_views`` (all 0: ratings carry
+        no watch time), ``relevance`` (1 for rated, 0 for negatives) and ``true_quality``
+        (``rating / 5``, 0 for negatives). ``item_table`` has ``ITEM_TABLE_COLUMNS``, one row per item that is a
         candidate somewhere, by ``item_id``: ``category`` (first genre, ``"unknown"`` without
         genres), ``title``, ``genres``, ``year``, ``n_ratings`` (ratings in the training part)
         and ``popularity = 1 + n_ratings`` (add-one keeps ``log(popularity)`` of
@@ -240,6 +241,9 @@ def _session_lists(
         "logged_order": [int(v) for v in logged_order],
         "labels": [str(v) for v in labels],
         "clicks": [int(v == LABEL_CLICKED) for v in labels],
+        # Ratings say nothing of watch time, and a user's own movies are all on topic.
+        "long_views": [0] * len(members),
+        "relevance": [float(v) for v in rated],
         "true_quality": [float(v) for v in np.where(rated, scores / MAX_RATING, 0.0)],
     }
 

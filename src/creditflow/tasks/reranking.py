@@ -23,6 +23,11 @@ Hidden variables, drawn per item, each in [0, 1] with 1 the best experience (so
   a "you won't believe"-style prefix, a trailing "!!!" and an all-caps title, each with
   probability ``true_clickbait``. ``popularity`` (log-normal) is independent of quality too.
 
+Sessions (``generate_sessions``) are ranked by a :class:`LoggingRanker` that follows popularity
+and click-bait; users react through a :class:`ClickModel` (exposure depth, position bias,
+clicks, long views), which also scores any other page in the simulated online A/B
+(``candidate_response``, ``ClickModel.position_weights``).
+
 Rankers and annotators must read only ``item_id, category, title, image_png`` and
 ``popularity``; every ``true_*`` column is for building the world and evaluating against it.
 Titles are ASCII only (no emoji), so every tokenizer reads them the same way.
@@ -30,6 +35,7 @@ Titles are ASCII only (no emoji), so every tokenizer reads them the same way.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import math
 from collections.abc import Mapping, Sequence
@@ -326,51 +332,164 @@ SESSION_COLUMNS = (
     "logged_order",
     "labels",
     "clicks",
+    "long_views",
+    "relevance",
     "true_quality",
 )
 LABEL_CLICKED, LABEL_EXPOSED, LABEL_UNEXPOSED = "C", "E", "U"
 
 
+def _check_finite(config: object, skip: Sequence[str] = ()) -> None:
+    for field in fields(config):
+        value = getattr(config, field.name)
+        if field.name not in skip and not math.isfinite(value):
+            raise ValueError(f"{field.name} must be finite, got {value}")
+
+
 @dataclass(frozen=True)
-class LogBias:
-    """How the logged production ranker and the users' clicks are biased (SPEC 3, goal).
+class LoggingRanker:
+    """The logged production ranker: it orders a session's candidates by
+    ``popularity * z_pop + clickbait * z_clickbait + N(0, noise^2)`` (z-scores over the
+    catalogue of ``log(popularity)`` and ``true_clickbait``). It never sees quality, and it
+    follows what drives clicks (:class:`ClickModel`), so it is a strong click baseline."""
 
-    Features are z-scores over the catalogue: ``log(popularity)``, ``true_clickbait`` and
-    ``true_quality``; ``relevance`` is the query-item relevance in [0, 1] centred at 0.5.
+    popularity: float = 1.0
+    clickbait: float = 1.0
+    noise: float = 0.5
 
-    The production ranker orders candidates by
-    ``ranker_popularity * z_pop + ranker_clickbait * z_clickbait + N(0, ranker_noise^2)``: it
-    never sees quality. A user scrolls to an exposure depth drawn uniformly from
-    ``exposure_depth`` (inclusive, capped at the list length ``L``; positions at or beyond it
-    stay unexposed) and clicks the
-    exposed item at position ``p`` (0-based) with probability
-    ``(p + 1) ** -position_bias_exponent * sigmoid(attractiveness)``, where attractiveness is
-    ``click_intercept + click_popularity * z_pop + click_clickbait * z_clickbait
-    + click_quality * z_quality + click_relevance * (relevance - 0.5)``: mostly popularity
-    and click-bait, only a little quality.
+    def __post_init__(self) -> None:
+        _check_finite(self)
+        if self.noise < 0:
+            raise ValueError(f"noise must be >= 0, got {self.noise}")
+
+
+@dataclass(frozen=True)
+class ClickModel:
+    """How simulated users react to a page: exposure, position-biased clicks and long views.
+
+    The same model draws the logged clicks (``generate_sessions``) and scores any other page in
+    the simulated A/B (``expected_feedback`` / ``sample_feedback`` via ``position_weights``),
+    so a new ranker is judged by the clicks it would get, not by the clicks the old order got.
+
+    A user scrolls to a depth ``D`` drawn uniformly from ``exposure_depth`` (inclusive; positions
+    ``p >= D``, 0-based, stay unexposed). An exposed candidate at position ``p`` is examined
+    with probability ``(p + 1) ** -position_bias`` and, examined, clicked with probability
+    ``click_probability = sigmoid(intercept + popularity * z_pop + clickbait * z_clickbait
+    + quality * z_quality + relevance * (r - 0.5))``, where the z-scores are over the catalogue
+    (``log(popularity)``, ``true_clickbait``, ``true_quality``) and ``r`` is the query-item
+    relevance in [0, 1]. A click becomes a long view with probability
+    ``long_view_probability = sigmoid(long_view_intercept + long_view_quality * z_quality
+    + long_view_relevance * (r - 0.5))``: quality shows mainly after the click.
+
+    So ``P(click at p) = position_weights[p] * click_probability`` with
+    ``position_weights[p] = P(D > p) * (p + 1) ** -position_bias``, and
+    ``P(long view at p) = P(click at p) * long_view_probability``: the expectations of any page
+    are exact sums over positions.
     """
 
-    ranker_popularity: float = 1.0
-    ranker_clickbait: float = 1.0
-    ranker_noise: float = 0.5
     exposure_depth: tuple[int, int] = (4, 12)
-    position_bias_exponent: float = 1.0
-    click_intercept: float = -0.5
-    click_popularity: float = 1.0
-    click_clickbait: float = 1.2
-    click_quality: float = 0.2
-    click_relevance: float = 1.0
+    position_bias: float = 1.0
+    intercept: float = -0.5
+    popularity: float = 1.0
+    clickbait: float = 1.2
+    quality: float = 0.2
+    relevance: float = 1.0
+    long_view_intercept: float = -1.0
+    long_view_quality: float = 1.0
+    long_view_relevance: float = 2.0
 
     def __post_init__(self) -> None:
         lo, hi = self.exposure_depth
         if not 1 <= lo <= hi:
             raise ValueError(f"exposure_depth must be (lo, hi) with 1 <= lo <= hi, got {(lo, hi)}")
-        for field in fields(self):
-            value = getattr(self, field.name)
-            if field.name != "exposure_depth" and not math.isfinite(value):
-                raise ValueError(f"{field.name} must be finite, got {value}")
-        if self.ranker_noise < 0 or self.position_bias_exponent < 0:
-            raise ValueError("ranker_noise and position_bias_exponent must be >= 0")
+        _check_finite(self, skip=("exposure_depth",))
+        if self.position_bias < 0:
+            raise ValueError(f"position_bias must be >= 0, got {self.position_bias}")
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, object]) -> ClickModel:
+        """The model of a ``click_model`` parameter block (``exposure_depth`` as a list)."""
+        values = dict(params)
+        if "exposure_depth" in values:
+            values["exposure_depth"] = tuple(values["exposure_depth"])
+        return cls(**values)
+
+    def replace(self, **changes: object) -> ClickModel:
+        """A copy with ``changes`` (e.g. another ``quality`` weight for a sweep)."""
+        return dataclasses.replace(self, **changes)
+
+    def exposure(self, length: int) -> np.ndarray:
+        """``(L,)`` ``P(D > p)``: the chance that position ``p`` is exposed.
+
+        >>> ClickModel(exposure_depth=(1, 2)).exposure(3)  # D is 1 or 2
+        array([1. , 0.5, 0. ])
+        """
+        lo, hi = self.exposure_depth
+        depths = np.arange(lo, hi + 1)  # (n_depths,) equally likely
+        return (depths[None, :] > np.arange(length)[:, None]).mean(axis=1)
+
+    def examination(self, length: int) -> np.ndarray:
+        """``(L,)`` ``(p + 1) ** -position_bias``: the chance an exposed position is examined."""
+        return (np.arange(length) + 1.0) ** -self.position_bias
+
+    def position_weights(self, length: int) -> np.ndarray:
+        """``(L,)`` ``P(exposed and examined at p)``: non-increasing in ``p``."""
+        return self.exposure(length) * self.examination(length)
+
+    def click_probability(
+        self,
+        z_popularity: np.ndarray,
+        z_clickbait: np.ndarray,
+        z_quality: np.ndarray,
+        relevance: np.ndarray,
+    ) -> np.ndarray:
+        """``P(click | examined)`` per candidate, arrays of one shape."""
+        return _sigmoid(
+            self.intercept
+            + self.popularity * z_popularity
+            + self.clickbait * z_clickbait
+            + self.quality * z_quality
+            + self.relevance * (relevance - 0.5)
+        )
+
+    def long_view_probability(self, z_quality: np.ndarray, relevance: np.ndarray) -> np.ndarray:
+        """``P(long view | click)`` per candidate, rising with quality and relevance."""
+        return _sigmoid(
+            self.long_view_intercept
+            + self.long_view_quality * z_quality
+            + self.long_view_relevance * (relevance - 0.5)
+        )
+
+
+def candidate_response(
+    sessions: pd.DataFrame, catalogue: pd.DataFrame, click_model: ClickModel
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(click_probability (N, L), long_view_probability (N, L))`` of every session's
+    candidates under ``click_model``: what the simulated users would do with each candidate,
+    wherever a page puts it (``ClickModel``; ``sessions`` from ``generate_sessions``, reading
+    ``candidates`` and the stored per-candidate ``relevance``; z-scores over ``catalogue``).
+    Hidden ground truth: for simulating feedback and evaluating, never a ranker input.
+
+    Raises:
+        ValueError: sessions of different lengths, or candidates missing from ``catalogue``.
+    """
+    lengths = {len(c) for c in sessions["candidates"]}
+    if len(lengths) > 1:
+        raise ValueError(f"sessions must all have the same length, got lengths {sorted(lengths)}")
+    items = _ItemFeatures.of(catalogue)
+    row_of = pd.Series(np.arange(len(items.item_id)), index=items.item_id)
+    candidates = np.array([list(c) for c in sessions["candidates"]], dtype=np.int64)
+    missing = sorted(set(candidates.ravel()) - set(row_of.index))
+    if missing:
+        raise ValueError(f"candidates {missing[:5]} are not in the catalogue")
+    rows = row_of.loc[candidates.ravel()].to_numpy().reshape(candidates.shape)  # (N, L)
+    relevance = np.array([list(r) for r in sessions["relevance"]], dtype=np.float64)
+    relevance = relevance.reshape(candidates.shape)
+    click = click_model.click_probability(
+        items.z_popularity[rows], items.z_clickbait[rows], items.z_quality[rows], relevance
+    )
+    long_view = click_model.long_view_probability(items.z_quality[rows], relevance)
+    return click, long_view
 
 
 def zipf_probabilities(n_queries: int, exponent: float) -> np.ndarray:
@@ -408,7 +527,8 @@ def generate_sessions(
     pool_size: int | None = None,
     relevant_share: float = 0.6,
     relevance_noise: float = 0.1,
-    bias: LogBias = LogBias(),
+    ranker: LoggingRanker = LoggingRanker(),
+    click_model: ClickModel = ClickModel(),
 ) -> pd.DataFrame:
     """Draw search sessions with a biased production ranking, exposure and clicks (SPEC 3.4).
 
@@ -418,8 +538,8 @@ def generate_sessions(
     retrieval pool of ``pool_size`` items, about ``relevant_share`` of them of its category.
     The query-item relevance is ``clip(match * (0.5 + 0.5 * true_relevance) + N(0, relevance_noise^2), 0, 1)``,
     fixed per (query, item). A session draws its query by traffic, then ``L = list_length``
-    candidates from the pool in random (retrieval) order; ranking, exposure and clicks follow
-    :class:`LogBias`.
+    candidates from the pool in random (retrieval) order, ranked by ``ranker``; exposure,
+    clicks and long views follow ``click_model``.
 
     Args:
         catalogue: frame from :func:`generate_catalogue` (reads ``item_id``, ``category``,
@@ -435,7 +555,9 @@ def generate_sessions(
         relevant_share: share of a pool drawn from the query's category (fewer when the
             category is small).
         relevance_noise: std of the noise on query-item relevance.
-        bias: the production ranker and click model.
+        ranker: the logged production ranker.
+        click_model: the simulated users (also what ``candidate_response`` and the simulated
+            A/B apply to other pages).
 
     Returns:
         One row per session, columns ``SESSION_COLUMNS``: ``session_id`` (0..n_sessions-1),
@@ -443,9 +565,11 @@ def generate_sessions(
         ``L`` item ids), ``logged_order`` (``list[int]``, position -> candidate index, a
         permutation of 0..L-1), ``labels`` (``list[str]`` per candidate: ``"C"`` clicked,
         ``"E"`` exposed and not clicked, ``"U"`` unexposed), ``clicks`` (``list[int]`` 0/1 per
-        candidate) and ``true_quality`` (``list[float]`` per candidate: relevance times the
-        item's ``true_quality``). ``true_quality`` is the hidden ground truth for evaluation
-        only: rankers and training code must not read it.
+        candidate), ``long_views`` (``list[int]`` 0/1 per candidate, 1 only on clicks),
+        ``relevance`` (``list[float]`` per candidate: the query-item relevance the click model
+        reads) and ``true_quality`` (``list[float]`` per candidate: relevance times the item's
+        ``true_quality``). ``relevance`` and ``true_quality`` are hidden ground truth for
+        simulating and evaluating only: rankers and training code must not read them.
     """
     _check_count("n_queries", n_queries, minimum=1)
     _check_count("n_sessions", n_sessions, minimum=0)
@@ -464,6 +588,8 @@ def generate_sessions(
         raise ValueError(f"band_cuts must satisfy 0 <= head <= torso <= 1, got {band_cuts}")
 
     rng = np.random.default_rng(seed)
+    # Long views draw from a stream of their own, so adding them left the clicks unchanged.
+    long_view_rng = np.random.default_rng([seed, 1])
     items = _ItemFeatures.of(catalogue)
     traffic = zipf_probabilities(n_queries, zipf_exponent)
     bands = frequency_bands(traffic, band_cuts)
@@ -481,7 +607,7 @@ def generate_sessions(
                 "query_id": query_id,
                 "query_text": query.text,
                 "query_frequency_band": bands[query_id],
-                **_draw_session(rng, items, query, list_length, bias),
+                **_draw_session(rng, long_view_rng, items, query, list_length, ranker, click_model),
             }
         )
     return pd.DataFrame(rows, columns=list(SESSION_COLUMNS))
@@ -550,39 +676,49 @@ def _draw_query(
     return _Query(text, pool, relevance)
 
 
-def _draw_session(
-    rng: np.random.Generator, items: _ItemFeatures, query: _Query, list_length: int, bias: LogBias
+def _draw_session(  # noqa: PLR0913, PLR0917 - one private call site
+    rng: np.random.Generator,
+    long_view_rng: np.random.Generator,
+    items: _ItemFeatures,
+    query: _Query,
+    list_length: int,
+    ranker: LoggingRanker,
+    click_model: ClickModel,
 ) -> dict:
-    """Candidates, logged order, exposure and clicks of one session (see :class:`LogBias`)."""
+    """Candidates, logged order, exposure, clicks and long views of one session."""
     positions = np.arange(list_length)
     picked = rng.choice(len(query.pool), size=list_length, replace=False)  # retrieval order
     members = query.pool[picked]  # (L,) catalogue rows
     relevance = query.relevance[picked]  # (L,)
     score = (
-        bias.ranker_popularity * items.z_popularity[members]
-        + bias.ranker_clickbait * items.z_clickbait[members]
-        + rng.normal(0.0, bias.ranker_noise, list_length)
+        ranker.popularity * items.z_popularity[members]
+        + ranker.clickbait * items.z_clickbait[members]
+        + rng.normal(0.0, ranker.noise, list_length)
     )
     logged_order = np.argsort(-score, kind="stable")  # (L,) position -> candidate
     position_of = np.empty(list_length, dtype=np.int64)
     position_of[logged_order] = positions  # (L,) candidate -> position
-    depth = int(rng.integers(bias.exposure_depth[0], bias.exposure_depth[1] + 1))
+    lo, hi = click_model.exposure_depth
+    depth = int(rng.integers(lo, hi + 1))
     exposed = position_of < min(depth, list_length)
-    attractiveness = _sigmoid(
-        bias.click_intercept
-        + bias.click_popularity * items.z_popularity[members]
-        + bias.click_clickbait * items.z_clickbait[members]
-        + bias.click_quality * items.z_quality[members]
-        + bias.click_relevance * (relevance - 0.5)
+    attractiveness = click_model.click_probability(
+        items.z_popularity[members],
+        items.z_clickbait[members],
+        items.z_quality[members],
+        relevance,
     )
-    examination = (position_of + 1.0) ** -bias.position_bias_exponent  # (L,) per candidate
+    examination = click_model.examination(list_length)[position_of]  # (L,) per candidate
     clicked = exposed & (rng.uniform(size=list_length) < examination * attractiveness)
+    long_view = click_model.long_view_probability(items.z_quality[members], relevance)
+    long_viewed = clicked & (long_view_rng.uniform(size=list_length) < long_view)
     labels = np.where(clicked, LABEL_CLICKED, np.where(exposed, LABEL_EXPOSED, LABEL_UNEXPOSED))
     return {
         "candidates": [int(v) for v in items.item_id[members]],
         "logged_order": [int(v) for v in logged_order],
         "labels": [str(v) for v in labels],
         "clicks": [int(v) for v in clicked],
+        "long_views": [int(v) for v in long_viewed],
+        "relevance": [float(v) for v in relevance],
         "true_quality": [float(v) for v in relevance * items.true_quality[members]],
     }
 

@@ -275,10 +275,8 @@ def run_page_grpo(
     of the starting reranker as the KL reference. Resumes from ``checkpoints`` when a run with
     the same starting weights, sessions, rewards and config left one there."""
     policy_model = copy.deepcopy(model)
-    data_key = [
-        content_digest(t) for t in (features, mask, reward.business_gains, reward.exp_scores)
-    ]
-    reward_key = [reward.alpha, reward.beta, reward.k]
+    reward_tensors, reward_key = reward.run_key()
+    data_key = [content_digest(t) for t in (features, mask, *reward_tensors)]
     checkpoints = run_store(checkpoints, policy_model, config.to_dict(), data_key, reward_key)
     policy = RerankerPolicy(policy_model, features, mask, temperature=config.temperature)
     trainer = GRPOTrainer(policy, list(range(len(features))), reward, config, checkpoints)

@@ -152,6 +152,92 @@ def rankings_from_frame(sessions: pd.DataFrame, frame: pd.DataFrame) -> torch.Te
     return torch.tensor(rows, dtype=torch.long).view(len(rows), L)
 
 
+# ---------------------------------------------------------------- served pages
+PAGE_COLUMNS = ("ranker", "draw", "session_id", "ranking")
+
+
+def serve_pages(  # noqa: PLR0913 - the rankers, what they read, and how sampled pages are drawn
+    sessions: pd.DataFrame,
+    item_table: pd.DataFrame,
+    item_scores: pd.DataFrame | None,
+    models: Mapping[str, PointerReranker],
+    kinds: Mapping[str, str],
+    params: Mapping[str, Any],
+    *,
+    sampled: Mapping[str, str] | None = None,
+    temperature: float = 1.0,
+    samples: int = 1,
+    seed: int = 0,
+) -> dict[str, torch.Tensor]:
+    """The pages each ranker serves on ``sessions``: name -> ``(D, N, L)`` long rankings.
+
+    ``LOGGED`` is the logged order and every model of ``models`` its greedy page (``D = 1``);
+    ``sampled`` (new name -> a model's name) adds ``samples`` pages per session drawn from that
+    model at ``temperature`` (``D = samples``, seeded by ``seed``): the pages a policy trained
+    at that temperature actually produced. ``kinds`` names, per model, the reranker setting of
+    ``params`` (the ``reranker_pretrain`` group) that says what it reads.
+    """
+    sampled = dict(sampled or {})
+    unnamed = sorted(set(models) - set(kinds))
+    if unnamed:
+        raise ValueError(f"no reranker setting named for model(s) {unnamed}; got {dict(kinds)}")
+    unknown = sorted(set(sampled.values()) - set(models))
+    if unknown:
+        raise ValueError(f"sampled pages of unknown model(s) {unknown}; models: {list(models)}")
+    if samples < 1:
+        raise ValueError(f"samples must be >= 1, got {samples}")
+    inputs: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def inputs_of(name: str) -> tuple[torch.Tensor, torch.Tensor]:
+        kind = kinds[name]
+        if kind not in inputs:
+            inputs[kind] = inputs_for(sessions, item_table, item_scores, params, kind)
+        return inputs[kind]  # (N, L, F), (N, L)
+
+    pages = {LOGGED: logged_sessions(sessions).logged_order.unsqueeze(0)}  # (1, N, L)
+    for name, model in models.items():
+        pages[name] = greedy_rankings(model, *inputs_of(name)).unsqueeze(0)  # (1, N, L)
+    for name, source in sampled.items():
+        generator = torch.Generator().manual_seed(seed)
+        model = models[source].eval()
+        with torch.no_grad():
+            draws = [
+                model.sample(*inputs_of(source), generator=generator, temperature=temperature)[0]
+                for _ in range(samples)
+            ]
+        pages[name] = torch.stack(draws)  # (D, N, L)
+    return pages
+
+
+def pages_frame(pages: Mapping[str, torch.Tensor], sessions: pd.DataFrame) -> pd.DataFrame:
+    """``PAGE_COLUMNS``, one row per (ranker, draw, session): ``serve_pages`` as a table."""
+    ids = sessions["session_id"].tolist()
+    rows = [
+        (name, draw, session_id, [int(v) for v in ranking])
+        for name, ranked in pages.items()
+        for draw, page in enumerate(ranked.tolist())
+        for session_id, ranking in zip(ids, page, strict=True)
+    ]
+    return pd.DataFrame(rows, columns=list(PAGE_COLUMNS))
+
+
+def pages_from_frame(frame: pd.DataFrame, sessions: pd.DataFrame) -> dict[str, torch.Tensor]:
+    """``pages_frame`` read back: name -> ``(D, N, L)``, sessions in ``sessions`` order, rankers
+    in table order."""
+    order = {s: i for i, s in enumerate(sessions["session_id"])}
+    pages = {}
+    for name, part in frame.groupby("ranker", sort=False):
+        draws = []
+        for _, page in part.groupby("draw", sort=True):
+            by_session = dict(zip(page["session_id"], page["ranking"], strict=True))
+            missing = sorted(set(order) - set(by_session))
+            if missing:
+                raise ValueError(f"ranker {name!r} has no page for session(s) {missing[:5]}")
+            draws.append([list(by_session[s]) for s in order])
+        pages[name] = torch.tensor(draws, dtype=torch.long)  # (D, N, L)
+    return pages
+
+
 # ---------------------------------------------------------------- evaluation tables
 def rank_and_evaluate(
     sessions: pd.DataFrame,
@@ -169,16 +255,26 @@ def rank_and_evaluate(
     group) that says what it reads. Without ``item_scores`` every reranker reads zero score
     features and ``exp_ndcg`` is left out.
     """
-    unnamed = sorted(set(models) - set(kinds))
-    if unnamed:
-        raise ValueError(f"no reranker setting named for model(s) {unnamed}; got {dict(kinds)}")
-    rankings = {LOGGED: logged_sessions(sessions).logged_order}  # (N, L)
-    for name, model in models.items():
-        features, mask = inputs_for(sessions, item_table, item_scores, params, kinds[name])
-        rankings[name] = greedy_rankings(model, features, mask)  # (N, L)
+    pages = serve_pages(sessions, item_table, item_scores, models, kinds, params)
+    return evaluate_pages(pages, sessions, item_scores, k=k)
+
+
+def evaluate_pages(
+    pages: Mapping[str, torch.Tensor],
+    sessions: pd.DataFrame,
+    item_scores: pd.DataFrame | None,
+    k: int,
+    gain_mode: str = "rank",
+) -> pd.DataFrame:
+    """``evaluate_rankings`` (at ``k``, ``gain_mode``) of every ranker's ``(D, N, L)`` pages
+    (``serve_pages``), the metrics of a session averaged over its ``D`` pages: one long table
+    with a ``ranker`` column, rankers in ``pages`` order."""
     scores = None if item_scores is None else session_exp_scores(sessions, item_scores)
-    frames = [
-        evaluate_rankings(ranking, sessions, scores, k=k).assign(ranker=name)
-        for name, ranking in rankings.items()
-    ]
+    frames = []
+    for name, ranked in pages.items():
+        draws = [evaluate_rankings(page, sessions, scores, k, gain_mode) for page in ranked]
+        frame = draws[0].copy()
+        metrics = frame.columns.drop(["session_id", "query_frequency_band"])
+        frame[metrics] = sum(d[metrics] for d in draws) / len(draws)
+        frames.append(frame.assign(ranker=name))
     return pd.concat(frames, ignore_index=True)

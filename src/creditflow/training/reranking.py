@@ -8,8 +8,8 @@ candidates. Rankings map position -> candidate index (see ``models.reranker``).
 
 Features and targets read only what a production system logs (``candidates``,
 ``logged_order``, ``labels``, ``clicks``, ``query_text``) and the item table's ``item_id``,
-``category`` and ``popularity``; the hidden ``true_quality`` is read by ``evaluate_rankings``
-alone.
+``category``, ``title`` and ``popularity``; the hidden ``true_quality`` and ``relevance`` are
+read by ``evaluate_rankings`` and the simulated A/B alone.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ import torch
 from creditflow.algorithms import augmented_target, masked_mean, ndcg_at_k, rank_gains
 from creditflow.models.reranker import PointerReranker, step_mask
 from creditflow.tasks.reranking import (
+    CLICKBAIT_PREFIXES,
+    FILLER_WORDS,
     FREQUENCY_BANDS,
     LABEL_CLICKED,
     LABEL_EXPOSED,
@@ -45,6 +47,11 @@ FEATURE_NAMES = (
     "category_match",  # 1 when the item's category is the one the query's words name
     "logged_position",  # position in the logged order / (L - 1)
     "logged_reciprocal_rank",  # 1 / (position + 1): the position bias of the logged page
+    # Content signals of the title (issue 15, section 3: every reranker reads the same ones).
+    "title_clickbait",  # share of the 3 click-bait markers: a known prefix, "!!!", all caps
+    "title_filler_share",  # share of the title's words that are vague fillers ("this", "stuff")
+    "title_query_match",  # share of the title's words that are topical words of the query's
+    # category (0 when no word of the query names one)
     "label_clicked",  # one-hot of the logged label C / E / U
     "label_exposed",
     "label_unexposed",
@@ -122,8 +129,8 @@ def session_features(
     Args:
         sessions: frame with ``candidates``, ``logged_order``, ``labels`` and ``query_text``
             (``tasks.reranking.generate_sessions``).
-        item_table: catalogue with ``item_id``, ``category`` and ``popularity`` (other columns,
-            hidden ones included, are not read).
+        item_table: catalogue with ``item_id``, ``category``, ``title`` and ``popularity``
+            (other columns, hidden ones included, are not read).
         exp_scores: ``(N, L)`` experience scores ``s_exp`` aligned with the padded candidates;
             None leaves both score features 0 (e.g. the click-only baseline).
 
@@ -156,6 +163,7 @@ def session_features(
         0.0,
         torch.float32,
     )
+    titles = _title_signals(candidates, items, query_category)  # (N, L, 3)
     position = logs.logged_order.argsort(dim=1).float()  # (N, L) candidate -> logged position
     label_one_hot = torch.zeros(N, L, len(_LABEL_COLUMN))
     for i, row in enumerate(sessions["labels"]):
@@ -181,9 +189,54 @@ def session_features(
         position / (lengths - 1).clamp(min=1),
         1.0 / (position + 1.0),
     ]
-    features = torch.cat([torch.stack(columns, dim=-1), label_one_hot], dim=-1)  # (N, L, F)
+    features = torch.cat([torch.stack(columns, dim=-1), titles, label_one_hot], dim=-1)  # (N, L, F)
     # where(), not a product: a padded score may be inf or NaN and 0 * inf is NaN.
     return torch.where(logs.mask.unsqueeze(-1), features, 0.0), logs.mask
+
+
+_FILLER = frozenset(FILLER_WORDS)
+_PREFIXES = tuple(p.lower() for p in CLICKBAIT_PREFIXES)
+
+
+def title_signals(title: str, query_words: frozenset[str]) -> tuple[float, float, float]:
+    """``(title_clickbait, title_filler_share, title_query_match)`` of one title (see
+    ``FEATURE_NAMES``); ``query_words`` are the topical words of the query's category.
+
+    >>> title_signals("WOW!!! THIS PASTA RECIPE!!!", frozenset({"pasta", "recipe"}))
+    (1.0, 0.25, 0.5)
+    """
+    lowered = title.lower()
+    letters = [c for c in title if c.isalpha()]
+    markers = (
+        lowered.startswith(_PREFIXES),
+        title.endswith("!!!"),
+        bool(letters) and all(c.isupper() for c in letters),
+    )
+    words = [w.strip("!.?,") for w in lowered.split()]
+    words = [w for w in words if w]
+    n = max(len(words), 1)  # an empty title has no share of anything
+    filler = sum(w in _FILLER for w in words) / n
+    match = sum(w in query_words for w in words) / n
+    return sum(markers) / len(markers), filler, match
+
+
+def _title_signals(
+    candidates: Sequence[Sequence[int]], items: pd.DataFrame, query_category: Sequence[str | None]
+) -> torch.Tensor:
+    """``(N, L, 3)`` ``title_signals`` of each candidate, 0 on padding."""
+    if "title" not in items.columns:
+        raise ValueError("item_table needs a title column (the title features read it)")
+    titles = items["title"]
+    rows = []
+    for members, category in zip(candidates, query_category, strict=True):
+        words = frozenset(category_vocabulary(category)) if category is not None else frozenset()
+        rows.append([title_signals(str(titles.loc[i]), words) for i in members])
+    length = max((len(r) for r in rows), default=0)
+    out = torch.zeros(len(rows), length, 3)
+    for i, row in enumerate(rows):
+        if row:
+            out[i, : len(row)] = torch.tensor(row, dtype=torch.float32)
+    return out
 
 
 # ---------------------------------------------------------------- pre-training targets
@@ -314,6 +367,7 @@ def evaluate_rankings(
     sessions: pd.DataFrame,
     exp_scores: torch.Tensor | None,
     k: int,
+    gain_mode: str = "rank",
 ) -> pd.DataFrame:
     """Per-session quality of rankings against the hidden truth and the logs.
 
@@ -323,6 +377,8 @@ def evaluate_rankings(
         sessions: the sessions ranked (``generate_sessions`` frame, incl. ``true_quality``).
         exp_scores: ``(N, L)`` experience scores, or None to skip ``exp_ndcg``.
         k: nDCG cut-off (>= 1).
+        gain_mode: gains of ``y^s`` for ``exp_ndcg`` (``algorithms.rank_gains``), as in the
+            page reward (``reranker_grpo.reward.gain_mode``).
 
     Returns:
         One row per session: ``session_id``, ``query_frequency_band``, ``true_ndcg`` (nDCG@k with
@@ -346,9 +402,15 @@ def evaluate_rankings(
         "click_ndcg": ndcg_at_k(logs.clicks.gather(1, rankings), k, ideal_gains=logs.clicks),
     }
     if exp_scores is not None:
-        scores = exp_scores.float().masked_fill(~logs.mask, float("-inf"))
+        scores = exp_scores.float()
+        if gain_mode == "minmax":
+            # Padding at the row's lowest real score leaves its min and max unchanged.
+            real_min = scores.masked_fill(~logs.mask, float("inf")).amin(dim=1, keepdim=True)
+            scores = torch.where(logs.mask, scores, real_min)
+        else:
+            scores = scores.masked_fill(~logs.mask, float("-inf"))  # ranks padding last
         # Padding gets no gain: it must not enter the ideal DCG.
-        gains = rank_gains(scores).masked_fill(~logs.mask, 0.0)
+        gains = rank_gains(scores, gain_mode).masked_fill(~logs.mask, 0.0)
         frame["exp_ndcg"] = ndcg_at_k(gains.gather(1, rankings), k, ideal_gains=gains)
     top = torch.arange(L) < torch.minimum(logs.mask.sum(dim=1, keepdim=True), torch.tensor(k))
     unexposed_on_top = logs.unexposed.gather(1, rankings) & top

@@ -6,7 +6,7 @@ from matplotlib.figure import Figure
 
 from creditflow.ingest import load_movielens
 from creditflow.pipelines.movielens_eval import create_pipeline
-from creditflow.pipelines.reranker_eval.nodes import RERANKER_INPUTS
+from creditflow.pipelines.movielens_eval.nodes import MOVIELENS_RERANKERS
 from creditflow.training.reranker_data import LOGGED
 from tests.pipelines._experience_chain import slice_catalog, smallest_params
 
@@ -33,7 +33,7 @@ def test_rerankers_rank_movielens_sessions_by_user_band(movielens):
     assert 0 < len(sessions) <= 12
     assert all(len(c) == 16 for c in sessions["candidates"])
     per_session = catalog.load("movielens_evaluation_sessions")
-    rankers = [LOGGED, *RERANKER_INPUTS]
+    rankers = [LOGGED, *MOVIELENS_RERANKERS]
     assert per_session["ranker"].drop_duplicates().tolist() == rankers
     assert "exp_ndcg" not in per_session.columns  # no covers, so no experience scores
     # Eight of the 16 candidates are unrated negatives: the popularity order puts some on top.

@@ -4,6 +4,8 @@ project's catalog entries written to a temporary folder."""
 import pytest
 
 from creditflow.pipeline_registry import DEFAULT_PIPELINES
+from creditflow.pipelines.reranker_eval.nodes import RERANKER_INPUTS, SAMPLED_PAGES
+from creditflow.training.reranker_data import LOGGED
 from tests.pipelines._experience_chain import CHAIN, chain_catalog, chain_pipeline
 
 pytestmark = [
@@ -33,10 +35,9 @@ def test_chain_writes_every_artefact_through_the_catalog():
         f"params:{n}" for n in CHAIN if n != "augmented_targets"
     } | checkpoints | {"credentials"}
     table = catalog.load("reranker_evaluation")  # read back from CSV
-    assert set(table["ranker"]) == {
-        "logged",
-        "click_pretrained",
-        "yaug_pretrained",
-        "yaug_page_grpo",
-    }
+    rankers = {LOGGED, *RERANKER_INPUTS, *SAMPLED_PAGES}
+    assert set(table["ranker"]) == rankers
     assert "all" in set(table["band"])
+    ab = catalog.load("reranker_ab")
+    assert set(ab["ranker"]) == rankers | {"oracle_clicks", "oracle_quality"}
+    assert {"ctr", "ctr_se", "ctr_change_vs_logged", "ctr_change_vs_logged_se"} <= set(ab.columns)

@@ -9,7 +9,8 @@ from matplotlib.figure import Figure
 from scipy.stats import kendalltau
 
 from creditflow.pipelines.reranker_eval import create_pipeline
-from creditflow.pipelines.reranker_eval.nodes import RERANKER_INPUTS
+from creditflow.pipelines.reranker_eval.nodes import RERANKER_INPUTS, SAMPLED_PAGES
+from creditflow.tasks.reranking import ClickModel, candidate_response
 from creditflow.training.reranker_data import LOGGED
 from tests.pipelines._experience_chain import slice_catalog, smallest_params
 
@@ -17,7 +18,8 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.filterwarnings("ignore:register_new_resolver:UserWarning"),
 ]
-RANKERS = [LOGGED, *RERANKER_INPUTS]
+RANKERS = [LOGGED, *RERANKER_INPUTS, *SAMPLED_PAGES]
+ORACLES = ["oracle_clicks", "oracle_quality"]
 
 
 def _ndcg(gains_in_order: list[float], k: int) -> float:
@@ -29,11 +31,17 @@ def _ndcg(gains_in_order: list[float], k: int) -> float:
     return dcg / ideal if ideal > 0 else 0.0
 
 
-def test_evaluation_table_covers_every_ranker_and_band():
+@pytest.fixture(scope="module")
+def evaluated():
     params = smallest_params()
     pipeline = create_pipeline()
     catalog = slice_catalog(pipeline, params)
     SequentialRunner().run(pipeline, catalog)
+    return params, catalog
+
+
+def test_evaluation_table_covers_every_ranker_and_band(evaluated):
+    params, catalog = evaluated
     k = params["reranker_eval"]["k"]
 
     sessions = catalog.load("query_logs_heldout")
@@ -71,3 +79,63 @@ def test_evaluation_table_covers_every_ranker_and_band():
     assert summary.loc[0, "pft_heldout_pair_accuracy"] == pytest.approx(heldout)
     assert summary.loc[0, "items"] == len(items)
     assert np.isfinite(summary.loc[0, "kendall_tau_annotation"])
+
+
+def test_served_pages_are_permutations_and_sampled_ones_have_their_draws(evaluated):
+    params, catalog = evaluated
+    sessions = catalog.load("query_logs_heldout")
+    pages = catalog.load("reranker_heldout_pages")
+    assert pages["ranker"].drop_duplicates().tolist() == RANKERS
+    L = len(sessions["candidates"].iloc[0])
+    assert pages["ranking"].map(lambda r: sorted(r) == list(range(L))).all()
+    draws = pages.groupby("ranker")["draw"].nunique()
+    samples = params["reranker_eval"]["ab"]["sampled_pages"]["samples"]
+    assert (draws[list(SAMPLED_PAGES)] == samples).all()
+    assert (draws.drop(list(SAMPLED_PAGES)) == 1).all()
+    logged = pages[pages["ranker"] == LOGGED].set_index("session_id")["ranking"]
+    for session in sessions.itertuples(index=False):
+        assert list(logged.loc[session.session_id]) == list(session.logged_order)
+
+
+def test_ab_table_applies_the_world_click_model_to_every_page(evaluated):
+    params, catalog = evaluated
+    sessions = catalog.load("query_logs_heldout")
+    items = catalog.load("catalogue_items")
+    ab = params["reranker_eval"]["ab"]
+    model = ClickModel.from_params(params["annotation"]["click_model"])
+    # The logged page's expected clicks, written out: sum over positions of
+    # P(depth > p) * (p + 1)^-bias * P(click | examined) of the candidate shown there.
+    click, _ = candidate_response(sessions, items, model)
+    L = click.shape[1]
+    lo, hi = model.exposure_depth
+    weights = [
+        sum(d > p for d in range(lo, hi + 1)) / (hi - lo + 1) * (p + 1) ** -model.position_bias
+        for p in range(L)
+    ]
+    per_session = catalog.load("reranker_ab_sessions")
+    logged = per_session[per_session["ranker"] == LOGGED].set_index("session_id")
+    for row, session in enumerate(sessions.itertuples(index=False)):
+        expected = sum(weights[p] * click[row, c] for p, c in enumerate(session.logged_order))
+        assert logged.loc[session.session_id, "clicks_per_page"] == pytest.approx(expected)
+
+    table = catalog.load("reranker_ab")
+    bands = [b for b in ("head", "torso", "tail") if b in set(sessions["query_frequency_band"])]
+    assert table["ranker"].tolist() == [r for r in RANKERS + ORACLES for _ in range(len(bands) + 1)]
+    assert table["band"].tolist() == (bands + ["all"]) * len(RANKERS + ORACLES)
+    ndcg = f"true_ndcg_at_{ab['k']}"
+    for column in ("ctr", "long_view_rate", ndcg, "ctr_change_vs_logged"):
+        assert {column, f"{column}_se"} <= set(table.columns), column
+    assert {"quality_weighted_clicks", f"ips_click_ndcg_at_{ab['k']}"} <= set(table.columns)
+    overall = table[table["band"] == "all"].set_index("ranker")
+    assert overall.loc[LOGGED, "ctr_change_vs_logged"] == 0
+    assert (overall["ctr"] <= overall.loc["oracle_clicks", "ctr"] + 1e-9).all()
+    assert overall.loc["oracle_quality", ndcg] == pytest.approx(1.0)
+    assert isinstance(catalog.load("reranker_ab_plot"), Figure)
+
+    sweep = catalog.load("reranker_ab_sweep")
+    assert sweep["quality"].drop_duplicates().tolist() == ab["sweep"]["quality_weights"]
+    default = sweep[sweep["quality"] == model.quality].drop(columns="quality")
+    pd_table = table.set_index(["ranker", "band"])
+    for row in default.itertuples(index=False):
+        assert row.ctr == pytest.approx(pd_table.loc[(row.ranker, row.band), "ctr"])
+    assert isinstance(catalog.load("reranker_ab_sweep_plot"), Figure)

@@ -31,11 +31,15 @@ def test_page_grpo_trains_from_the_yaug_reranker_and_resumes(tmp_path):
 
     metrics = catalog.load("reranker_grpo_metrics")
     assert metrics["step"].tolist() == [1, 2]
-    # Every step's page reward is the alpha / beta mix of its parts (0.5 / 0.5), averaged.
-    mix = 0.5 * metrics["reward/r_old"] + 0.5 * metrics["reward/exp_ndcg"]
+    # Every step's page reward is the alpha / beta mix of its parts, averaged; R_old is the
+    # simulated users' clicks + long views over the best page's (in [0, 1] in expectation).
+    reward = params["reranker_grpo"]["reward"]
+    mix = reward["alpha"] * metrics["reward/r_old"] + reward["beta"] * metrics["reward/exp_ndcg"]
     torch.testing.assert_close(
         torch.tensor(metrics["reward/page"].to_numpy()), torch.tensor(mix.to_numpy())
     )
+    assert metrics["reward/r_old"].between(0, 1).all()
+    assert (metrics["reward/clicks"] > 0).all() and (metrics["reward/long_views"] >= 0).all()
     # k3 >= 0 up to float rounding; the policy starts at the reference, so the KL starts near 0.
     assert (metrics["actor/kl"] > -1e-6).all() and (metrics["actor/entropy"] > 0).all()
     trained = catalog.load("reranker_page_grpo").state_dict()

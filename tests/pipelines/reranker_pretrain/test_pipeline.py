@@ -32,11 +32,11 @@ def _run(pipeline, params, root, **replace):
     return catalog
 
 
-def test_both_rerankers_pretrain_and_only_yaug_reads_experience_scores(tmp_path):
+def test_every_reranker_pretrains_and_only_the_exp_ones_read_experience_scores(tmp_path):
     params = smallest_params()
     pipeline = create_pipeline()
     catalog = _run(pipeline, params, tmp_path / "first")
-    assert len(list((tmp_path / "first").iterdir())) == 2  # one run per reranker
+    assert len(list((tmp_path / "first").iterdir())) == 4  # one run per reranker
     for kind in RERANKERS:
         model = catalog.load(f"reranker_{kind}")
         assert isinstance(model, PointerReranker) and not model.training
@@ -50,12 +50,17 @@ def test_both_rerankers_pretrain_and_only_yaug_reads_experience_scores(tmp_path)
     for name, value in catalog.load("reranker_yaug").state_dict().items():
         torch.testing.assert_close(saved[name], value)
 
-    # Reversed scores change what y_aug's reranker reads (its score features; the targets are
-    # the same table) but not the click baseline.
+    # Reversed scores change what the s_exp readers see (their score features; the targets
+    # are the same tables) but not the rerankers without s_exp inputs.
     scores = catalog.load("item_experience_scores")
     reversed_scores = scores.assign(s_exp=-scores["s_exp"])
     other = _run(pipeline, params, tmp_path / "other", item_experience_scores=reversed_scores)
-    for kind, same in (("click", True), ("yaug", False)):
+    for kind, same in (
+        ("click", True),
+        ("yaug_no_exp", True),
+        ("yaug", False),
+        ("click_exp", False),
+    ):
         before = catalog.load(f"reranker_{kind}").state_dict()
         after = other.load(f"reranker_{kind}").state_dict()
         assert all(torch.equal(before[k], after[k]) for k in before) is same, kind

@@ -10,7 +10,12 @@ import pandas as pd
 
 from creditflow.annotation import build_annotator
 from creditflow.annotation.credentials import resolve_annotator_options
-from creditflow.tasks.reranking import generate_catalogue, generate_sessions
+from creditflow.tasks.reranking import (
+    ClickModel,
+    LoggingRanker,
+    generate_catalogue,
+    generate_sessions,
+)
 from creditflow.training.reranker_data import split_sessions
 
 logger = logging.getLogger(__name__)
@@ -25,8 +30,9 @@ def generate_items(params: dict[str, Any]) -> pd.DataFrame:
 def generate_query_logs(
     catalogue_items: pd.DataFrame, params: dict[str, Any]
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Click-biased search sessions over the catalogue, split (seeded) into the training logs
-    and the held-out logs the rerankers are evaluated on."""
+    """Click-biased search sessions over the catalogue (ranked by ``logging_ranker``, clicked
+    and long-viewed by ``click_model``), split (seeded) into the training logs and the held-out
+    logs the rerankers are evaluated on."""
     logs = params["query_logs"]
     sessions = generate_sessions(
         catalogue_items,
@@ -35,6 +41,8 @@ def generate_query_logs(
         list_length=logs["list_length"],
         seed=logs["seed"],
         zipf_exponent=logs["zipf_exponent"],
+        ranker=LoggingRanker(**params["logging_ranker"]),
+        click_model=ClickModel.from_params(params["click_model"]),
     )
     train, heldout = split_sessions(sessions, logs["heldout_fraction"], seed=logs["split_seed"])
     logger.info(

@@ -9,7 +9,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from creditflow.models.reranker import PointerReranker
-from creditflow.pipelines.reranker_eval.nodes import RERANKER_INPUTS, named_rerankers
+from creditflow.pipelines.reranker_eval.nodes import named_rerankers
 from creditflow.reporting import plot_metrics_by_band, summarise_rankers_by_band
 from creditflow.tasks.movielens import movielens_sessions
 from creditflow.training.config import checked_options
@@ -17,6 +17,13 @@ from creditflow.training.reranker_data import rank_and_evaluate
 from creditflow.training.reranking import EVALUATION_METRICS
 
 logger = logging.getLogger(__name__)
+
+# The rerankers evaluated on MovieLens (name -> the reranker_pretrain setting of its inputs).
+MOVIELENS_RERANKERS = {
+    "click_pretrained": "click",
+    "yaug_pretrained": "yaug",
+    "yaug_page_grpo": "yaug",
+}
 
 
 def build_movielens_sessions(
@@ -46,13 +53,15 @@ def evaluate_rerankers_on_movielens(
     the gain), of the positive ratings (``click_ndcg``) and the top-K share of unrated movies.
     MovieLens items have no covers, so there are no experience scores: every reranker reads
     zero score features and ``exp_ndcg`` is not computed."""
-    models = named_rerankers(reranker_click, reranker_yaug, reranker_page_grpo)
+    models = named_rerankers(
+        reranker_click, reranker_yaug, reranker_page_grpo, names=MOVIELENS_RERANKERS
+    )
     return rank_and_evaluate(
         movielens_sessions,
         movielens_item_table,
         None,
         models,
-        RERANKER_INPUTS,
+        MOVIELENS_RERANKERS,
         pretrain_params,
         k=params["k"],
     )

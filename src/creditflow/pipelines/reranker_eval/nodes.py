@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
@@ -10,47 +11,172 @@ from matplotlib.figure import Figure
 
 from creditflow.models.reranker import PointerReranker
 from creditflow.pipelines.expmodel_pft.nodes import HELDOUT_ACCURACY
-from creditflow.reporting import kendall_tau, plot_metrics_by_band, summarise_rankers_by_band
+from creditflow.reporting import (
+    kendall_tau,
+    plot_metrics_by_band,
+    plot_sweep,
+    summarise_rankers_by_band,
+)
+from creditflow.tasks.reranking import ClickModel
 from creditflow.training.expmodel import ok_annotations
-from creditflow.training.reranker_data import rank_and_evaluate
+from creditflow.training.reranker_data import (
+    evaluate_pages,
+    pages_frame,
+    pages_from_frame,
+    serve_pages,
+)
 from creditflow.training.reranking import EVALUATION_METRICS
+from creditflow.training.simulated_ab import (
+    CHANGE_METRICS,
+    CTR,
+    ab_plot_columns,
+    ab_session_metrics,
+    break_even,
+    oracle_pages,
+    simulated_users,
+    summarise_ab,
+    sweep_click_model,
+)
 
 logger = logging.getLogger(__name__)
+CTR_CHANGE = CHANGE_METRICS[CTR]
 
 # Evaluated rankers, in table order: the logged production order (reranker_data.LOGGED), then
 # the greedy pages of the rerankers (name -> which reranker_pretrain setting says what the model
-# reads).
-RERANKER_INPUTS = {"click_pretrained": "click", "yaug_pretrained": "yaug", "yaug_page_grpo": "yaug"}
+# reads). The four pre-trained ones are target x inputs (issue 15, section 3): click or y_aug
+# target, with or without the s_exp features; every other feature is the same for all.
+RERANKER_INPUTS = {
+    "click_pretrained": "click",
+    "click_exp_pretrained": "click_exp",
+    "yaug_no_exp_pretrained": "yaug_no_exp",
+    "yaug_pretrained": "yaug",
+    "yaug_page_grpo": "yaug",
+}
+# Pages sampled at the GRPO temperature (the pages page GRPO trained on): name -> model.
+SAMPLED_PAGES = {
+    "yaug_pretrained_sampled": "yaug_pretrained",
+    "yaug_page_grpo_sampled": "yaug_page_grpo",
+}
 
 
-def evaluate_rerankers(
+def serve_heldout_pages(  # noqa: PLR0913 - one input per trained reranker
     query_logs_heldout: pd.DataFrame,
     catalogue_items: pd.DataFrame,
     item_experience_scores: pd.DataFrame,
     reranker_click: PointerReranker,
+    reranker_click_exp: PointerReranker,
+    reranker_yaug_no_exp: PointerReranker,
     reranker_yaug: PointerReranker,
     reranker_page_grpo: PointerReranker,
     params: dict[str, Any],
     pretrain_params: dict[str, Any],
+    grpo_params: dict[str, Any],
 ) -> pd.DataFrame:
-    """Per held-out session and ranker: experience nDCG@K against the hidden true quality,
-    click nDCG@K (R_old), nDCG@K against y^s and the share of top-K slots given to never-exposed
-    items. Rankers: the logged order and the greedy pages of the three rerankers."""
-    models = named_rerankers(reranker_click, reranker_yaug, reranker_page_grpo)
-    return rank_and_evaluate(
+    """Every ranker's pages of the held-out sessions: the logged order, each reranker's greedy
+    page, and pages of the y_aug rerankers sampled at the GRPO temperature."""
+    models = named_rerankers(
+        reranker_click, reranker_click_exp, reranker_yaug_no_exp, reranker_yaug, reranker_page_grpo
+    )
+    sampled = params["ab"]["sampled_pages"]
+    pages = serve_pages(
         query_logs_heldout,
         catalogue_items,
         item_experience_scores,
         models,
         RERANKER_INPUTS,
         pretrain_params,
-        k=params["k"],
+        sampled=SAMPLED_PAGES,
+        temperature=grpo_params["grpo"]["temperature"],
+        samples=sampled["samples"],
+        seed=sampled["seed"],
+    )
+    return pages_frame(pages, query_logs_heldout)
+
+
+def evaluate_rerankers(
+    reranker_heldout_pages: pd.DataFrame,
+    query_logs_heldout: pd.DataFrame,
+    item_experience_scores: pd.DataFrame,
+    params: dict[str, Any],
+    grpo_params: dict[str, Any],
+) -> pd.DataFrame:
+    """Per held-out session and ranker: experience nDCG@K against the hidden true quality,
+    click nDCG@K against the clicks logged under the old order (counterfactual), nDCG@K against
+    y^s (with the page reward's gains) and the share of top-K slots given to never-exposed
+    items (sampled pages: their mean)."""
+    pages = pages_from_frame(reranker_heldout_pages, query_logs_heldout)
+    gain_mode = grpo_params["reward"]["gain_mode"]
+    return evaluate_pages(pages, query_logs_heldout, item_experience_scores, params["k"], gain_mode)
+
+
+def named_rerankers(
+    *models: PointerReranker, names: Mapping[str, str] = RERANKER_INPUTS
+) -> dict[str, PointerReranker]:
+    """``models`` under the names of ``names`` (default: the chain's ``RERANKER_INPUTS``)."""
+    return dict(zip(names, models, strict=True))
+
+
+def simulate_reranker_ab(
+    reranker_heldout_pages: pd.DataFrame,
+    query_logs_heldout: pd.DataFrame,
+    catalogue_items: pd.DataFrame,
+    annotation_params: dict[str, Any],
+    params: dict[str, Any],
+) -> pd.DataFrame:
+    """The simulated online A/B per session: every ranker's pages (and two oracle pages that
+    read the hidden truth) shown to the world's click model (``annotation.click_model``)."""
+    ab = params["ab"]
+    users = simulated_users(
+        query_logs_heldout,
+        catalogue_items,
+        ClickModel.from_params(annotation_params["click_model"]),
+    )
+    pages = pages_from_frame(reranker_heldout_pages, query_logs_heldout)
+    pages |= oracle_pages(users, query_logs_heldout)
+    return ab_session_metrics(
+        pages,
+        query_logs_heldout,
+        users,
+        k=ab["k"],
+        method=ab["method"],
+        draws=ab["draws"],
+        seed=ab["seed"],
     )
 
 
-def named_rerankers(*models: PointerReranker) -> dict[str, PointerReranker]:
-    """``models`` (click, y_aug, page-GRPO rerankers) under their ``RERANKER_INPUTS`` names."""
-    return dict(zip(RERANKER_INPUTS, models, strict=True))
+def summarise_reranker_ab(
+    reranker_ab_sessions: pd.DataFrame, params: dict[str, Any]
+) -> tuple[pd.DataFrame, Figure]:
+    """The A/B table (ranker x band, paired changes vs the logged order) and its bar plot."""
+    k = params["ab"]["k"]
+    table = summarise_ab(reranker_ab_sessions, k=k)
+    logger.info("simulated online A/B on held-out sessions:\n%s", table.to_string(index=False))
+    return table, plot_metrics_by_band(table, ab_plot_columns(k))
+
+
+def sweep_click_quality_weight(
+    reranker_heldout_pages: pd.DataFrame,
+    query_logs_heldout: pd.DataFrame,
+    catalogue_items: pd.DataFrame,
+    annotation_params: dict[str, Any],
+    params: dict[str, Any],
+) -> tuple[pd.DataFrame, Figure]:
+    """The A/B of the same pages in worlds whose click model weighs quality differently
+    (``reranker_eval.ab.sweep.quality_weights``), and the CTR / long-view change of each ranker
+    against that weight; logs where each reranker breaks even on CTR."""
+    ab = params["ab"]
+    world = ClickModel.from_params(annotation_params["click_model"])
+    sweep = sweep_click_model(
+        pages_from_frame(reranker_heldout_pages, query_logs_heldout),
+        query_logs_heldout,
+        catalogue_items,
+        world,
+        "quality",
+        ab["sweep"]["quality_weights"],
+        k=ab["k"],
+    )
+    logger.info("CTR break-even quality weights: %s", break_even(sweep, "quality", CTR_CHANGE))
+    return sweep, plot_sweep(sweep, "quality", list(CHANGE_METRICS.values()), mark=world.quality)
 
 
 def summarise_reranker_evaluation(

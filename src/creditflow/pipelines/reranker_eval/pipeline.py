@@ -1,25 +1,45 @@
-"""``reranker_eval``: logged order vs click / y_aug / y_aug + page-GRPO rerankers on held-out
-sessions by query band, and the experience model against the hidden true quality."""
+"""``reranker_eval``: logged order vs the click / y_aug rerankers (with and without s_exp
+inputs) and y_aug + page GRPO on held-out sessions by query band: the counterfactual table, the
+simulated online A/B with its quality-weight sweep, and the experience model against the hidden
+true quality."""
 
 from kedro.pipeline import Node, Pipeline
 
 from creditflow.pipelines.reranker_eval import nodes
+
+HELDOUT = "query_logs_heldout"
+PAGES = "reranker_heldout_pages"
 
 
 def create_pipeline(**kwargs) -> Pipeline:
     return Pipeline(
         [
             Node(
-                nodes.evaluate_rerankers,
+                nodes.serve_heldout_pages,
                 [
-                    "query_logs_heldout",
+                    HELDOUT,
                     "catalogue_items",
                     "item_experience_scores",
                     "reranker_click",
+                    "reranker_click_exp",
+                    "reranker_yaug_no_exp",
                     "reranker_yaug",
                     "reranker_page_grpo",
                     "params:reranker_eval",
                     "params:reranker_pretrain",
+                    "params:reranker_grpo",
+                ],
+                PAGES,
+                name="serve_heldout_pages",
+            ),
+            Node(
+                nodes.evaluate_rerankers,
+                [
+                    PAGES,
+                    HELDOUT,
+                    "item_experience_scores",
+                    "params:reranker_eval",
+                    "params:reranker_grpo",
                 ],
                 "reranker_evaluation_sessions",
                 name="evaluate_rerankers",
@@ -29,6 +49,24 @@ def create_pipeline(**kwargs) -> Pipeline:
                 "reranker_evaluation_sessions",
                 ["reranker_evaluation", "reranker_evaluation_plot"],
                 name="summarise_reranker_evaluation",
+            ),
+            Node(
+                nodes.simulate_reranker_ab,
+                [PAGES, HELDOUT, "catalogue_items", "params:annotation", "params:reranker_eval"],
+                "reranker_ab_sessions",
+                name="simulate_reranker_ab",
+            ),
+            Node(
+                nodes.summarise_reranker_ab,
+                ["reranker_ab_sessions", "params:reranker_eval"],
+                ["reranker_ab", "reranker_ab_plot"],
+                name="summarise_reranker_ab",
+            ),
+            Node(
+                nodes.sweep_click_quality_weight,
+                [PAGES, HELDOUT, "catalogue_items", "params:annotation", "params:reranker_eval"],
+                ["reranker_ab_sweep", "reranker_ab_sweep_plot"],
+                name="sweep_click_quality_weight",
             ),
             Node(
                 nodes.evaluate_experience_model,

@@ -10,18 +10,18 @@ from matplotlib.figure import Figure
 
 from creditflow.models.reranker import PointerReranker
 from creditflow.reporting import metrics_frame, plot_reward_curves
+from creditflow.tasks.reranking import ClickModel
 from creditflow.training import CheckpointStore
 from creditflow.training.grpo_runs import run_page_grpo
 from creditflow.training.reranker_data import inputs_for, session_exp_scores
-from creditflow.training.reranking import logged_sessions
-from creditflow.training.strategies.page import PageReward, page_grpo_config
+from creditflow.training.strategies.page import page_grpo_config, page_reward_of
 
 logger = logging.getLogger(__name__)
 
 REWARD_COLUMNS = ("reward/page", "reward/r_old", "reward/exp_ndcg", "actor/kl", "actor/entropy")
 
 
-def train_reranker_page_grpo(
+def train_reranker_page_grpo(  # noqa: PLR0913 - the model, its data, the world and three groups
     reranker_yaug: PointerReranker,
     query_logs_train: pd.DataFrame,
     catalogue_items: pd.DataFrame,
@@ -29,18 +29,22 @@ def train_reranker_page_grpo(
     checkpoints: CheckpointStore,
     params: dict[str, Any],
     pretrain_params: dict[str, Any],
+    annotation_params: dict[str, Any],
 ) -> tuple[PointerReranker, pd.DataFrame, pd.DataFrame]:
     """SPEC 3.5: GRPO from the y_aug reranker with the page reward
-    ``alpha * R_old + beta * nDCG@K(y, y^s)`` (R_old the click nDCG@K of the logged session,
-    y^s the candidates by s_exp) and a KL term to the pre-trained reranker."""
+    ``alpha * R_old + beta * nDCG@K(y, y^s)`` (R_old the business objective of the sampled page:
+    by default the simulated users' clicks + long views, ``annotation.click_model``; y^s the
+    candidates by s_exp) and a KL term to the pre-trained reranker."""
     features, mask = inputs_for(
         query_logs_train, catalogue_items, item_experience_scores, pretrain_params, "yaug"
     )  # (N, L, F), (N, L)
     config = page_grpo_config(params["grpo"], n_candidates=mask.shape[1])
-    reward = PageReward(
-        logged_sessions(query_logs_train).clicks,
+    reward = page_reward_of(
+        params["reward"],
+        query_logs_train,
+        catalogue_items,
         session_exp_scores(query_logs_train, item_experience_scores),
-        **params["reward"],
+        ClickModel.from_params(annotation_params["click_model"]),
     )
     model, result = run_page_grpo(reranker_yaug, features, mask, reward, config, checkpoints)
     return model, metrics_frame(result.history), pd.DataFrame(result.samples)

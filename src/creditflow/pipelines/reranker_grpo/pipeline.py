@@ -18,6 +18,7 @@ def create_pipeline(**kwargs) -> Pipeline:
                     "reranker_grpo_checkpoints",
                     "params:reranker_grpo",
                     "params:reranker_pretrain",
+                    "params:annotation",
                 ],
                 ["reranker_page_grpo", "reranker_grpo_metrics", "reranker_grpo_samples"],
                 name="train_reranker_page_grpo",

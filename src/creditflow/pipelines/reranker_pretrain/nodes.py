@@ -23,8 +23,9 @@ def pretrain_reranker(
     kind: str,
 ) -> tuple[PointerReranker, pd.DataFrame]:
     """A fresh reranker trained by teacher forcing to emit ``targets`` (y_aug or click-first)
-    on the training sessions; returns it and the per-step NLL. A re-run of the same run
-    resumes from (or loads) its checkpoint in ``checkpoints``."""
+    on the training sessions, reading the inputs of setting ``kind``; returns it and the
+    per-step NLL. A re-run of the same run resumes from (or loads) its checkpoint in
+    ``checkpoints``."""
     training = SupervisedConfig.from_params(params["training"], **reranking.PRETRAIN_TRAINING)
     features, mask = inputs_for(
         query_logs_train, catalogue_items, item_experience_scores, params, kind

@@ -1,8 +1,12 @@
-"""``reranker_pretrain``: one reranker per target, from the same initial weights (SPEC 3.4).
+"""``reranker_pretrain``: one reranker per (target, inputs), from the same initial weights
+(SPEC 3.4; issue 15, section 3).
 
 ``reranker_yaug`` learns y_aug (clicked first, each group by s_exp); ``reranker_click`` learns
-the logged click-first order, the baseline a click-log reranker imitates. What each reads is
-``params:reranker_pretrain.rerankers``.
+the logged click-first order, the baseline a click-log reranker imitates. The ablations
+``reranker_click_exp`` (click target, s_exp inputs) and ``reranker_yaug_no_exp`` (y_aug target,
+no s_exp inputs) complete the 2 x 2, so the target and the s_exp inputs are compared one at a
+time. Whether each reads s_exp is ``params:reranker_pretrain.rerankers``; every other feature
+is the same for all four.
 """
 
 from functools import partial, update_wrapper
@@ -12,8 +16,8 @@ from kedro.pipeline import Node, Pipeline
 from creditflow.pipelines.reranker_pretrain import nodes
 
 PARAMS = "params:reranker_pretrain"
-# Reranker name -> its target table (reranker_targets_<name>) and model (reranker_<name>).
-RERANKERS = ("yaug", "click")
+# Reranker name (its model is reranker_<name>) -> its target (table reranker_targets_<target>).
+RERANKERS = {"yaug": "yaug", "click": "click", "click_exp": "click", "yaug_no_exp": "yaug"}
 
 
 def _named(func, name: str, **bound):
@@ -30,7 +34,7 @@ def create_pipeline(**kwargs) -> Pipeline:
             Node(
                 _named(nodes.pretrain_reranker, "pretrain_reranker", kind=kind),
                 [
-                    f"reranker_targets_{kind}",
+                    f"reranker_targets_{target}",
                     "query_logs_train",
                     "catalogue_items",
                     "item_experience_scores",
@@ -40,7 +44,7 @@ def create_pipeline(**kwargs) -> Pipeline:
                 [f"reranker_{kind}", f"reranker_pretrain_{kind}_metrics"],
                 name=f"pretrain_reranker_{kind}",
             )
-            for kind in RERANKERS
+            for kind, target in RERANKERS.items()
         ],
         tags=["reranker_pretrain", "experience"],
     )

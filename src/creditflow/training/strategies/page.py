@@ -1,5 +1,7 @@
 """Page-level GRPO (SPEC 3.5): the engine's ``grpo`` advantage on the page reward
 ``alpha * R_old + beta * nDCG@k(y, y^s)``, with pages sampled by the ``RerankerPolicy``.
+``R_old`` is the business objective: the simulated users' clicks and long views on the sampled
+page (``SimulatedFeedback``, issue 15) or the logged-click nDCG (``LoggedClicks``).
 
 Nothing in the loop is specific to pages: the method is this reward and the config it runs
 under (one ``"page"`` reward, one pointer step per candidate). ``grpo_runs.run_page_grpo``
@@ -10,21 +12,149 @@ Shape symbols: ``N`` sessions, ``B`` sampled pages, ``L`` candidates per session
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Mapping
 from typing import Any
 
+import pandas as pd
 import torch
 
-from creditflow.algorithms import page_reward
+from creditflow.algorithms import GAIN_MODES, ndcg_at_k, rank_gains
+from creditflow.algorithms.feedback import (
+    best_page_value,
+    expected_page_feedback,
+    sample_page_feedback,
+)
 from creditflow.rollout.reranker_policy import parse_rankings
+from creditflow.tasks.reranking import ClickModel, candidate_response
 from creditflow.training.config import ConfigError, GRPOConfig
+from creditflow.training.reranking import logged_sessions
 from creditflow.training.strategies import validate_strategies
 
 # Set by ``page_grpo_config``, never by parameters: the engine's scalar reward is PageReward's
 # "page" (its alpha / beta mix is PageReward's own), and a completion is one pointer step per
 # candidate, so its length is L.
 DERIVED_GRPO_KEYS = ("rewards", "max_new_tokens")
+
+
+FEEDBACK_MODES = ("expected", "sampled")
+
+
+class LoggedClicks:
+    """``R_old`` of SPEC 3.5 as first written: nDCG@k of the clicks logged under the old order.
+    Counterfactual: an item the old page never exposed has no click, so it never scores.
+
+    Args:
+        clicks: ``(N, L)`` logged 0/1 clicks per candidate.
+        k: nDCG cut-off (>= 1).
+    """
+
+    def __init__(self, clicks: torch.Tensor, k: int):
+        check_ndim_2("clicks", clicks)
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        self.clicks, self.k = clicks.float(), int(k)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return tuple(self.clicks.shape)
+
+    def run_key(self) -> tuple[list[torch.Tensor], list[object]]:
+        return [self.clicks], ["logged_clicks", self.k]
+
+    def __call__(
+        self, rankings: torch.Tensor, rows: torch.Tensor, completions: list[str]
+    ) -> dict[str, torch.Tensor]:
+        gains = self.clicks[rows]  # (B, L)
+        return {"r_old": ndcg_at_k(gains.gather(1, rankings), self.k, ideal_gains=gains)}
+
+
+class SimulatedFeedback:
+    """``R_old`` = the business objective of the paper, clicks + long views, as the simulated
+    users (the world's ``ClickModel``) give it to the sampled page itself (issue 15, section 1).
+
+    ``R_old(y) = (clicks(y) + long_view_weight * long_views(y)) / best``, where ``best`` is the
+    expected value of the best page of that session (candidates by
+    ``c * (1 + long_view_weight * l)``, ``algorithms.feedback.best_page_value``), so ``R_old``
+    is in [0, 1] in expectation like the nDCG it is mixed with. ``mode="expected"`` uses the
+    exact expectations of the page (infinitely many users per page); ``"sampled"`` one
+    simulated user per sampled page, whose random numbers are a hash of ``seed``, the prompt
+    indices and the completions (a pure function of what the engine passes: a resumed run
+    draws the same users).
+
+    Args:
+        click_probability: ``(N, L)`` ``P(click | examined)`` per candidate.
+        long_view_probability: ``(N, L)`` ``P(long view | click)`` per candidate.
+        click_model: the world's click model (position weights, examination, exposure depth).
+        long_view_weight: weight of a long view against a click (>= 0).
+        mode: ``"expected"`` or ``"sampled"``.
+        seed: seed of the sampled users.
+    """
+
+    def __init__(  # noqa: PLR0913 - the world, the objective and how feedback is drawn
+        self,
+        click_probability: torch.Tensor,
+        long_view_probability: torch.Tensor,
+        click_model: ClickModel,
+        long_view_weight: float = 1.0,
+        mode: str = "expected",
+        seed: int = 0,
+    ):
+        check_ndim_2("click_probability", click_probability)
+        if click_probability.shape != long_view_probability.shape:
+            raise ValueError("click_probability and long_view_probability must match, (N, L)")
+        if mode not in FEEDBACK_MODES:
+            raise ValueError(f"unknown feedback mode {mode!r}; valid: {', '.join(FEEDBACK_MODES)}")
+        if not (math.isfinite(long_view_weight) and long_view_weight >= 0):
+            raise ValueError(f"long_view_weight must be finite and >= 0, got {long_view_weight}")
+        L = click_probability.shape[1]
+        self.click = click_probability.double()
+        self.long_view = long_view_probability.double()
+        self.click_model, self.mode, self.seed = click_model, mode, int(seed)
+        self.long_view_weight = float(long_view_weight)
+        self.position_weights = torch.from_numpy(click_model.position_weights(L))  # (L,)
+        self.examination = torch.from_numpy(click_model.examination(L))  # (L,)
+        values = self.click * (1.0 + self.long_view_weight * self.long_view)  # (N, L)
+        self.best = best_page_value(values, self.position_weights).clamp(min=1e-12)  # (N,)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return tuple(self.click.shape)
+
+    def run_key(self) -> tuple[list[torch.Tensor], list[object]]:
+        settings = [self.mode, self.seed, self.long_view_weight, repr(self.click_model)]
+        return [self.click, self.long_view], ["simulated", *settings]
+
+    def _users(self, rows: torch.Tensor, completions: list[str]) -> tuple[torch.Tensor, ...]:
+        text = f"{self.seed}|{rows.tolist()}|{'|'.join(completions)}"
+        digest = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
+        generator = torch.Generator().manual_seed(digest)
+        lo, hi = self.click_model.exposure_depth
+        B, L = len(rows), self.click.shape[1]
+        depth = torch.randint(lo, hi + 1, (B,), generator=generator)  # (B,)
+        return depth, torch.rand(B, L, 2, generator=generator, dtype=torch.float64)
+
+    def __call__(
+        self, rankings: torch.Tensor, rows: torch.Tensor, completions: list[str]
+    ) -> dict[str, torch.Tensor]:
+        click, long_view = self.click[rows], self.long_view[rows]  # (B, L)
+        if self.mode == "expected":
+            clicks, long_views = expected_page_feedback(
+                rankings, click, long_view, self.position_weights
+            )
+        else:
+            clicks, long_views = sample_page_feedback(
+                rankings, click, long_view, self.examination, *self._users(rows, completions)
+            )
+        clicks, long_views = clicks.sum(-1), long_views.sum(-1)  # (B,)
+        value = (clicks + self.long_view_weight * long_views) / self.best[rows]
+        return {"r_old": value.float(), "clicks": clicks.float(), "long_views": long_views.float()}
+
+
+def check_ndim_2(name: str, tensor: torch.Tensor) -> None:
+    if tensor.dim() != 2:
+        raise ValueError(f"{name} must have shape (N, L), got {tuple(tensor.shape)}")
 
 
 class PageReward:
@@ -36,50 +166,104 @@ class PageReward:
     must have all ``L`` candidates real: padding slots would take a share of the ``y^s`` gains.
 
     Args:
-        business_gains: ``(N, L)`` logged-feedback gains per candidate (clicks: ``R_old`` is the
-            click nDCG@k).
-        exp_scores: ``(N, L)`` experience scores ``s_exp``; their rank gains define ``y^s``.
+        business: ``R_old``: ``SimulatedFeedback`` (the simulated users' clicks and long views
+            on the sampled page) or ``LoggedClicks`` (click nDCG@k of the logged session).
+        exp_scores: ``(N, L)`` experience scores ``s_exp``; their gains define ``y^s``.
         alpha: weight of ``R_old``.
         beta: weight of the experience alignment.
-        k: nDCG cut-off (>= 1).
+        k: nDCG cut-off (>= 1) of the experience alignment.
+        gain_mode: gains of ``y^s`` (``algorithms.rank_gains``: ``rank`` or ``minmax``).
 
     Returns (on call with ``(completions, prompt_index (B,))``): ``{"page", "r_old",
-    "exp_ndcg"}``, each ``(B,)``; ``r_old`` and ``exp_ndcg`` are ``page_reward`` with weights
-    (1, 0) and (0, 1), so ``page = alpha * r_old + beta * exp_ndcg``.
+    "exp_ndcg"}`` (and the simulated ``clicks`` / ``long_views`` per page), each ``(B,)``,
+    with ``page = alpha * r_old + beta * exp_ndcg``.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - the reward's own knobs
         self,
-        business_gains: torch.Tensor,
+        business: LoggedClicks | SimulatedFeedback,
         exp_scores: torch.Tensor,
         alpha: float,
         beta: float,
         k: int,
+        gain_mode: str = "rank",
     ):
-        if business_gains.dim() != 2 or business_gains.shape != exp_scores.shape:
+        if exp_scores.dim() != 2 or tuple(exp_scores.shape) != business.shape:
             raise ValueError(
-                f"business_gains and exp_scores must both have shape (N, L), got "
-                f"{tuple(business_gains.shape)} and {tuple(exp_scores.shape)}"
+                f"business feedback and exp_scores must both have shape (N, L), got "
+                f"{business.shape} and {tuple(exp_scores.shape)}"
             )
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
         if not (math.isfinite(alpha) and math.isfinite(beta)):
             raise ValueError(f"alpha and beta must be finite, got {alpha}, {beta}")
-        self.business_gains = business_gains.float()
+        if gain_mode not in GAIN_MODES:
+            raise ValueError(f"unknown gain_mode {gain_mode!r}; valid: {', '.join(GAIN_MODES)}")
+        self.business = business
         self.exp_scores = exp_scores.float()
-        self.alpha, self.beta, self.k = float(alpha), float(beta), int(k)
+        self.exp_gains = rank_gains(self.exp_scores, gain_mode)  # (N, L)
+        self.alpha, self.beta, self.k, self.gain_mode = float(alpha), float(beta), int(k), gain_mode
+
+    def run_key(self) -> tuple[list[torch.Tensor], list[object]]:
+        """Tensors and settings that make a run (``grpo_runs.run_page_grpo``'s checkpoint key)."""
+        tensors, settings = self.business.run_key()
+        return [*tensors, self.exp_scores], [
+            *settings,
+            self.alpha,
+            self.beta,
+            self.k,
+            self.gain_mode,
+        ]
 
     def __call__(
         self, completions: list[str], prompt_index: torch.Tensor
     ) -> dict[str, torch.Tensor]:
-        rankings = parse_rankings(completions, self.business_gains.shape[1])  # (B, L)
+        rankings = parse_rankings(completions, self.exp_scores.shape[1])  # (B, L)
         rows = prompt_index.long().cpu()
-        gains, scores = self.business_gains[rows], self.exp_scores[rows]  # (B, L)
-        return {
-            "page": page_reward(rankings, gains, scores, self.alpha, self.beta, self.k),
-            "r_old": page_reward(rankings, gains, scores, 1.0, 0.0, self.k),
-            "exp_ndcg": page_reward(rankings, gains, scores, 0.0, 1.0, self.k),
-        }
+        gains = self.exp_gains[rows]  # (B, L)
+        out = self.business(rankings, rows, completions)
+        out["exp_ndcg"] = ndcg_at_k(gains.gather(1, rankings), self.k, ideal_gains=gains)
+        out["page"] = self.alpha * out["r_old"] + self.beta * out["exp_ndcg"]
+        return out
+
+
+R_OLD_SOURCES = ("simulated", "logged_clicks")
+
+
+def page_reward_of(
+    reward_params: Mapping[str, Any],
+    sessions: pd.DataFrame,
+    catalogue: pd.DataFrame,
+    exp_scores: torch.Tensor,
+    click_model: ClickModel,
+) -> PageReward:
+    """The ``PageReward`` of a ``reranker_grpo.reward`` block on the training ``sessions``:
+    ``r_old`` names the business objective (``simulated``: ``SimulatedFeedback`` of
+    ``click_model``, with ``feedback``, ``long_view_weight`` and ``feedback_seed``;
+    ``logged_clicks``: ``LoggedClicks`` at ``k``)."""
+    source = reward_params["r_old"]
+    if source not in R_OLD_SOURCES:
+        raise ValueError(f"unknown r_old {source!r}; valid: {', '.join(R_OLD_SOURCES)}")
+    if source == "simulated":
+        click, long_view = candidate_response(sessions, catalogue, click_model)
+        business = SimulatedFeedback(
+            torch.from_numpy(click),
+            torch.from_numpy(long_view),
+            click_model,
+            long_view_weight=reward_params["long_view_weight"],
+            mode=reward_params["feedback"],
+            seed=reward_params["feedback_seed"],
+        )
+    else:
+        business = LoggedClicks(logged_sessions(sessions).clicks, k=reward_params["k"])
+    return PageReward(
+        business,
+        exp_scores,
+        alpha=reward_params["alpha"],
+        beta=reward_params["beta"],
+        k=reward_params["k"],
+        gain_mode=reward_params["gain_mode"],
+    )
 
 
 def page_grpo_config(grpo_params: Mapping[str, Any], n_candidates: int) -> GRPOConfig:
