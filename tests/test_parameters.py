@@ -5,17 +5,14 @@ seconds, naming the key, with a suggestion where a key is misspelt."""
 from __future__ import annotations
 
 import copy
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
 import pytest
 from kedro.config import OmegaConfigLoader
-from kedro.framework.hooks import hook_impl
 from kedro.framework.project import configure_project
 from kedro.framework.session import KedroSession
-from kedro.framework.startup import bootstrap_project
 
 from creditflow.config_schema import (
     check_group,
@@ -27,6 +24,7 @@ from creditflow.config_schema import (
 from creditflow.pipeline_registry import register_pipelines
 from creditflow.pipelines.parameters import SCHEMAS, check_parameters
 from creditflow.training.config import ConfigError
+from tests.kedro_project import NodeCounter, copy_project
 
 
 @pytest.fixture(scope="module")
@@ -218,31 +216,12 @@ def test_signature_block_is_the_keyword_options_of_a_function():
     assert problems("s", {"ratings": 1}, block) == ["s: unknown key `ratings`; valid keys: cuts, n"]
 
 
-def _copy_project(project_root: Path, tmp_path: Path) -> None:
-    for name in ("conf/base", "pyproject.toml"):
-        copy_fn = shutil.copytree if (project_root / name).is_dir() else shutil.copy
-        copy_fn(project_root / name, tmp_path / name)
-    (tmp_path / "conf/local").mkdir()
-    (tmp_path / "src").mkdir()  # bootstrap_project checks it; the package is installed
-
-
-class _NodeCounter:
-    def __init__(self) -> None:
-        self.started: list[str] = []
-
-    @hook_impl
-    def before_node_run(self, node) -> None:
-        self.started.append(node.name)
-
-
 @pytest.mark.filterwarnings("ignore:register_new_resolver:UserWarning")
 def test_a_session_run_with_a_misspelt_key_fails_before_its_first_node(
     project_root: Path, tmp_path: Path, monkeypatch
 ):
-    _copy_project(project_root, tmp_path)
-    monkeypatch.chdir(tmp_path)
-    bootstrap_project(tmp_path)
-    counter = _NodeCounter()
+    copy_project(project_root, tmp_path, monkeypatch)
+    counter = NodeCounter()
     overrides = {"tapo": {"tasks": {"n_train_per_langauge": 3}}, "annotation": {"bogus": 1}}
     with KedroSession.create(project_path=tmp_path, runtime_params=overrides) as session:
         session._hook_manager.register(counter)

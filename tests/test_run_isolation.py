@@ -4,7 +4,6 @@ checkpoint folders are locked per run (tests/training/test_checkpoint.py)."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -12,7 +11,6 @@ import pytest
 from kedro.framework.hooks import hook_impl
 from kedro.framework.hooks.manager import _create_hook_manager
 from kedro.framework.session import KedroSession
-from kedro.framework.startup import bootstrap_project
 from kedro.io import DataCatalog, MemoryDataset
 from kedro.io.core import Version
 from kedro.pipeline import Pipeline, node
@@ -20,6 +18,7 @@ from kedro.runner import SequentialRunner
 from kedro_datasets.pandas import CSVDataset
 
 from creditflow.hooks import MissingInputsError, PinnedVersionsHook
+from tests.kedro_project import NodeCounter, copy_project
 
 RUN = "2026-12-01T10.00.00.000Z"  # this run's save version
 LATER = "2026-12-01T10.00.05.000Z"  # a version another run saves while this one runs
@@ -120,21 +119,11 @@ class _OtherRunSavesItems:
             items.to_parquet(folder / "catalogue_items.parquet")
 
 
-def _project(project_root: Path, tmp_path: Path, monkeypatch) -> None:
-    for name in ("conf/base", "pyproject.toml"):
-        copy = shutil.copytree if (project_root / name).is_dir() else shutil.copy
-        copy(project_root / name, tmp_path / name)
-    (tmp_path / "conf/local").mkdir()
-    (tmp_path / "src").mkdir()  # bootstrap_project checks it; the package is installed
-    monkeypatch.chdir(tmp_path)
-    bootstrap_project(tmp_path)
-
-
 @pytest.mark.filterwarnings("ignore:register_new_resolver:UserWarning")
 def test_a_session_run_is_not_fooled_by_another_runs_newer_catalogue(
     project_root: Path, tmp_path: Path, monkeypatch
 ):
-    _project(project_root, tmp_path, monkeypatch)
+    copy_project(project_root, tmp_path, monkeypatch)
     overrides = {"annotation": {"items": {"n_items": 3, "image_size": 32}}}
     with KedroSession.create(project_path=tmp_path, runtime_params=overrides) as session:
         session._hook_manager.register(_OtherRunSavesItems(tmp_path))
@@ -145,21 +134,12 @@ def test_a_session_run_is_not_fooled_by_another_runs_newer_catalogue(
     assert len(annotations) == 3
 
 
-class _NodeCounter:
-    def __init__(self) -> None:
-        self.started: list[str] = []
-
-    @hook_impl
-    def before_node_run(self, node) -> None:
-        self.started.append(node.name)
-
-
 @pytest.mark.filterwarnings("ignore:register_new_resolver:UserWarning")
 def test_tor_reads_the_ingested_tables_and_says_how_to_make_them_when_missing(
     project_root: Path, tmp_path: Path, monkeypatch
 ):
-    _project(project_root, tmp_path, monkeypatch)
-    counter = _NodeCounter()
+    copy_project(project_root, tmp_path, monkeypatch)
+    counter = NodeCounter()
     with KedroSession.create(project_path=tmp_path) as session:
         session._hook_manager.register(counter)
         with pytest.raises(MissingInputsError) as error:

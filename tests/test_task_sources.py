@@ -5,15 +5,12 @@ works as written in a Kedro session."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pandas as pd
 import pytest
 from kedro.config import OmegaConfigLoader
-from kedro.framework.hooks import hook_impl
 from kedro.framework.session import KedroSession
-from kedro.framework.startup import bootstrap_project
 from kedro.io import DataCatalog, MemoryDataset
 from kedro.io.core import Version
 from kedro.pipeline import Pipeline, node
@@ -27,6 +24,7 @@ from creditflow.pipelines.tor import create_pipeline as tor_pipeline
 from creditflow.task_sources import SYNTHETIC, TASK_SOURCES, TaskSourceHook, task_datasets
 from creditflow.tasks import sources
 from creditflow.training.config import ConfigError
+from tests.kedro_project import NodeCounter, copy_project
 
 pytestmark = pytest.mark.filterwarnings("ignore:register_new_resolver:UserWarning")
 
@@ -160,26 +158,11 @@ ROWS = [
 ]
 
 
-class _NodeCounter:
-    def __init__(self) -> None:
-        self.started: list[str] = []
-
-    @hook_impl
-    def before_node_run(self, node) -> None:
-        self.started.append(node.name)
-
-
 @pytest.fixture
 def project(project_root: Path, tmp_path: Path, monkeypatch) -> Path:
-    for name in ("conf/base", "pyproject.toml"):
-        copy = shutil.copytree if (project_root / name).is_dir() else shutil.copy
-        copy(project_root / name, tmp_path / name)
-    (tmp_path / "conf/local").mkdir()
+    copy_project(project_root, tmp_path, monkeypatch)
     (tmp_path / "conf/local/catalog.yml").write_text(README_ENTRY, encoding="utf-8")
-    (tmp_path / "src").mkdir()  # bootstrap_project checks it; the package is installed
     (tmp_path / "data/01_raw").mkdir(parents=True)
-    monkeypatch.chdir(tmp_path)
-    bootstrap_project(tmp_path)
     return tmp_path
 
 
@@ -188,12 +171,12 @@ def _write_problems(project: Path, rows) -> None:
     frame.to_csv(project / "data/01_raw/my_problems.csv", index=False)
 
 
-def _run_tasks_node(project: Path, source: str) -> tuple[str, _NodeCounter]:
+def _run_tasks_node(project: Path, source: str) -> tuple[str, NodeCounter]:
     params = {
         "tapo": {"tasks": {"source": source, "heldout_fraction": 0.5}},
         "tracking": {"enabled": False},
     }
-    counter = _NodeCounter()
+    counter = NodeCounter()
     with KedroSession.create(project_path=project, runtime_params=params) as session:
         session._hook_manager.register(counter)
         session.run(pipeline_names=["tapo"], node_names=["build_tapo_tasks"])
@@ -229,7 +212,7 @@ def test_a_bad_row_of_the_users_file_is_named_with_its_column(project):
 
 
 def test_an_unknown_source_fails_the_session_before_the_first_node(project):
-    counter = _NodeCounter()
+    counter = NodeCounter()
     params = {"tapo": {"tasks": {"source": "my_problem"}}, "tracking": {"enabled": False}}
     with KedroSession.create(project_path=project, runtime_params=params) as session:
         session._hook_manager.register(counter)
