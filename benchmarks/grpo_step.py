@@ -47,6 +47,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("KEDRO_DISABLE_TELEMETRY", "1")
 
 import torch  # noqa: E402
+import yaml  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
 from creditflow.models import load_tokenizer  # noqa: E402
@@ -79,6 +80,9 @@ class Workload:
     learning_rate: float
     seed: int
     attn_implementation: str
+    # creditflow only: GRPOConfig fields set on top of the shared settings (--creditflow-set),
+    # e.g. the memory knobs of issue 13 (micro_batch_size, gradient_checkpointing, bf16).
+    creditflow_overrides: dict[str, Any] = field(default_factory=dict)
 
     @property
     def total_steps(self) -> int:
@@ -212,6 +216,8 @@ def summarize(
         "loadavg_1m": os.getloadavg()[0],  # other processes on the machine skew every number
         "reward_mean": statistics.fmean(rewards[measured]),
     }
+    if impl == "creditflow" and work.creditflow_overrides:
+        record["creditflow_overrides"] = work.creditflow_overrides
     if profile is not None:
         record["profile"] = profile
     return record
@@ -219,8 +225,8 @@ def summarize(
 
 # ---------------------------------------------------------------- creditflow
 def run_creditflow(work: Workload, profile: bool) -> dict[str, Any]:
+    from creditflow.algorithms import logprobs as logprobs_module  # noqa: PLC0415
     from creditflow.rollout import LanguagePolicy, SamplingSettings  # noqa: PLC0415
-    from creditflow.rollout import language_policy as language_policy_module  # noqa: PLC0415
     from creditflow.training import GRPOConfig, GRPOTrainer  # noqa: PLC0415
 
     t0 = time.perf_counter()
@@ -258,6 +264,7 @@ def run_creditflow(work: Workload, profile: bool) -> dict[str, Any]:
         seed=work.seed,
         log_samples_every=0,
     )
+    config = GRPOConfig.from_params({**config.to_dict(), **work.creditflow_overrides})
     trainer = GRPOTrainer(policy, work.prompts, reward_fn, config, checkpoints=None, progress=False)
     load_s = time.perf_counter() - t0
 
@@ -288,9 +295,7 @@ def run_creditflow(work: Workload, profile: bool) -> dict[str, Any]:
             return timer.timed(phase, logprobs, step_of)(batch, with_entropy)
 
         policy.completion_logprobs = split_logprobs
-        language_policy_module.topp_entropy = timer.timed(
-            "entropy", language_policy_module.topp_entropy, step_of
-        )
+        logprobs_module.topp_entropy = timer.timed("entropy", logprobs_module.topp_entropy, step_of)
         trainer.reward_fn = timer.timed("reward", reward_fn, step_of)
 
     clock.start()
@@ -450,6 +455,18 @@ IMPLEMENTATIONS: dict[str, Callable[[Workload, bool], dict[str, Any]]] = {
 
 
 # ---------------------------------------------------------------- CLI
+def parse_setting(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` -> ``(KEY, VALUE read as YAML)``.
+
+    >>> parse_setting("micro_batch_size=8"), parse_setting("bf16=true")
+    (('micro_batch_size', 8), ('bf16', True))
+    """
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, yaml.safe_load(value)
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--impl", required=True, choices=sorted(IMPLEMENTATIONS))
@@ -464,6 +481,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
     parser.add_argument("--attn", default="eager", choices=["eager", "sdpa"])
     parser.add_argument("--profile", action="store_true", help="add per-phase seconds per step")
+    parser.add_argument(
+        "--creditflow-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a creditflow GRPOConfig field (VALUE read as YAML), e.g. micro_batch_size=8",
+    )
     args = parser.parse_args(argv)
     for name in ("group_size", "prompts", "max_new_tokens", "steps", "threads"):
         if getattr(args, name) < 1:
@@ -490,6 +514,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         learning_rate=args.lr,
         seed=args.seed,
         attn_implementation=args.attn,
+        creditflow_overrides=dict(parse_setting(text) for text in args.creditflow_set),
     )
     # Trainers print their logs; stdout carries only the JSON record.
     with contextlib.redirect_stdout(sys.stderr):

@@ -7,6 +7,10 @@ start from byte-identical weights, tokenizer and prompts:
   ``Qwen2ForCausalLM`` from ``creditflow.models.build_tiny_qwen2``;
 - ``tokenizer.json``, ``tokenizer_config.json``: the BPE tokenizer (with the TAPO markers
   ``<translation>`` / ``</translation>`` as added tokens and a ChatML chat template);
+- with ``--pad-vocab-to N``, the embedding (tied to the LM head) padded to N rows, as Qwen
+  checkpoints pad theirs (Qwen2.5: 151,936 rows for a ~151.6k-token tokenizer); the tokenizer
+  is unchanged, so the extra rows are ids no text encodes to (a sampled one decodes to
+  nothing) but every forward still computes their logits: a (B, T, V) tensor at V = N;
 - ``prompts.jsonl``: one ``{"id", "language", "prompt", "answer"}`` per line; ``prompt`` is the
   user turn (``tapo_prompt``, not yet chat-formatted), languages interleaved so that the first
   P lines span several languages.
@@ -14,6 +18,8 @@ start from byte-identical weights, tokenizer and prompts:
 Usage::
 
     .venv/bin/python benchmarks/make_tiny_model.py --out data/06_models/bench_tiny --seed 0
+    # the same model at Qwen2.5's vocabulary size
+    .venv/bin/python benchmarks/make_tiny_model.py --out /tmp/bench_model_152k --pad-vocab-to 151936
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from itertools import zip_longest
 from pathlib import Path
 
 import pandas as pd
+import torch
 
 from creditflow.models import build_tiny_qwen2, train_bpe_tokenizer
 from creditflow.rewards import TRANSLATION_CLOSE, TRANSLATION_OPEN
@@ -74,6 +81,21 @@ def write_prompts(problems: pd.DataFrame, path: Path) -> None:
             f.write(json.dumps(record, ensure_ascii=False) + "\n")
 
 
+def pad_vocabulary(model, rows: int, seed: int) -> None:
+    """Pad ``model``'s (tied) input embedding and LM head to ``rows`` rows in place.
+
+    ``resize_token_embeddings`` keeps the existing rows and initialises the new ones from the
+    old rows' mean and covariance (``mean_resizing``), seeded here so the same seed gives
+    the same weights; the tied LM head follows the embedding.
+    """
+    vocab = model.get_input_embeddings().weight.shape[0]
+    if rows < vocab:
+        raise ValueError(f"--pad-vocab-to {rows} is below the vocabulary size {vocab}")
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model.resize_token_embeddings(rows)
+
+
 def make_tiny_model(
     out: Path,
     *,
@@ -86,6 +108,7 @@ def make_tiny_model(
     num_attention_heads: int = 4,
     num_key_value_heads: int = 2,
     intermediate_size: int = 512,
+    pad_vocab_to: int | None = None,
 ) -> Path:
     """Build and save the benchmark model, tokenizer and prompts to ``out``; returns ``out``.
 
@@ -96,6 +119,8 @@ def make_tiny_model(
         vocab_size: BPE vocabulary before the two TAPO markers are added.
         hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads,
             intermediate_size: the Qwen2 sizes (see ``build_tiny_qwen2``).
+        pad_vocab_to: pad the embedding and LM head to this many rows (>= the tokenizer's
+            length); None keeps V = len(tokenizer).
     """
     out.mkdir(parents=True, exist_ok=True)
     problems = interleave_languages(generate_tapo_problems(n_problems, languages, seed=seed))
@@ -113,13 +138,16 @@ def make_tiny_model(
         intermediate_size=intermediate_size,
         seed=seed,
     )
+    if pad_vocab_to is not None:
+        pad_vocabulary(model, pad_vocab_to, seed)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     write_prompts(problems, out / PROMPTS_FILE)
     n_params = sum(p.numel() for p in model.parameters())
     logger.info(
-        "saved a %d-parameter Qwen2 (V=%d), its tokenizer and %d prompts to %s",
+        "saved a %d-parameter Qwen2 (V=%d, tokenizer %d), its tokenizer and %d prompts to %s",
         n_params,
+        model.config.vocab_size,
         len(tokenizer),
         len(problems),
         out,
@@ -138,6 +166,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--kv-heads", type=int, default=2)
     parser.add_argument("--intermediate-size", type=int, default=512)
+    parser.add_argument(
+        "--pad-vocab-to",
+        type=int,
+        default=None,
+        metavar="N",
+        help="pad the embedding / LM head to N rows (Qwen2.5: 151936); tokenizer unchanged",
+    )
     return parser.parse_args(argv)
 
 
@@ -154,6 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         num_attention_heads=args.heads,
         num_key_value_heads=args.kv_heads,
         intermediate_size=args.intermediate_size,
+        pad_vocab_to=args.pad_vocab_to,
     )
     return 0
 

@@ -5,7 +5,12 @@ import torch
 import torch.nn.functional as F
 from torch.testing import assert_close
 
-from creditflow.algorithms import kl_penalty, pairwise_preference_loss, policy_loss
+from creditflow.algorithms import (
+    kl_penalty,
+    micro_batch_share,
+    pairwise_preference_loss,
+    policy_loss,
+)
 
 AGG_MODES = ["seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm"]
 
@@ -240,6 +245,59 @@ def test_policy_loss_rejects_bad_arguments():
 
 
 # --- kl_penalty ---------------------------------------------------------------------------
+
+
+def test_micro_batch_share_hand_computed():
+    # Rows with 3, 1, 2 and 0 valid tokens (6 in all), split in halves.
+    mask = torch.tensor([[1, 1, 1], [1, 0, 0], [1, 1, 0], [0, 0, 0]])
+    first, second = mask[:2], mask[2:]
+    for agg in ("seq-mean-token-mean", "seq-mean-token-sum-norm"):
+        assert micro_batch_share(agg, first, mask) == micro_batch_share(agg, second, mask) == 0.5
+    # token-mean: 4 of the 6 tokens, then 2; an all-padding minibatch shares nothing.
+    assert micro_batch_share("token-mean", first, mask) == pytest.approx(4 / 6)
+    assert micro_batch_share("token-mean", second, mask) == pytest.approx(2 / 6)
+    empty = torch.zeros(4, 3)
+    assert micro_batch_share("token-mean", empty[:2], empty) == 0.0
+    with pytest.raises(ValueError, match="agg"):
+        micro_batch_share("sum", first, mask)
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("agg", AGG_MODES)
+@pytest.mark.parametrize("micro", [1, 2, 3])
+def test_micro_batches_weighted_by_share_give_the_full_loss_and_gradient(seed, agg, micro):
+    """Gradient accumulation: sum_k share_k * policy_loss(rows_k) == policy_loss(all rows),
+    and so is the gradient, for every aggregation, with weights and a KL term; masks with
+    empty rows and rows of different lengths (the normalisers differ per micro-batch)."""
+    g = torch.Generator().manual_seed(seed)
+    B, T = 6, 5
+    lengths = torch.randint(0, T + 1, (B,), generator=g)
+    mask = (torch.arange(T)[None] < lengths[:, None]).float()  # (B, T)
+    logp = (-torch.rand(B, T, generator=g, dtype=torch.float64)).requires_grad_()
+    old_logp = logp.detach() + 0.1 * torch.randn(B, T, generator=g, dtype=torch.float64)
+    ref_logp = logp.detach() + 0.1 * torch.randn(B, T, generator=g, dtype=torch.float64)
+    advantages = torch.randn(B, generator=g, dtype=torch.float64)
+    weights = torch.rand(B, T, generator=g, dtype=torch.float64)
+    options = {"agg": agg, "beta": 0.05, "kl": "k3", "max_len": 7}
+
+    def loss_of(rows):
+        return policy_loss(
+            logp[rows],
+            old_logp[rows],
+            advantages[rows],
+            mask[rows],
+            weights=weights[rows],
+            ref_logp=ref_logp[rows],
+            **options,
+        )[0]
+
+    full = loss_of(slice(None))
+    (full_grad,) = torch.autograd.grad(full, logp)
+    parts = [slice(s, s + micro) for s in range(0, B, micro)]
+    accumulated = sum(micro_batch_share(agg, mask[rows], mask) * loss_of(rows) for rows in parts)
+    (accumulated_grad,) = torch.autograd.grad(accumulated, logp)
+    assert_close(accumulated, full, atol=1e-12, rtol=1e-12)
+    assert_close(accumulated_grad, full_grad, atol=1e-12, rtol=1e-12)
 
 
 def test_kl_penalty_hand_computed():

@@ -33,7 +33,9 @@ def test_public_api_is_exported():
         assert hasattr(algorithms, name), name
 
 
-@pytest.mark.parametrize("module", ["_masked", "advantages", "tor", "losses", "ranking"])
+@pytest.mark.parametrize(
+    "module", ["_masked", "advantages", "tor", "logprobs", "losses", "ranking"]
+)
 def test_docstring_examples(module):
     mod = importlib.import_module(f"creditflow.algorithms.{module}")
     result = doctest.testmod(mod, optionflags=doctest.NORMALIZE_WHITESPACE)

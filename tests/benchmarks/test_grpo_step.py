@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from transformers import AutoModelForCausalLM
 
@@ -32,6 +33,7 @@ def _load(name):
 
 grpo_step = _load("grpo_step")
 compare = _load("compare")
+make_tiny_model = _load("make_tiny_model")
 tapo_settings = _load("tapo_settings")
 
 # Smallest sizes that still exercise every code path: B = P * G = 2 * 2 = 4, T = 8.
@@ -163,6 +165,26 @@ def test_make_tiny_model_writes_a_loadable_model_and_interleaved_prompts(tiny_mo
     assert len(tokenizer.encode("<translation>", add_special_tokens=False)) == 1
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     assert model.config.hidden_size == 32 and model.config.vocab_size == len(tokenizer)
+
+
+def test_pad_vocab_to_pads_the_tied_embedding_and_keeps_the_tokenizer(tmp_path):
+    """--pad-vocab-to N: N embedding rows (the LM head tied to them), the tokenizer's rows
+    unchanged, the tokenizer itself unchanged (issue 13's benchmark at Qwen2.5's 151,936)."""
+    sizes = {
+        "n_problems": 1, "vocab_size": 300, "hidden_size": 16, "num_hidden_layers": 1,
+        "num_attention_heads": 2, "num_key_value_heads": 1, "intermediate_size": 32,
+    }  # fmt: skip
+    plain = make_tiny_model.make_tiny_model(tmp_path / "plain", **sizes)
+    padded = make_tiny_model.make_tiny_model(tmp_path / "padded", pad_vocab_to=1000, **sizes)
+    tokenizer = load_tokenizer(padded)
+    assert len(tokenizer) == len(load_tokenizer(plain)) < 1000
+    small, big = (AutoModelForCausalLM.from_pretrained(d) for d in (plain, padded))
+    assert big.config.vocab_size == 1000 and big.get_output_embeddings().weight.shape[0] == 1000
+    assert big.get_output_embeddings().weight is big.get_input_embeddings().weight
+    old = small.get_input_embeddings().weight
+    assert torch.equal(big.get_input_embeddings().weight[: len(old)], old)
+    with pytest.raises(ValueError, match="below the vocabulary size"):
+        make_tiny_model.pad_vocabulary(small, 10, seed=0)
 
 
 def _check_record(record, impl):

@@ -10,6 +10,7 @@ import types
 import pytest
 import torch
 
+from creditflow.algorithms import topp_entropy
 from creditflow.rollout import LanguagePolicy, RolloutBatch, SamplingSettings
 
 
@@ -157,3 +158,76 @@ def test_policy_needs_a_pad_token(make_model):
     no_pad = types.SimpleNamespace(pad_token_id=None)
     with pytest.raises(ValueError, match="pad token"):
         LanguagePolicy(make_model(), no_pad, SamplingSettings())
+
+
+@pytest.mark.parametrize("chunk", [1, 7, None])
+def test_chunked_scoring_equals_the_single_pass_logits(
+    make_model, tapo_tokenizer, tapo_prompts, chunk
+):
+    """completion_logprobs (the head applied ``chunk`` positions at a time, issue 13) gives the
+    log-softmax of the plain forward's (B, T, V) logits, their top-p entropy, and the gradient
+    of that log-softmax."""
+    model = make_model()
+    sampling = SamplingSettings(max_new_tokens=10, temperature=0.8, logprob_chunk_size=chunk)
+    policy = LanguagePolicy(model, tapo_tokenizer, sampling)
+    torch.manual_seed(5)
+    batch = policy.sample(tapo_prompts[:3], group_size=2, with_logprobs=False)
+    model.train()
+    logits = policy.completion_logits(batch)  # (B, T, V)
+    expected = torch.log_softmax(logits, -1).gather(-1, batch.completion_ids[..., None])[..., 0]
+    g = torch.randn(expected.shape, generator=torch.Generator().manual_seed(0))
+    params = [p for p in model.parameters() if p.requires_grad]
+    expected_grads = torch.autograd.grad((expected * g).sum(), params)
+
+    logp, entropy = policy.completion_logprobs(batch, with_entropy=True)
+    torch.testing.assert_close(logp, expected, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(entropy, topp_entropy(logits.detach()), atol=1e-6, rtol=1e-6)
+    grads = torch.autograd.grad((logp * g).sum(), params)
+    for got, want in zip(grads, expected_grads, strict=True):
+        torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
+
+
+def test_scoring_never_projects_the_whole_batch_at_once(
+    make_model, tapo_tokenizer, tapo_prompts, monkeypatch
+):
+    """With logprob_chunk_size c the LM head sees at most c positions per call, and inside the
+    model's own forward it sees none (output_head_inputs)."""
+    model = make_model()
+    widths = []
+    model.lm_head.register_forward_hook(lambda m, args, out: widths.append(out.shape[:-1]))
+    linear = torch.nn.functional.linear
+    projected = []
+
+    def recording_linear(x, weight, bias=None):
+        if weight is model.lm_head.weight:
+            projected.append(x.shape[:-1].numel())  # positions projected
+        return linear(x, weight, bias)
+
+    sampling = SamplingSettings(max_new_tokens=6, logprob_chunk_size=4)
+    policy = LanguagePolicy(model, tapo_tokenizer, sampling)
+    torch.manual_seed(6)
+    batch = policy.sample(tapo_prompts[:2], group_size=2, with_logprobs=False)  # N = 4 x 6
+    widths.clear()
+    monkeypatch.setattr(torch.nn.functional, "linear", recording_linear)
+    logp, _ = policy.completion_logprobs(batch)
+    logp.sum().backward()
+    assert widths == [torch.Size([4, 0])], "the forward's own head call projects nothing"
+    # The forward's own (empty) call, then 6 chunks of 4 positions, forward and backward.
+    assert projected == [0] + [4] * 6 * 2
+
+
+def test_scoring_needs_a_linear_head(make_model, tapo_tokenizer):
+    model = make_model()
+    model.lm_head = torch.nn.Sequential(model.lm_head)
+    policy = LanguagePolicy(model, tapo_tokenizer, SamplingSettings(max_new_tokens=2))
+    with pytest.raises(ValueError, match="not a torch.nn.Linear"):
+        policy.sample(["Add 2 and 3."], group_size=2)
+
+
+def test_scoring_refuses_models_that_transform_logits_after_the_head(make_model, tapo_tokenizer):
+    """Scoring skips the head inside forward(), so a post-head transform would be lost."""
+    model = make_model()
+    model.config.final_logit_softcapping = 30.0  # Gemma 2
+    policy = LanguagePolicy(model, tapo_tokenizer, SamplingSettings(max_new_tokens=2))
+    with pytest.raises(ValueError, match=r"transforms its logits after the head"):
+        policy.sample(["Add 2 and 3."], group_size=2)

@@ -201,6 +201,28 @@ def test_logprobs_are_differentiable_and_temperature_scaled(
     torch.testing.assert_close(logp.detach(), expected.detach(), rtol=0, atol=1e-5)
 
 
+def test_chunked_scoring_equals_the_single_pass_with_gradients(sampled, make_vl_model):
+    """Scoring 3 positions at a time (issue 13) gives the plain forward's log-softmax, its
+    top-p entropy and its gradient, the vision tower's included."""
+    policy, batch, _ = sampled
+    model = make_vl_model()
+    chunked = _policy(model, policy.processor, logprob_chunk_size=3)
+    logits = chunked.completion_logits(batch)  # (B, T, V)
+    expected = torch.log_softmax(logits, -1).gather(-1, batch.completion_ids[..., None])[..., 0]
+    trained = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    names, params = [n for n, _ in trained], [p for _, p in trained]
+    expected_grads = torch.autograd.grad(expected.sum(), params, allow_unused=True)
+    logp, entropy = chunked.completion_logprobs(batch, with_entropy=True)
+    torch.testing.assert_close(logp, expected, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(entropy, topp_entropy(logits.detach()), rtol=1e-6, atol=1e-6)
+    grads = torch.autograd.grad(logp.sum(), params, allow_unused=True)
+    visual = [g for n, g in zip(names, grads, strict=True) if "visual" in n and g is not None]
+    assert visual and any(g.abs().sum() > 0 for g in visual), "the image gets a gradient"
+    for name, got, want in zip(names, grads, expected_grads, strict=True):
+        if want is not None:
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, msg=name)
+
+
 def test_no_image_pass_equals_a_text_only_model_call(sampled, vl_processor, vl_prompts):
     """Row by row, unpadded: the text-only chat turn (no vision tokens, no pixels) followed by
     the completion, through the plain model call of models.vision."""

@@ -78,6 +78,20 @@ def _worker(rank: int, port: int, workdir: str) -> None:
         "params": {k: p.detach().clone() for k, p in model.named_parameters()},
     }
 
+    # 1b. The same step in micro-batches of 2 rows (gradient accumulation under DDP's no_sync,
+    # all-reduced in the last micro-batch's backward).
+    model = copy.deepcopy(inputs["model"]).train()
+    trainer = make_trainer(
+        model, tokenizer, prompts, accelerator=accelerator, micro_batch_size=2, **UPDATE
+    )
+    metrics = trainer.optimizer_step(
+        batch.select(half), inputs["advantages"][half], batch.completion_mask[half], None
+    )
+    out["micro_update"] = {
+        "loss": metrics["actor/loss"],
+        "grads": {k: p.grad.clone() for k, p in model.named_parameters()},
+    }
+
     # 2. Two GRPO steps with checkpoints, from the same initial weights on both processes.
     model = copy.deepcopy(inputs["model"])
     store = CheckpointStore(workdir / "checkpoints")
@@ -165,6 +179,14 @@ def test_two_processes_train_in_lockstep_and_match_one(
         # (1e-8) moves it by far more than the noise, so the weights get a looser tolerance
         # (1% of lr) than the gradients.
         torch.testing.assert_close(u0["params"][name], p.detach(), atol=1e-4, rtol=0)
+
+    # -- the same update in micro-batches: the same loss and the same averaged gradient.
+    m0, m1 = ranks[0]["micro_update"], ranks[1]["micro_update"]
+    assert m0["loss"] == pytest.approx(u0["loss"], abs=1e-6)
+    assert m1["loss"] == pytest.approx(u1["loss"], abs=1e-6)
+    for name, p in single_model.named_parameters():
+        assert torch.equal(m0["grads"][name], m1["grads"][name]), name
+        torch.testing.assert_close(m0["grads"][name], p.grad, atol=1e-6, rtol=1e-5, msg=name)
 
     # -- two GRPO steps: identical weights and (averaged) metrics on both processes.
     r0, r1 = ranks[0]["run"], ranks[1]["run"]

@@ -11,10 +11,12 @@ from creditflow.algorithms.advantages import (
     sign_conflict_rate,
     tapo_advantages,
 )
+from creditflow.algorithms.logprobs import token_logprobs
 from creditflow.algorithms.losses import (
     AGGREGATIONS,
     KL_ESTIMATORS,
     kl_penalty,
+    micro_batch_share,
     pairwise_preference_loss,
     policy_loss,
 )
@@ -45,6 +47,7 @@ __all__ = [
     "group_zscore",
     "kl_penalty",
     "masked_mean",
+    "micro_batch_share",
     "ndcg_at_k",
     "num_selected",
     "page_reward",
@@ -54,6 +57,7 @@ __all__ = [
     "segment_token_advantages",
     "sign_conflict_rate",
     "tapo_advantages",
+    "token_logprobs",
     "top_fraction_mask",
     "top_fraction_threshold",
     "topp_entropy",

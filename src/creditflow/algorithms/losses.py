@@ -40,6 +40,36 @@ AGGREGATIONS: dict[str, Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor
 }
 
 
+def micro_batch_share(agg: str, micro_mask: torch.Tensor, mask: torch.Tensor) -> float:
+    """What one micro-batch's loss counts for in its minibatch's (gradient accumulation).
+
+    ``policy_loss`` of a micro-batch (some rows of a minibatch), times this share, summed over
+    micro-batches that partition the minibatch, is ``policy_loss`` of the whole minibatch, and
+    so is the gradient: every ``agg`` of SPEC section 0 is a sum over tokens divided by a
+    normaliser, and the share swaps the micro-batch's normaliser for the minibatch's.
+
+    - ``seq-mean-token-mean``: a mean over sequences of per-sequence means, so b_micro / b;
+    - ``seq-mean-token-sum-norm``: sum / (rows * max_len), so b_micro / b too;
+    - ``token-mean``: sum / tokens, so n_micro / n (each count clamped to 1, as ``masked_mean``
+      does: an empty micro-batch's loss is 0 and so is its share).
+
+    Args:
+        agg: one of ``AGGREGATIONS``.
+        micro_mask: ``(b_micro, T)``, the micro-batch's rows of ``mask``.
+        mask: ``(b, T)``, the minibatch's mask, 1 / True where a token counts.
+
+    >>> mask = torch.tensor([[1, 1, 1], [1, 0, 0], [1, 1, 0], [0, 0, 0]])
+    >>> micro_batch_share("seq-mean-token-mean", mask[:1], mask)
+    0.25
+    >>> micro_batch_share("token-mean", mask[:1], mask)  # 3 of the 6 tokens
+    0.5
+    """
+    check_choice("agg", agg, tuple(AGGREGATIONS))
+    if agg == "token-mean":
+        return float(micro_mask.bool().sum()) / max(1, int(mask.bool().sum()))
+    return micro_mask.shape[0] / mask.shape[0]
+
+
 def _kl_k1(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     return logp - ref_logp
 

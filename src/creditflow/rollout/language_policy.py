@@ -1,18 +1,21 @@
 """A GRPO policy around any ``transformers`` causal LM and its tokenizer.
 
 Shape symbols: B sequences, P prompt tokens (left-padded), T completion tokens (right-padded),
-V vocabulary. Sampling uses ``model.generate``; log-probs are recomputed with one forward pass
-per batch over ``[prompt, completion]`` keeping only the completion logits.
+H hidden size, V vocabulary. Sampling uses ``model.generate``; log-probs are recomputed with one
+forward pass per batch over ``[prompt, completion]`` that stops before the output head
+(``output_head_inputs``): the head is then applied a chunk of positions at a time
+(``algorithms.token_logprobs``), so no ``(B, T, V)`` logits tensor is ever held (issue 13).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from transformers import GenerationConfig
 
-from creditflow.algorithms import topp_entropy
+from creditflow.algorithms import token_logprobs
 from creditflow.rollout.batch import RolloutBatch
 
 
@@ -26,6 +29,9 @@ class SamplingSettings:
     top_p: float = 1.0
     top_k: int = 0
     entropy_top_p: float = 0.95  # ToR's top-p for the reasoning-token entropy (SPEC section 2)
+    # Positions whose logits are computed at once when scoring (algorithms.token_logprobs);
+    # None: as many as 2**24 logits hold (every position at a small vocabulary).
+    logprob_chunk_size: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
@@ -34,6 +40,10 @@ class SamplingSettings:
             raise ValueError(f"temperature must be > 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.logprob_chunk_size is not None and self.logprob_chunk_size < 1:
+            raise ValueError(
+                f"logprob_chunk_size must be >= 1 or None, got {self.logprob_chunk_size}"
+            )
 
 
 def completion_mask_from_eos(completion_ids: torch.Tensor, eos_ids: list[int]) -> torch.Tensor:
@@ -57,6 +67,93 @@ def stop_token_ids(model, tokenizer) -> list[int]:
     if eos is None:
         eos = tokenizer.eos_token_id
     return [eos] if isinstance(eos, int) else list(eos)
+
+
+# Config fields of models whose forward changes the logits after the LM head.
+LOGIT_TRANSFORMS = (
+    "final_logit_softcapping",
+    "logit_scale",
+    "logits_scaling",
+    "lm_head_multiplier",
+    "output_multiplier",
+)
+
+
+def bare_module(module: torch.nn.Module) -> torch.nn.Module:
+    """The model inside a ``DistributedDataParallel`` wrapper (the trainer routes the update's
+    forward through one), else ``module`` itself."""
+    if isinstance(module, torch.nn.parallel.DistributedDataParallel):
+        return module.module
+    return module
+
+
+def output_head(module: torch.nn.Module) -> torch.nn.Linear:
+    """The linear LM head of a ``transformers`` model: it maps the final hidden states to the
+    logits (tied to the input embedding in Qwen2.5's small checkpoints)."""
+    model = bare_module(module)
+    head = model.get_output_embeddings()
+    if not isinstance(head, torch.nn.Linear):
+        raise ValueError(
+            f"{type(model).__name__}'s output head is {type(head).__name__}, not a "
+            "torch.nn.Linear; chunked scoring (algorithms.token_logprobs) needs a linear head"
+        )
+    # output_head_inputs skips the head inside forward(); a model that transforms the logits
+    # after its head (Gemma 2's soft-capping, Cohere's or Granite's scaling) would then be
+    # scored without that transform.
+    config = model.config.get_text_config()
+    transforms = [name for name in LOGIT_TRANSFORMS if getattr(config, name, None) is not None]
+    if transforms:
+        raise ValueError(
+            f"{type(model).__name__} transforms its logits after the head ({transforms}); "
+            "chunked scoring (algorithms.token_logprobs) does not support it"
+        )
+    return head
+
+
+def output_head_inputs(module: torch.nn.Module, **inputs: Any) -> torch.Tensor:
+    """``module(**inputs)`` run up to its output head: the ``(B, K, H)`` hidden states the head
+    would have projected (``logits_to_keep`` in ``inputs`` picks the K positions).
+
+    A forward pre-hook on the head keeps the head's input and hands the head an empty slice of
+    it, so the forward still goes through ``module`` (and a DDP wrapper's hooks) but no
+    ``(B, K, V)`` logits are computed; the hidden states stay in the autograd graph.
+    """
+    captured: list[torch.Tensor] = []
+
+    def keep_input(head: torch.nn.Module, args: tuple) -> tuple:
+        hidden = args[0]
+        captured.append(hidden)
+        return (hidden[..., :0, :], *args[1:])  # the head projects no position
+
+    handle = output_head(module).register_forward_pre_hook(keep_input)
+    try:
+        module(**inputs)
+    finally:
+        handle.remove()
+    if len(captured) != 1:
+        raise RuntimeError(f"the output head ran {len(captured)} times in one forward, not once")
+    return captured[0]
+
+
+def score_completions(
+    hidden: torch.Tensor,
+    head: torch.nn.Linear,
+    completion_ids: torch.Tensor,
+    sampling: SamplingSettings,
+    with_entropy: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(B, T) log-probs of ``completion_ids`` (with grad when enabled) from the hidden states
+    that predict them, ``hidden`` (B, T, H), under ``head`` at the sampling temperature; on
+    request the (B, T) top-p entropy of the same distributions (no grad)."""
+    return token_logprobs(
+        hidden,
+        head.weight,
+        completion_ids,
+        bias=head.bias,
+        temperature=sampling.temperature,
+        chunk_size=sampling.logprob_chunk_size,
+        entropy_top_p=sampling.entropy_top_p if with_entropy else None,
+    )
 
 
 class LanguagePolicy:
@@ -159,33 +256,36 @@ class LanguagePolicy:
             batch.old_logp, batch.entropy = self.completion_logprobs(batch, with_entropy)
         return batch
 
-    def completion_logits(self, batch: RolloutBatch) -> torch.Tensor:
-        """(B, T, V) temperature-scaled logits that predict each completion token."""
+    def _forward_inputs(self, batch: RolloutBatch) -> dict[str, Any]:
+        """Inputs of one forward over ``[prompt, completion]`` that keeps the T + 1 last
+        positions (the last one predicts past the completion and is dropped)."""
         input_ids = torch.cat([batch.prompt_ids, batch.completion_ids], dim=1)  # (B, P+T)
         attention_mask = torch.cat([batch.prompt_mask, batch.completion_mask.long()], dim=1)
         # Positions count real tokens only, as generate() does for left-padded prompts;
         # without this the recomputed log-probs drift from the sampling ones.
         position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
-        T = batch.completion_ids.shape[1]
-        out = self.module(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            logits_to_keep=T + 1,
+        return {
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "position_ids": position_ids,
+            "logits_to_keep": batch.completion_ids.shape[1] + 1,
+            "use_cache": False,  # a scoring pass needs no KV cache
             **batch.extras,
-        )
+        }
+
+    def completion_logits(self, batch: RolloutBatch) -> torch.Tensor:
+        """(B, T, V) temperature-scaled logits that predict each completion token: the plain
+        single-pass path ``completion_logprobs`` is checked against (it holds all of them)."""
+        out = self.module(**self._forward_inputs(batch))
         return out.logits[:, :-1, :].float() / self.sampling.temperature  # (B, T, V)
 
     def completion_logprobs(
         self, batch: RolloutBatch, with_entropy: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(B, T) log-probs of the completion tokens (with grad when enabled), and on request the
-        (B, T) top-p entropy of the next-token distribution (no grad)."""
-        logits = self.completion_logits(batch)  # (B, T, V)
-        token_logits = logits.gather(-1, batch.completion_ids.unsqueeze(-1)).squeeze(-1)  # (B, T)
-        # logsumexp avoids a second (B, T, V) tensor that log_softmax + gather would make.
-        logp = token_logits - torch.logsumexp(logits, dim=-1)  # (B, T)
-        entropy = None
-        if with_entropy:
-            entropy = topp_entropy(logits.detach(), top_p=self.sampling.entropy_top_p)
-        return logp, entropy
+        (B, T) top-p entropy of the next-token distribution (no grad); the logits are computed a
+        chunk of positions at a time (``SamplingSettings.logprob_chunk_size``)."""
+        hidden = output_head_inputs(self.module, **self._forward_inputs(batch))[:, :-1]  # (B, T, H)
+        return score_completions(
+            hidden, output_head(self.module), batch.completion_ids, self.sampling, with_entropy
+        )

@@ -12,7 +12,8 @@ index, and the model's flat layout is rebuilt just before each forward (``flat_p
 
 The forward over ``[prompt, completion]`` follows ``creditflow.models.vision``: it passes
 ``mm_token_type_ids`` and no ``position_ids``, so the model derives the same 3D rope positions
-as ``generate`` did (see that module's docstring).
+as ``generate`` did (see that module's docstring). As in ``LanguagePolicy`` it stops before the
+output head, which is then applied a chunk of positions at a time (issue 13).
 """
 
 from __future__ import annotations
@@ -26,12 +27,14 @@ import torch
 from PIL import Image
 from transformers import GenerationConfig
 
-from creditflow.algorithms import topp_entropy
 from creditflow.models.vision import sequence_forward_inputs, vision_token_ids, vl_prompt_inputs
 from creditflow.rollout.batch import RolloutBatch
 from creditflow.rollout.language_policy import (
     SamplingSettings,
     completion_mask_from_eos,
+    output_head,
+    output_head_inputs,
+    score_completions,
     stop_token_ids,
 )
 
@@ -216,31 +219,40 @@ class VisionLanguagePolicy:
         return self.tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
 
     # ------------------------------------------------------------------ scoring
-    def _completion_logits(
+    def _forward_inputs(
         self, prompt_inputs: dict[str, torch.Tensor], batch: RolloutBatch
-    ) -> torch.Tensor:
-        """(B, T, V) temperature-scaled logits predicting each completion token."""
+    ) -> dict[str, torch.Tensor]:
+        """Inputs of one forward over ``[prompt, completion]`` keeping the T + 1 last positions."""
         inputs = sequence_forward_inputs(
             prompt_inputs, batch.completion_ids, batch.completion_mask
         )  # no position_ids: the model derives the 3D rope positions (models/vision.py)
-        T = batch.completion_ids.shape[1]
-        logits = self.module(**inputs, logits_to_keep=T + 1).logits
-        return logits[:, :-1, :].float() / self.sampling.temperature  # (B, T, V)
+        return {**inputs, "logits_to_keep": batch.completion_ids.shape[1] + 1, "use_cache": False}
+
+    def _score(
+        self, prompt_inputs: dict[str, torch.Tensor], batch: RolloutBatch, with_entropy: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(B, T) log-probs (and optionally top-p entropy) of the completions after
+        ``prompt_inputs``, the head applied a chunk of positions at a time."""
+        inputs = self._forward_inputs(prompt_inputs, batch)
+        hidden = output_head_inputs(self.module, **inputs)[:, :-1]  # (B, T, H)
+        return score_completions(
+            hidden, output_head(self.module), batch.completion_ids, self.sampling, with_entropy
+        )
 
     def completion_logits(self, batch: RolloutBatch) -> torch.Tensor:
-        """(B, T, V) temperature-scaled logits with the image in the prompt."""
+        """(B, T, V) temperature-scaled logits with the image in the prompt: the plain
+        single-pass path ``completion_logprobs`` is checked against (it holds all of them)."""
         prompt_inputs = self._model_prompt_inputs(self._batch_prompt_inputs(batch))
-        return self._completion_logits(prompt_inputs, batch)
+        logits = self.module(**self._forward_inputs(prompt_inputs, batch)).logits
+        return logits[:, :-1, :].float() / self.sampling.temperature  # (B, T, V)
 
     def completion_logprobs(
         self, batch: RolloutBatch, with_entropy: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(B, T) log-probs of the completion tokens (with grad when enabled), and on request the
         (B, T) top-p entropy (SPEC section 2) of the same forward's distribution (no grad)."""
-        logits = self.completion_logits(batch)  # (B, T, V)
-        return _logprobs_and_entropy(
-            logits, batch.completion_ids, with_entropy, self.sampling.entropy_top_p
-        )
+        prompt_inputs = self._model_prompt_inputs(self._batch_prompt_inputs(batch))
+        return self._score(prompt_inputs, batch, with_entropy)
 
     @torch.no_grad()
     def no_image_logprobs(self, batch: RolloutBatch) -> torch.Tensor:
@@ -259,8 +271,7 @@ class VisionLanguagePolicy:
             "attention_mask": prompt_mask,
             "mm_token_type_ids": torch.zeros_like(prompt_ids),
         }
-        logits = self._completion_logits(prompt_inputs, batch)  # (B, T, V)
-        logp, _ = _logprobs_and_entropy(logits, batch.completion_ids, False, 1.0)
+        logp, _ = self._score(prompt_inputs, batch, with_entropy=False)
         return logp
 
 
@@ -290,15 +301,3 @@ def strip_prompt_tokens(
         ids[b, width - n :] = prompt_ids[b][keep[b]]
         mask[b, width - n :] = 1
     return ids, mask
-
-
-def _logprobs_and_entropy(
-    logits: torch.Tensor, completion_ids: torch.Tensor, with_entropy: bool, top_p: float
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(B, T) log-probs of ``completion_ids`` under ``logits`` (B, T, V), and optionally the
-    (B, T) top-p entropy of the same logits."""
-    token_logits = logits.gather(-1, completion_ids.unsqueeze(-1)).squeeze(-1)  # (B, T)
-    # logsumexp avoids the second (B, T, V) tensor that log_softmax + gather would make.
-    logp = token_logits - torch.logsumexp(logits, dim=-1)  # (B, T)
-    entropy = topp_entropy(logits.detach(), top_p=top_p) if with_entropy else None
-    return logp, entropy

@@ -69,6 +69,11 @@ class GRPOConfig:
     group_size: G, completions per prompt.
     num_iterations: optimisation passes over each rollout batch (1 = strictly on-policy).
     minibatch_size: sequences per optimizer step (must divide B); None = the whole batch.
+    micro_batch_size: sequences per forward + backward on each process: gradient accumulation
+        inside one optimizer step, for memory; each micro-batch's loss is weighted by its share
+        of the minibatch's (``algorithms.micro_batch_share``), so the loss and the gradient are
+        the minibatch's, for every ``agg``. Must divide the minibatch (per process); None = the
+        whole minibatch in one pass.
     learning_rate, weight_decay, max_grad_norm, warmup_steps: AdamW, clipping and a linear
         warm-up (in optimizer steps) followed by cosine decay to 0.
     clip_low, clip_high: PPO ratio clip range [1 - clip_low, 1 + clip_high].
@@ -77,6 +82,16 @@ class GRPOConfig:
     agg: loss aggregation, one of AGG_MODES.
     max_new_tokens, temperature, top_p, top_k: sampling.
     entropy_top_p: top-p for the per-token entropy (ToR reasoning tokens).
+    logprob_chunk_size: completion positions whose logits are computed at once when scoring
+        (``algorithms.token_logprobs``); the backward recomputes each chunk's logits, so no
+        (B, T, V) logits tensor is held. None = as many as 2**24 logits hold (64 MiB float32:
+        every position of a batch at a small vocabulary, ~110 at Qwen2.5's 151,936).
+    gradient_checkpointing: recompute each decoder layer's activations in the backward pass
+        instead of keeping them (``transformers``' ``activation_checkpointing_enable``; language
+        and vision-language policies only): less memory for about one more forward.
+    bf16: run every forward (sampling, scoring, the update) under ``torch.autocast`` in
+        bfloat16; weights, gradients and optimizer state stay float32, log-probs are taken in
+        float32. Fails before training on a device without bfloat16.
     advantage: {"name": strategy, ...strategy options} (training.strategies.ADVANTAGE_STRATEGIES).
     token_weights: {"name": strategy, ...options} (training.strategies.TOKEN_WEIGHT_STRATEGIES).
     rewards: reward name -> weight; the weighted sum is the scalar reward of ``grpo``.
@@ -94,6 +109,7 @@ class GRPOConfig:
     group_size: int = 8
     num_iterations: int = 1
     minibatch_size: int | None = None
+    micro_batch_size: int | None = None
     learning_rate: float = 1e-4
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
@@ -108,6 +124,9 @@ class GRPOConfig:
     top_p: float = 1.0
     top_k: int = 0
     entropy_top_p: float = 0.95
+    logprob_chunk_size: int | None = None
+    gradient_checkpointing: bool = False
+    bf16: bool = False
     advantage: dict[str, Any] = field(default_factory=lambda: {"name": "grpo"})
     token_weights: dict[str, Any] = field(default_factory=lambda: {"name": "uniform"})
     rewards: dict[str, float] = field(default_factory=lambda: {"reasoning": 1.0})
@@ -155,6 +174,19 @@ class GRPOConfig:
                 self.minibatch_size >= 1 and B % self.minibatch_size == 0,
                 f"minibatch_size ({self.minibatch_size}) must divide the rollout batch "
                 f"prompts_per_step * group_size = {B}; pick a divisor of {B} or null",
+            )
+        minibatch = self.minibatch_size or B
+        if self.micro_batch_size is not None:
+            need(
+                self.micro_batch_size >= 1 and minibatch % self.micro_batch_size == 0,
+                f"micro_batch_size ({self.micro_batch_size}) must divide the minibatch "
+                f"({'minibatch_size' if self.minibatch_size else 'the rollout batch'} = "
+                f"{minibatch}); pick a divisor of {minibatch} or null",
+            )
+        if self.logprob_chunk_size is not None:
+            need(
+                self.logprob_chunk_size >= 1,
+                f"logprob_chunk_size must be >= 1 or null, got {self.logprob_chunk_size}",
             )
         need(self.learning_rate > 0, f"learning_rate must be > 0, got {self.learning_rate}")
         need(0 <= self.clip_low < 1, f"clip_low must be in [0, 1), got {self.clip_low}")

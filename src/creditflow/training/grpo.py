@@ -6,6 +6,11 @@ loop names no method: it calls the advantage and token-weight strategies through
 protocols and asks them (and the caller) for per-step reward diagnostics. The loss is
 ``algorithms.policy_loss`` (SPEC section 0).
 
+Memory (issue 13): an optimizer step's minibatch may run as several micro-batches (gradient
+accumulation, ``micro_batch_size``), each loss weighted by ``algorithms.micro_batch_share`` so
+the step's loss and gradient are the minibatch's; the policies score a chunk of positions at a
+time (``logprob_chunk_size``); ``gradient_checkpointing`` and ``bf16`` autocast are optional.
+
 Data parallelism (optional, through ``accelerate``): every process draws its own share of the
 step's prompts, samples and scores them, and computes its loss on its own rows; DDP averages
 the gradients, so all processes take the same optimizer step. Metrics are averaged across
@@ -19,7 +24,7 @@ import copy
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +32,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import get_cosine_schedule_with_warmup
 
-from creditflow.algorithms import policy_loss
+from creditflow.algorithms import micro_batch_share, policy_loss
 from creditflow.rollout.batch import Policy, RolloutBatch
 from creditflow.tracking import StepCallback, active_step_logger
 from creditflow.training.checkpoint import CheckpointStore
@@ -69,6 +74,11 @@ def step_seed(seed: int, step: int, salt: int = 0) -> int:
 # Process r samples with step_seed(..., salt=RANK_SALT * r): process 0 keeps the
 # single-process seed, the others draw independent completions.
 RANK_SALT = 1000
+
+# How a micro-batch's metrics add up to its minibatch's: these are aggregated losses, weighted
+# by the micro-batch's share of the loss (micro_batch_share); every other actor/ metric is a
+# mean over valid tokens, weighted by the micro-batch's share of those tokens.
+LOSS_METRICS = ("actor/loss", "actor/pg_loss")
 
 
 class GRPOTrainer:
@@ -133,6 +143,7 @@ class GRPOTrainer:
         self.reward_metrics = [*reward_metrics, *self.advantage.reward_metrics(config.advantage)]
         self.result = GRPOResult()
         self.start_step = 0
+        self._setup_memory()
         self._setup_optimizer()
         self._resume()
         self._prepare_distributed()
@@ -153,6 +164,36 @@ class GRPOTrainer:
         B = self.config.rollout_batch_size
         minibatch = self.config.minibatch_size or B
         return self.config.num_iterations * (B // minibatch)
+
+    def _setup_memory(self) -> None:
+        """Gradient checkpointing on the trained model (not the reference, which never runs a
+        backward) and the device check for bf16 autocast."""
+        c = self.config
+        module = self.policy.module
+        if c.gradient_checkpointing:
+            if not hasattr(module, "activation_checkpointing_enable"):
+                raise ConfigError(
+                    f"gradient_checkpointing needs a transformers model; the policy's module is "
+                    f"a {type(module).__name__}: set gradient_checkpointing to false"
+                )
+            # Non-reentrant: works with inputs that need no grad and with DDP; in eval mode
+            # (generate, the rollout's scoring) transformers runs the layers plainly.
+            module.activation_checkpointing_enable(
+                activation_checkpointing_kwargs={"use_reentrant": False}
+            )
+        self._device_type = next(module.parameters()).device.type
+        if c.bf16 and not _supports_bf16(self._device_type):
+            raise ConfigError(
+                f"bf16 is set but this {self._device_type} device has no bfloat16 support; "
+                f"set bf16 to false"
+            )
+
+    def _autocast(self) -> AbstractContextManager:
+        """bfloat16 autocast for the model's forward passes when ``config.bf16``; backward
+        passes run outside it (PyTorch's advice), in the dtypes the forward chose."""
+        if not self.config.bf16:
+            return nullcontext()
+        return torch.autocast(self._device_type, dtype=torch.bfloat16)
 
     def _setup_optimizer(self) -> None:
         c = self.config
@@ -224,26 +265,29 @@ class GRPOTrainer:
         c = self.config
         torch.manual_seed(step_seed(c.seed, step, RANK_SALT * self.process_index))
         t0 = time.perf_counter()
-        batch = self.rollout(step)
+        with self._autocast():
+            batch = self.rollout(step)
         t_rollout = time.perf_counter() - t0
 
         rewards = self.reward_fn(batch.completion_texts, batch.prompt_index)  # name -> (B,)
-        advantages, adv_metrics = self.advantage.compute(
-            c.advantage, rewards, batch, self.policy, c
-        )  # (B, T)
-        # The generator is seeded alike on every process, so a strategy that gathers batch-global
-        # statistics through the accelerator breaks ties identically everywhere.
-        weight_context = WeightContext(
-            generator=torch.Generator().manual_seed(step_seed(c.seed, step, 1)),
-            accelerator=self.accelerator,
-        )
-        weights, weight_metrics = self.token_weights.compute(
-            c.token_weights, batch, self.policy, weight_context
-        )  # (B, T)
-        ref_logp = None
-        if c.beta > 0:
-            with torch.no_grad():
-                ref_logp, _ = self.reference.completion_logprobs(batch)  # (B, T)
+        # The strategies may score the batch with the policy (ToR's no-image pass).
+        with self._autocast():
+            advantages, adv_metrics = self.advantage.compute(
+                c.advantage, rewards, batch, self.policy, c
+            )  # (B, T)
+            # The generator is seeded alike on every process, so a strategy that gathers
+            # batch-global statistics through the accelerator breaks ties identically everywhere.
+            weight_context = WeightContext(
+                generator=torch.Generator().manual_seed(step_seed(c.seed, step, 1)),
+                accelerator=self.accelerator,
+            )
+            weights, weight_metrics = self.token_weights.compute(
+                c.token_weights, batch, self.policy, weight_context
+            )  # (B, T)
+            ref_logp = None
+            if c.beta > 0:
+                with torch.no_grad():
+                    ref_logp, _ = self.reference.completion_logprobs(batch)  # (B, T)
         t1 = time.perf_counter()
         update_metrics = self.update(step, batch, advantages, weights, ref_logp)
         t_update = time.perf_counter() - t1
@@ -344,7 +388,11 @@ class GRPOTrainer:
         weights: torch.Tensor,
         ref_logp: torch.Tensor | None,
     ) -> dict[str, float]:
-        """Forward, ``policy_loss``, backward, clip, step, on one minibatch (this process's rows).
+        """One optimizer step on one minibatch (this process's rows): ``loss`` and backward on
+        each micro-batch, gradients accumulated, then clip and step.
+
+        Each micro-batch's loss is weighted by ``micro_batch_share``, so the accumulated
+        gradient and the reported loss are those of the minibatch in one pass.
 
         With several processes DDP averages the per-process gradients. That equals the gradient
         of the loss over the global minibatch for ``seq-mean-token-mean`` and
@@ -354,7 +402,54 @@ class GRPOTrainer:
         1 / global_tokens.
         """
         c = self.config
-        with self._ddp_forward():
+        b = batch.batch_size
+        micro = b if c.micro_batch_size is None else c.micro_batch_size
+        mask = batch.completion_mask
+        n_tokens = max(1, int(mask.bool().sum()))
+        self.optimizer.zero_grad(set_to_none=True)
+        metrics: dict[str, float] = {}
+        for start in range(0, b, micro):
+            rows = slice(start, start + micro)
+            part = batch if micro == b else batch.select(torch.arange(b)[rows])
+            loss_share = micro_batch_share(c.agg, mask[rows], mask)
+            token_share = int(mask[rows].bool().sum()) / n_tokens
+            last = start + micro >= b
+            # DDP all-reduces the gradients in the last micro-batch's backward only.
+            with self._no_sync(last):
+                loss, part_metrics = self.loss(
+                    part,
+                    advantages[rows],
+                    weights[rows],
+                    None if ref_logp is None else ref_logp[rows],
+                )
+                self._backward(loss * loss_share if micro < b else loss)
+            for key, value in part_metrics.items():
+                share = loss_share if key in LOSS_METRICS else token_share
+                metrics[key] = metrics.get(key, 0.0) + (value * share if micro < b else value)
+        if self.accelerator is None:
+            grad_norm = torch.nn.utils.clip_grad_norm_(
+                self.policy.module.parameters(), c.max_grad_norm
+            )
+        else:
+            grad_norm = self.accelerator.clip_grad_norm_(
+                self.policy.module.parameters(), c.max_grad_norm
+            )
+        self.optimizer.step()
+        self.scheduler.step()
+        # The keys in the order they always had: loss, grad_norm, entropy, policy_loss's.
+        loss_value = metrics.pop("actor/loss")
+        return {"actor/loss": loss_value, "actor/grad_norm": float(grad_norm), **metrics}
+
+    def loss(
+        self,
+        batch: RolloutBatch,
+        advantages: torch.Tensor,
+        weights: torch.Tensor,
+        ref_logp: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """The forward and ``policy_loss`` of one micro-batch; ``(loss, metrics)``."""
+        c = self.config
+        with self._ddp_forward(), self._autocast():
             logp, _ = self.policy.completion_logprobs(batch)  # (b, T)
         old_logp = batch.old_logp if batch.old_logp.numel() else logp.detach()
         loss, metrics = policy_loss(
@@ -371,29 +466,23 @@ class GRPOTrainer:
             kl=c.kl,
             max_len=c.max_new_tokens,
         )
-        self.optimizer.zero_grad(set_to_none=True)
-        if self.accelerator is None:
-            loss.backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_(
-                self.policy.module.parameters(), c.max_grad_norm
-            )
-        else:
-            self.accelerator.backward(loss)  # DDP all-reduces (averages) the gradients here
-            grad_norm = self.accelerator.clip_grad_norm_(
-                self.policy.module.parameters(), c.max_grad_norm
-            )
-        self.optimizer.step()
-        self.scheduler.step()
         mask = batch.completion_mask
         # Mean -log p of the sampled tokens: a Monte Carlo estimate of the sampling
         # distribution's entropy that costs nothing (no extra (b, T, V) pass).
         sampled_entropy = (-(logp.detach() * mask).sum() / mask.sum().clamp(min=1)).item()
-        return {
-            "actor/loss": loss.item(),
-            "actor/grad_norm": float(grad_norm),
-            "actor/entropy": sampled_entropy,
-            **metrics,
-        }
+        return loss, {"actor/loss": loss.item(), "actor/entropy": sampled_entropy, **metrics}
+
+    def _backward(self, loss: torch.Tensor) -> None:
+        if self.accelerator is None:
+            loss.backward()
+        else:
+            self.accelerator.backward(loss)  # DDP all-reduces (averages) the gradients here
+
+    def _no_sync(self, sync: bool) -> AbstractContextManager:
+        """DDP's ``no_sync`` (gradients accumulate locally, no all-reduce) unless ``sync``."""
+        if sync or self.accelerator is None:
+            return nullcontext()
+        return self.accelerator.no_sync(self._train_module)
 
     @contextmanager
     def _ddp_forward(self) -> Iterator[None]:
@@ -472,3 +561,17 @@ def _check_divisible_across_processes(config: GRPOConfig, num_processes: int) ->
             f"minibatch_size ({config.minibatch_size}) is global and must be divisible by the "
             f"number of processes ({num_processes}); use a multiple of {num_processes} or null"
         )
+    local = (config.minibatch_size or config.rollout_batch_size) // num_processes
+    if config.micro_batch_size is not None and local % config.micro_batch_size:
+        raise ConfigError(
+            f"micro_batch_size ({config.micro_batch_size}) counts one process's sequences and "
+            f"must divide its share of the minibatch ({local} with {num_processes} processes); "
+            f"pick a divisor of {local} or null"
+        )
+
+
+def _supports_bf16(device_type: str) -> bool:
+    """Whether autocast can run in bfloat16 on this kind of device."""
+    if device_type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    return torch.amp.is_autocast_available(device_type)

@@ -126,6 +126,7 @@ def sampling_settings(config: GRPOConfig) -> SamplingSettings:
         top_p=config.top_p,
         top_k=config.top_k,
         entropy_top_p=config.entropy_top_p,
+        logprob_chunk_size=config.logprob_chunk_size,
     )
 
 
