@@ -3,7 +3,6 @@ and of a real ``KedroSession`` run of the project (conf copied into tmp_path).""
 
 import json
 import platform
-import shutil
 import subprocess
 from importlib import metadata
 from pathlib import Path
@@ -14,7 +13,6 @@ import pytest
 import torch
 from kedro.framework.hooks.manager import _create_hook_manager
 from kedro.framework.session import KedroSession
-from kedro.framework.startup import bootstrap_project
 from kedro.io import DataCatalog
 from kedro.pipeline import Node, Pipeline
 from kedro.runner import SequentialRunner
@@ -29,6 +27,7 @@ from creditflow.hooks import (
     git_state,
     package_versions,
 )
+from tests.kedro_project import copy_project
 
 pytestmark = pytest.mark.filterwarnings("ignore:register_new_resolver:UserWarning")
 
@@ -245,13 +244,7 @@ def test_session_run_of_the_project_writes_manifest_and_mlflow_run(
     The project's conf is copied to tmp_path, so the session's project path (where relative
     catalog paths, manifests and mlruns/ resolve) is tmp_path and the repo stays untouched.
     """
-    for name in ("conf/base", "pyproject.toml"):
-        copy = shutil.copytree if (project_root / name).is_dir() else shutil.copy
-        copy(project_root / name, tmp_path / name)
-    (tmp_path / "conf/local").mkdir()
-    (tmp_path / "src").mkdir()  # bootstrap_project checks it; the package is installed
-    monkeypatch.chdir(tmp_path)  # kedro-viz's run hooks write .viz/ under the cwd's project
-    bootstrap_project(tmp_path)
+    copy_project(project_root, tmp_path, monkeypatch)
     overrides = {"data_ingest": {"max_rows_per_source": 3, "shared_data_dir": str(shared_data)}}
     with KedroSession.create(project_path=tmp_path, runtime_params=overrides) as session:
         run_id = session.session_id

@@ -5,7 +5,6 @@ import base64
 import io
 import json
 import logging
-import shutil
 import threading
 import time
 from collections import defaultdict
@@ -15,12 +14,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from kedro.framework.session import KedroSession
-from kedro.framework.startup import bootstrap_project
 from mlflow.tracking import MlflowClient
 
 from creditflow.annotation.openai_backend import OpenAIAnnotator
 from creditflow.annotation.schema import ANNOTATION_COLUMNS, DIMENSIONS
 from creditflow.hooks import MANIFEST_DIR
+from tests.kedro_project import copy_project
 
 GOOD = {
     "sharpness": 4,
@@ -312,15 +311,9 @@ def test_session_run_reads_the_key_from_credentials_and_writes_it_nowhere(
     temporary conf/local/credentials.yml, and a server answering 401 with the key echoed: the
     header carried the key, and no file the run writes nor its log holds it."""
     server = serve(defaultdict(lambda: [("echo", 401)]))
-    for name in ("conf/base", "pyproject.toml"):
-        copy = shutil.copytree if (project_root / name).is_dir() else shutil.copy
-        copy(project_root / name, tmp_path / name)
-    (tmp_path / "conf/local").mkdir()
+    copy_project(project_root, tmp_path, monkeypatch)
     (tmp_path / "conf/local/credentials.yml").write_text(f"openai_annotator:\n  api_key: {KEY}\n")
-    (tmp_path / "src").mkdir()  # bootstrap_project checks it; the package is installed
-    monkeypatch.chdir(tmp_path)  # kedro-viz's run hooks write .viz/ under the cwd's project
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    bootstrap_project(tmp_path)
     options = {"base_url": server.base_url, "model": "m", "credentials": "openai_annotator"}
     overrides = {
         "annotation": {
