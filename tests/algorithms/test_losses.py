@@ -10,6 +10,7 @@ from creditflow.algorithms import (
     micro_batch_share,
     pairwise_preference_loss,
     policy_loss,
+    truncated_importance_weights,
 )
 
 AGG_MODES = ["seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm"]
@@ -353,3 +354,21 @@ def test_pairwise_preference_loss_rejects_bad_input():
         pairwise_preference_loss(torch.zeros(2), torch.zeros(2), -0.1)
     with pytest.raises(ValueError, match=r"\(N,\)"):
         pairwise_preference_loss(torch.zeros(2, 2), torch.zeros(2, 2), 0.1)
+
+
+def test_truncated_importance_weights_by_hand():
+    """exp(trainer - sampler) per token, truncated at the cap; padding and NaN count as 1."""
+    trainer = torch.tensor([[-1.0, -2.0, -0.5], [-3.0, 0.0, -1.0]])
+    sampler = torch.tensor([[-1.5, -1.0, float("nan")], [-1.0, -2.0, -1.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+    expected = torch.tensor(
+        [
+            [math.exp(0.5), math.exp(-1.0), 1.0],  # NaN sampler log-prob: no correction
+            [math.exp(-2.0), 3.0, 1.0],  # exp(2) = 7.39 truncated at 3; padding 1
+        ]
+    )
+    torch.testing.assert_close(
+        truncated_importance_weights(trainer, sampler, mask, cap=3.0), expected
+    )
+    with pytest.raises(ValueError, match="cap must be >= 1"):
+        truncated_importance_weights(trainer, sampler, mask, cap=0.5)

@@ -99,10 +99,13 @@ def test_sampling_settings_reject_bad_values(kwargs, key):
 def test_policy_protocol_is_runtime_checkable():
     class Stub:
         module = torch.nn.Linear(1, 1)
+        samples_module = True
 
         def sample(self, prompts, group_size, with_entropy=False): ...
 
         def completion_logprobs(self, batch, with_entropy=False): ...
+
+        def weights_updated(self): ...
 
     assert isinstance(Stub(), Policy)
     assert not isinstance(object(), Policy)

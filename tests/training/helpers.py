@@ -2,8 +2,9 @@
 
 import torch
 
+from creditflow.rollout import LanguagePolicy
 from creditflow.training import GRPOConfig, GRPOTrainer
-from creditflow.training.grpo_runs import language_policy
+from creditflow.training.grpo_runs import language_policy, sampling_settings
 
 
 def length_reward(completions: list[str], prompt_index: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -17,9 +18,11 @@ def make_trainer(
     reward_fn=length_reward,
     checkpoints=None,
     accelerator=None,
+    backend=None,
     **overrides,
 ) -> GRPOTrainer:
-    """A trainer of ``model`` with small defaults (2 steps of 2 prompts x 4, 8 new tokens)."""
+    """A trainer of ``model`` with small defaults (2 steps of 2 prompts x 4, 8 new tokens);
+    ``backend``: a rollout backend object (default: the one ``rollout`` names)."""
     params = {
         "steps": 2,
         "prompts_per_step": 2,
@@ -33,8 +36,12 @@ def make_trainer(
         **overrides,
     }
     config = GRPOConfig.from_params(params)
+    if backend is None:
+        policy = language_policy(model, tokenizer, config)
+    else:
+        policy = LanguagePolicy(model, tokenizer, sampling_settings(config), backend=backend)
     return GRPOTrainer(
-        language_policy(model, tokenizer, config),
+        policy,
         prompts,
         reward_fn,
         config,

@@ -19,6 +19,7 @@ from creditflow.algorithms.losses import (
     micro_batch_share,
     pairwise_preference_loss,
     policy_loss,
+    truncated_importance_weights,
 )
 from creditflow.algorithms.ranking import (
     GAIN_MODES,
@@ -63,5 +64,6 @@ __all__ = [
     "topp_entropy",
     "tor_token_weights",
     "tor_weights_from_selection",
+    "truncated_importance_weights",
     "visual_sensitivity",
 ]

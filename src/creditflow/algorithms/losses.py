@@ -40,6 +40,38 @@ AGGREGATIONS: dict[str, Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor
 }
 
 
+def truncated_importance_weights(
+    trainer_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor, cap: float
+) -> torch.Tensor:
+    """Per-token truncated importance-sampling weights for a rollout engine whose sampler is
+    not the trained module: ``min(exp(trainer_logp - sampler_logp), cap)`` (TRL's
+    ``vllm_importance_sampling_mode="token_truncate"``). They multiply each token's
+    policy-gradient loss (not the KL term), as TRL's GRPOTrainer does.
+
+    Args:
+        trainer_logp: ``(B, T)`` log-probs of the sampled tokens under the trainer's forward
+            at sampling time (``RolloutBatch.old_logp``).
+        sampler_logp: ``(B, T)`` the engine's own log-probs of the same tokens
+            (``RolloutBatch.sampler_logp``); NaN (not reported) counts as no mismatch.
+        mask: ``(B, T)``, 1 on valid tokens.
+        cap: the truncation, >= 1.
+
+    Returns:
+        ``(B, T)`` weights, no gradient, 1 on padding.
+
+    >>> truncated_importance_weights(
+    ...     torch.tensor([[0.0, -1.0]]), torch.tensor([[-1.0, 0.0]]), torch.ones(1, 2), cap=2.0
+    ... )
+    tensor([[2.0000, 0.3679]])
+    """
+    check_same_shape(trainer_logp=trainer_logp, sampler_logp=sampler_logp, mask=mask)
+    if cap < 1:
+        raise ValueError(f"cap must be >= 1, got {cap}")
+    diff = torch.nan_to_num((trainer_logp - sampler_logp).detach(), nan=0.0)
+    diff = torch.where(mask.bool(), diff, torch.zeros_like(diff))
+    return diff.exp().clamp(max=cap)
+
+
 def micro_batch_share(agg: str, micro_mask: torch.Tensor, mask: torch.Tensor) -> float:
     """What one micro-batch's loss counts for in its minibatch's (gradient accumulation).
 

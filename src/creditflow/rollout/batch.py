@@ -7,7 +7,7 @@ Masks follow one convention: 1 means the token counts, 0 is padding.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import torch
 
@@ -28,6 +28,9 @@ class RolloutBatch:
         group_size: G.
         entropy: (B, T) top-p entropy of the sampling distribution, when it was asked for.
         extras: model inputs that travel with the prompt (e.g. ``pixel_values``), keyed by name.
+        sampler_logp: (B, T) log-probs of the completion tokens under the rollout engine's
+            own sampler, when the backend reports them (``rollout.backends.Generation``); the
+            loss's truncated importance-sampling correction reads them.
     """
 
     prompt_ids: torch.Tensor
@@ -40,6 +43,7 @@ class RolloutBatch:
     group_size: int
     entropy: torch.Tensor | None = None
     extras: dict[str, Any] = field(default_factory=dict)
+    sampler_logp: torch.Tensor | None = None
 
     @property
     def batch_size(self) -> int:
@@ -69,9 +73,15 @@ class Policy(Protocol):
     ``module`` is the trainable ``torch.nn.Module``; ``sample`` draws G completions per prompt
     with the current weights; ``completion_logprobs`` recomputes, with gradients, the log-probs
     (and on request the per-token top-p entropy) of the completions in a batch.
+    ``samples_module``: whether ``sample`` runs ``module`` itself (False when a rollout engine
+    with its own copy of the weights samples, e.g. vLLM); ``weights_updated`` is called after
+    every optimizer step on ``module``.
     """
 
     module: torch.nn.Module
+    samples_module: bool
+
+    def weights_updated(self) -> None: ...
 
     def sample(
         self,
@@ -84,3 +94,13 @@ class Policy(Protocol):
     def completion_logprobs(
         self, batch: RolloutBatch, with_entropy: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]: ...
+
+
+class SamplesOwnModule:
+    """Mixin of the policies that always sample with their trained module: on-policy by
+    construction, with no engine copy of the weights to keep in step."""
+
+    samples_module: ClassVar[bool] = True
+
+    def weights_updated(self) -> None:
+        """Nothing to copy: the next sample runs the updated module."""

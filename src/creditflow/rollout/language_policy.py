@@ -1,7 +1,9 @@
 """A GRPO policy around any ``transformers`` causal LM and its tokenizer.
 
-Shape symbols: B sequences, P prompt tokens (left-padded), T completion tokens (right-padded),
-H hidden size, V vocabulary. Sampling uses ``model.generate``; log-probs are recomputed with one
+Shape symbols: N prompts, G completions per prompt, B = N * G sequences, P prompt tokens
+(left-padded), T completion tokens (right-padded), H hidden size, V vocabulary. Sampling goes
+through a rollout backend (``creditflow.rollout.backends``: ``hf``'s ``model.generate`` by
+default, the ``lean`` decoder, vLLM); log-probs are recomputed with one
 forward pass per batch over ``[prompt, completion]`` that stops before the output head
 (``output_head_inputs``): the head is then applied a chunk of positions at a time
 (``algorithms.token_logprobs``), so no ``(B, T, V)`` logits tensor is ever held (issue 13).
@@ -13,9 +15,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from transformers import GenerationConfig
 
 from creditflow.algorithms import token_logprobs
+from creditflow.rollout.backends import (
+    GenerationRequest,
+    RolloutBackend,
+    StaleWeightsError,
+    completion_mask_from_eos,
+)
+from creditflow.rollout.backends.hf import HFBackend
 from creditflow.rollout.batch import RolloutBatch
 
 
@@ -32,6 +40,9 @@ class SamplingSettings:
     # Positions whose logits are computed at once when scoring (algorithms.token_logprobs);
     # None: as many as 2**24 logits hold (every position at a small vocabulary).
     logprob_chunk_size: int | None = None
+    # Score each run of rows with the same prompt with one forward of that prompt and its KV
+    # cache expanded to the rows (rollout.shared_prefix, issue 14); exact, language policies only.
+    shared_prefix: bool = True
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
@@ -44,18 +55,6 @@ class SamplingSettings:
             raise ValueError(
                 f"logprob_chunk_size must be >= 1 or None, got {self.logprob_chunk_size}"
             )
-
-
-def completion_mask_from_eos(completion_ids: torch.Tensor, eos_ids: list[int]) -> torch.Tensor:
-    """(B, T) float mask: 1 up to and including the first EOS of each row, all 1 when none.
-
-    completion_ids: (B, T) long.
-    """
-    is_eos = torch.isin(completion_ids, torch.tensor(eos_ids, device=completion_ids.device))
-    T = completion_ids.shape[1]
-    positions = torch.arange(T, device=completion_ids.device).expand_as(completion_ids)
-    first_eos = torch.where(is_eos, positions, torch.full_like(positions, T)).min(dim=1).values
-    return (positions <= first_eos.unsqueeze(1)).float()
 
 
 def stop_token_ids(model, tokenizer) -> list[int]:
@@ -164,20 +163,43 @@ class LanguagePolicy:
         tokenizer: its tokenizer; must have a pad token and a chat template (or ``use_chat_template=False``).
         sampling: generation settings.
         use_chat_template: wrap each prompt as a user turn with ``apply_chat_template``.
+        backend: the engine that draws the completions (``rollout.backends.rollout_backend``);
+            None: ``hf`` (``model.generate``).
+
+    ``weights_version`` counts the optimizer steps taken on ``model`` (the trainer calls
+    ``weights_updated`` after each); a backend with its own copy of the weights is reloaded
+    before it samples whenever its copy is older.
     """
 
     def __init__(
-        self, model, tokenizer, sampling: SamplingSettings, use_chat_template: bool = True
+        self,
+        model,
+        tokenizer,
+        sampling: SamplingSettings,
+        use_chat_template: bool = True,
+        backend: RolloutBackend | None = None,
     ):
         self.module = model
         self.tokenizer = tokenizer
         self.sampling = sampling
         self.use_chat_template = use_chat_template
         self.eos_ids = stop_token_ids(model, tokenizer)
+        self.backend = backend if backend is not None else HFBackend()
+        self.weights_version = 0
+        self._backend_version: int | None = None  # the version last loaded into the backend
 
     @property
     def device(self) -> torch.device:
         return next(self.module.parameters()).device
+
+    @property
+    def samples_module(self) -> bool:
+        """Whether completions are sampled by ``module`` itself (else by an engine's copy)."""
+        return self.backend.samples_module
+
+    def weights_updated(self) -> None:
+        """The trainer took an optimizer step on ``module``."""
+        self.weights_version += 1
 
     def format_prompt(self, prompt: str) -> str:
         if not self.use_chat_template:
@@ -198,6 +220,43 @@ class LanguagePolicy:
         return enc["input_ids"].to(self.device), enc["attention_mask"].to(self.device)
 
     @torch.no_grad()
+    def generate(
+        self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, group_size: int, do_sample: bool
+    ):
+        """The backend's ``Generation`` for ``(N, P)`` prompts, G rows each; a backend with its
+        own weights is brought up to ``weights_version`` first, and a sample drawn with other
+        weights raises ``StaleWeightsError``."""
+        s = self.sampling
+        if not self.backend.samples_module and self._backend_version != self.weights_version:
+            self.backend.load_weights(self.module, self.weights_version)
+            self._backend_version = self.weights_version
+        request = GenerationRequest(
+            prompt_ids=prompt_ids,
+            prompt_mask=prompt_mask,
+            group_size=group_size,
+            max_new_tokens=s.max_new_tokens,
+            temperature=s.temperature,
+            top_p=s.top_p,
+            top_k=s.top_k,
+            stop_ids=tuple(self.eos_ids),
+            pad_id=self.tokenizer.pad_token_id,
+            do_sample=do_sample,
+            weights_version=self.weights_version,
+        )
+        was_training = self.module.training
+        self.module.eval()
+        try:
+            generation = self.backend.generate(self.module, request)
+        finally:
+            self.module.train(was_training)
+        if generation.weights_version != self.weights_version:
+            raise StaleWeightsError(
+                f"rollout backend {self.backend.name!r} sampled with weights version "
+                f"{generation.weights_version}, the policy is at {self.weights_version}"
+            )
+        return generation
+
+    @torch.no_grad()
     def sample(
         self,
         prompts: list[str],
@@ -206,49 +265,24 @@ class LanguagePolicy:
         with_logprobs: bool = True,
     ) -> RolloutBatch:
         """Draw ``group_size`` completions per prompt; rows of one prompt are consecutive.
-        ``old_logp`` (and ``entropy`` when asked) come from one extra forward pass."""
-        prompt_ids, prompt_mask = self.encode_prompts(prompts)
-        prompt_ids = prompt_ids.repeat_interleave(group_size, dim=0)  # (B, P)
-        prompt_mask = prompt_mask.repeat_interleave(group_size, dim=0)  # (B, P)
-        was_training = self.module.training
-        self.module.eval()
-        s = self.sampling
-        # generate() fills every option a call leaves unset from the checkpoint's
-        # generation_config (Qwen2.5-Instruct ships repetition_penalty=1.05); those would sample
-        # from another distribution than the one completion_logprobs scores, so the call sees
-        # an empty one and only the options below.
-        saved_config = self.module.generation_config
-        self.module.generation_config = GenerationConfig()
-        try:
-            output = self.module.generate(
-                input_ids=prompt_ids,
-                attention_mask=prompt_mask,
-                do_sample=True,
-                temperature=s.temperature,
-                top_p=s.top_p,
-                top_k=s.top_k,
-                max_new_tokens=s.max_new_tokens,
-                pad_token_id=self.tokenizer.pad_token_id,
-                eos_token_id=self.eos_ids,
-            )
-        finally:
-            self.module.generation_config = saved_config
-            self.module.train(was_training)
-        completion_ids = output[:, prompt_ids.shape[1] :]  # (B, T)
+        ``old_logp`` (and ``entropy`` when asked) come from one extra forward pass, as do the
+        log-probs the loss compares the sampler's with (``sampler_logp``, when the backend
+        reports them)."""
+        prompt_ids, prompt_mask = self.encode_prompts(prompts)  # (N, P)
+        generation = self.generate(prompt_ids, prompt_mask, group_size, do_sample=True)
+        completion_ids = generation.completion_ids  # (B, T)
         completion_mask = completion_mask_from_eos(completion_ids, self.eos_ids)  # (B, T)
-        completion_ids = completion_ids.masked_fill(
-            completion_mask == 0, self.tokenizer.pad_token_id
-        )
         texts = self.tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
         batch = RolloutBatch(
-            prompt_ids=prompt_ids,
-            prompt_mask=prompt_mask,
+            prompt_ids=prompt_ids.repeat_interleave(group_size, dim=0),  # (B, P)
+            prompt_mask=prompt_mask.repeat_interleave(group_size, dim=0),  # (B, P)
             completion_ids=completion_ids,
             completion_mask=completion_mask,
             old_logp=torch.empty(0),
             completion_texts=texts,
             prompt_index=torch.arange(len(prompts)).repeat_interleave(group_size),
             group_size=group_size,
+            sampler_logp=generation.sampler_logp,
         )
         # with_logprobs=False: the trainer will use the update's own log-probs (one optimizer
         # step per rollout), so the extra scoring forward is skipped.
@@ -284,8 +318,23 @@ class LanguagePolicy:
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(B, T) log-probs of the completion tokens (with grad when enabled), and on request the
         (B, T) top-p entropy of the next-token distribution (no grad); the logits are computed a
-        chunk of positions at a time (``SamplingSettings.logprob_chunk_size``)."""
-        hidden = output_head_inputs(self.module, **self._forward_inputs(batch))[:, :-1]  # (B, T, H)
+        chunk of positions at a time (``SamplingSettings.logprob_chunk_size``). With
+        ``SamplingSettings.shared_prefix`` each prompt of a run of rows runs once
+        (``rollout.shared_prefix``), else every row runs over ``[prompt, completion]``."""
+        if self.sampling.shared_prefix:
+            # Imported here: shared_prefix builds on this module's output_head_inputs.
+            from creditflow.rollout.shared_prefix import shared_prefix_hidden  # noqa: PLC0415
+
+            hidden = shared_prefix_hidden(
+                self.module,
+                batch.prompt_ids,
+                batch.prompt_mask,
+                batch.completion_ids,
+                batch.completion_mask,
+                **batch.extras,
+            )  # (B, T, H)
+        else:
+            hidden = output_head_inputs(self.module, **self._forward_inputs(batch))[:, :-1]
         return score_completions(
             hidden, output_head(self.module), batch.completion_ids, self.sampling, with_entropy
         )

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import torch
 
 from creditflow.models.reranker import PointerReranker, pointer_entropy, step_mask
-from creditflow.rollout.batch import RolloutBatch
+from creditflow.rollout.batch import RolloutBatch, SamplesOwnModule
 
 
 def format_ranking(ranking: Sequence[int] | torch.Tensor) -> str:
@@ -55,7 +55,7 @@ def parse_rankings(texts: Sequence[str], length: int) -> torch.Tensor:
     return torch.tensor(rows, dtype=torch.long).view(len(rows), length)
 
 
-class RerankerPolicy:
+class RerankerPolicy(SamplesOwnModule):
     """Samples and scores rankings of a :class:`PointerReranker` (satisfies ``rollout.Policy``).
 
     Args:

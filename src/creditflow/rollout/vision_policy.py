@@ -25,10 +25,11 @@ from typing import Any
 
 import torch
 from PIL import Image
-from transformers import GenerationConfig
 
 from creditflow.models.vision import sequence_forward_inputs, vision_token_ids, vl_prompt_inputs
-from creditflow.rollout.batch import RolloutBatch
+from creditflow.rollout.backends import GenerationRequest
+from creditflow.rollout.backends.hf import HFBackend
+from creditflow.rollout.batch import RolloutBatch, SamplesOwnModule
 from creditflow.rollout.language_policy import (
     SamplingSettings,
     completion_mask_from_eos,
@@ -85,7 +86,7 @@ def per_row_pixel_values(pixel_values: torch.Tensor, image_grid_thw: torch.Tenso
     return rows
 
 
-class VisionLanguagePolicy:
+class VisionLanguagePolicy(SamplesOwnModule):
     """Samples and scores completions of a Qwen2.5-VL-style model for (image, text) prompts.
 
     Satisfies ``rollout.Policy``; prompts are anything ``as_visual_prompt`` accepts. Besides
@@ -148,34 +149,29 @@ class VisionLanguagePolicy:
     @torch.no_grad()
     def generate(self, inputs: dict[str, torch.Tensor], do_sample: bool) -> torch.Tensor:
         """``(B, T)`` completion ids for per-row prompt ``inputs`` (``encode_prompts``), padded
-        after the first EOS; sampled with ``self.sampling`` or greedy."""
+        after the first EOS; sampled with ``self.sampling`` or greedy. Always ``hf``'s
+        ``model.generate``: the other rollout backends are text-only."""
         was_training = self.module.training
         self.module.eval()
         s = self.sampling
-        options = (
-            {"do_sample": True, "temperature": s.temperature, "top_p": s.top_p, "top_k": s.top_k}
-            if do_sample
-            else {"do_sample": False}
+        model_inputs = self._model_prompt_inputs(inputs)
+        request = GenerationRequest(
+            prompt_ids=model_inputs.pop("input_ids"),
+            prompt_mask=model_inputs.pop("attention_mask"),
+            group_size=1,  # the rows are already repeated: each carries its own image
+            max_new_tokens=s.max_new_tokens,
+            temperature=s.temperature,
+            top_p=s.top_p,
+            top_k=s.top_k,
+            stop_ids=tuple(self.eos_ids),
+            pad_id=self.tokenizer.pad_token_id,
+            suppressed_ids=tuple(self.vision_ids),
+            do_sample=do_sample,
         )
-        # As in LanguagePolicy: a checkpoint's generation_config would add options (e.g. a
-        # repetition penalty) the recomputed log-probs know nothing about.
-        saved_config = self.module.generation_config
-        self.module.generation_config = GenerationConfig()
         try:
-            output = self.module.generate(
-                **self._model_prompt_inputs(inputs),
-                max_new_tokens=s.max_new_tokens,
-                pad_token_id=self.tokenizer.pad_token_id,
-                eos_token_id=self.eos_ids,
-                suppress_tokens=self.vision_ids,
-                **options,
-            )
+            return HFBackend().generate(self.module, request, model_inputs).completion_ids
         finally:
-            self.module.generation_config = saved_config
             self.module.train(was_training)
-        completion_ids = output[:, inputs["input_ids"].shape[1] :]  # (B, T)
-        mask = completion_mask_from_eos(completion_ids, self.eos_ids)  # (B, T)
-        return completion_ids.masked_fill(mask == 0, self.tokenizer.pad_token_id)
 
     @torch.no_grad()
     def sample(

@@ -81,6 +81,15 @@ class GRPOConfig:
     kl: KL estimator, one of KL_KINDS.
     agg: loss aggregation, one of AGG_MODES.
     max_new_tokens, temperature, top_p, top_k: sampling.
+    rollout: {"name": backend, ...options}: the engine that draws the completions
+        (``creditflow.rollout.backends.ROLLOUT_BACKENDS``): ``hf`` (``model.generate``),
+        ``lean`` (creditflow's decoder for Qwen2-family text models; others fall back to
+        ``hf`` with a log line) or ``vllm`` (an optional extra). Vision-language policies
+        always use ``hf``.
+    importance_sampling_cap: when the rollout engine is not the trained module (vLLM), the
+        per-token ratio pi_trainer(o_t) / pi_sampler(o_t) of the sampling-time log-probs,
+        truncated at this cap, multiplies each token's policy-gradient loss (truncated
+        importance sampling, TRL's ``vllm_importance_sampling_correction``); None = off.
     entropy_top_p: top-p for the per-token entropy (ToR reasoning tokens).
     logprob_chunk_size: completion positions whose logits are computed at once when scoring
         (``algorithms.token_logprobs``); the backward recomputes each chunk's logits, so no
@@ -92,6 +101,11 @@ class GRPOConfig:
     bf16: run every forward (sampling, scoring, the update) under ``torch.autocast`` in
         bfloat16; weights, gradients and optimizer state stay float32, log-probs are taken in
         float32. Fails before training on a device without bfloat16.
+    shared_prefix: score the G completions of a prompt with one forward of the prompt whose KV
+        cache is expanded to them (``rollout.shared_prefix``; exact, gradients included),
+        instead of G forwards over ``[prompt, completion]``; language policies only, and the
+        plain forward still runs where the cache cannot be shared (e.g. under
+        ``gradient_checkpointing`` in the update).
     advantage: {"name": strategy, ...strategy options} (training.strategies.ADVANTAGE_STRATEGIES).
     token_weights: {"name": strategy, ...options} (training.strategies.TOKEN_WEIGHT_STRATEGIES).
     rewards: reward name -> weight; the weighted sum is the scalar reward of ``grpo``.
@@ -123,10 +137,13 @@ class GRPOConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
+    rollout: dict[str, Any] = field(default_factory=lambda: {"name": "hf"})
+    importance_sampling_cap: float | None = None
     entropy_top_p: float = 0.95
     logprob_chunk_size: int | None = None
     gradient_checkpointing: bool = False
     bf16: bool = False
+    shared_prefix: bool = True
     advantage: dict[str, Any] = field(default_factory=lambda: {"name": "grpo"})
     token_weights: dict[str, Any] = field(default_factory=lambda: {"name": "uniform"})
     rewards: dict[str, float] = field(default_factory=lambda: {"reasoning": 1.0})
@@ -201,6 +218,10 @@ class GRPOConfig:
             f"entropy_top_p must be in (0, 1], got {self.entropy_top_p}",
         )
         need(bool(self.rewards), "rewards must name at least one reward with a weight")
+        need(
+            self.importance_sampling_cap is None or self.importance_sampling_cap >= 1,
+            f"importance_sampling_cap must be >= 1 or null, got {self.importance_sampling_cap}",
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -32,7 +32,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import get_cosine_schedule_with_warmup
 
-from creditflow.algorithms import micro_batch_share, policy_loss
+from creditflow.algorithms import micro_batch_share, policy_loss, truncated_importance_weights
 from creditflow.rollout.batch import Policy, RolloutBatch
 from creditflow.tracking import StepCallback, active_step_logger
 from creditflow.training.checkpoint import CheckpointStore
@@ -126,6 +126,13 @@ class GRPOTrainer:
         self.num_processes = 1 if accelerator is None else accelerator.num_processes
         self.process_index = 0 if accelerator is None else accelerator.process_index
         _check_divisible_across_processes(config, self.num_processes)
+        if config.importance_sampling_cap is not None and policy.samples_module:
+            raise ConfigError(
+                "importance_sampling_cap corrects a rollout engine whose sampler is not the "
+                f"trained module (e.g. rollout: {{name: vllm}}); rollout "
+                f"{config.rollout.get('name')!r} samples the module itself: set "
+                "importance_sampling_cap to null"
+            )
         self.policy = policy
         self.prompts = list(prompts)
         self.reward_fn = reward_fn
@@ -157,8 +164,14 @@ class GRPOTrainer:
         """Whether the rollout must score its own samples (a no-grad forward). With a single
         optimizer step per rollout batch the policy is still the sampling one at the update, so
         old_logp = logp.detach() there (ratio 1, same loss and gradient, as TRL does); ToR reads
-        the rollout log-probs for its visual sensitivity."""
-        return self.optimizer_steps_per_rollout() > 1 or self.token_weights.needs_rollout_logprobs
+        the rollout log-probs for its visual sensitivity. A rollout engine that is not the
+        trained module (vLLM) always needs them: its sampler's log-probs are not the
+        trainer's, so old_logp must come from the trainer's own forward (TRL does the same)."""
+        return (
+            self.optimizer_steps_per_rollout() > 1
+            or self.token_weights.needs_rollout_logprobs
+            or not self.policy.samples_module
+        )
 
     def optimizer_steps_per_rollout(self) -> int:
         B = self.config.rollout_batch_size
@@ -284,6 +297,14 @@ class GRPOTrainer:
             weights, weight_metrics = self.token_weights.compute(
                 c.token_weights, batch, self.policy, weight_context
             )  # (B, T)
+            rollout_metrics = self._sampler_mismatch(batch)
+            if c.importance_sampling_cap is not None and batch.sampler_logp is not None:
+                weights = weights * truncated_importance_weights(
+                    batch.old_logp,
+                    batch.sampler_logp,
+                    batch.completion_mask,
+                    c.importance_sampling_cap,
+                )  # (B, T)
             ref_logp = None
             if c.beta > 0:
                 with torch.no_grad():
@@ -309,6 +330,7 @@ class GRPOTrainer:
         global_keys = {*metrics, "lr"}
         metrics.update(adv_metrics)
         metrics.update(weight_metrics)
+        metrics.update(rollout_metrics)
         metrics.update(update_metrics)
         if batch.entropy is not None:
             metrics["actor/topp_entropy"] = (
@@ -321,6 +343,23 @@ class GRPOTrainer:
         metrics["time/step_s"] = time.perf_counter() - t0
         self._record_samples(step, batch, rewards)
         return self._mean_over_processes(metrics, skip=global_keys)
+
+    def _sampler_mismatch(self, batch: RolloutBatch) -> dict[str, float]:
+        """How far the rollout engine's sampler log-probs are from the trainer's at sampling
+        time, over valid tokens: the mean absolute difference and the mean and max of the
+        untruncated per-token ratio (empty when the engine reports none)."""
+        if batch.sampler_logp is None or batch.old_logp.numel() == 0:
+            return {}
+        mask = batch.completion_mask.bool()
+        diff = torch.nan_to_num(batch.old_logp - batch.sampler_logp, nan=0.0)[mask]
+        if diff.numel() == 0:
+            return {}
+        ratio = diff.exp()
+        return {
+            "rollout/sampler_logp_abs_diff": diff.abs().mean().item(),
+            "rollout/is_ratio_mean": ratio.mean().item(),
+            "rollout/is_ratio_max": ratio.max().item(),
+        }
 
     def _report(self, rows: Sequence[dict[str, float]]) -> None:
         if self.step_callback is not None and self.is_main_process:
@@ -358,16 +397,27 @@ class GRPOTrainer:
         ref_logp: torch.Tensor | None,
     ) -> dict[str, float]:
         """``num_iterations`` passes of clipped-surrogate updates over shuffled minibatches
-        (``minibatch_size / num_processes`` rows of this process's batch each)."""
+        (``minibatch_size / num_processes`` rows of this process's batch each).
+
+        When that minibatch is a multiple of the group size G, the order of the groups is
+        shuffled and each group's G rows stay consecutive, so every minibatch (and every
+        micro-batch whose size is a multiple of G) holds whole groups and the shared-prefix
+        forward scores each prompt once (issue 14); otherwise the rows are shuffled one by one.
+        """
         c = self.config
-        B = batch.batch_size
+        B, G = batch.batch_size, batch.group_size
         minibatch = B if c.minibatch_size is None else c.minibatch_size // self.num_processes
+        whole_groups = minibatch % G == 0 and B % G == 0
         generator = torch.Generator().manual_seed(step_seed(c.seed, step, 3))
         sums: dict[str, float] = {}
         n_updates = 0
         self.policy.module.train()
         for _ in range(c.num_iterations):
-            order = torch.randperm(B, generator=generator)
+            if whole_groups:
+                groups = torch.randperm(B // G, generator=generator)  # (B/G,)
+                order = (groups.unsqueeze(1) * G + torch.arange(G)).flatten()  # (B,)
+            else:
+                order = torch.randperm(B, generator=generator)  # (B,)
             for start in range(0, B, minibatch):
                 rows = order[start : start + minibatch]
                 metrics = self.optimizer_step(
@@ -435,6 +485,7 @@ class GRPOTrainer:
                 self.policy.module.parameters(), c.max_grad_norm
             )
         self.optimizer.step()
+        self.policy.weights_updated()  # an engine with its own weights reloads before sampling
         self.scheduler.step()
         # The keys in the order they always had: loss, grad_norm, entropy, policy_loss's.
         loss_value = metrics.pop("actor/loss")

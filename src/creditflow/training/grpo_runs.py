@@ -24,6 +24,7 @@ from creditflow.rollout import (
     VisionLanguagePolicy,
     as_visual_prompt,
 )
+from creditflow.rollout.backends import FALLBACK_BACKEND, check_rollout_spec, rollout_backend
 from creditflow.training.checkpoint import (
     CheckpointStore,
     content_digest,
@@ -58,6 +59,10 @@ def build_grpo_config(grpo_params: dict[str, Any], reward_names: Sequence[str]) 
     ``reward_names``, and whose ``reward_options`` those rewards take."""
     config = GRPOConfig.from_params(dict(grpo_params))
     validate_strategies(config)
+    try:
+        check_rollout_spec(config.rollout)
+    except ConfigError as error:
+        raise ConfigError(f"rollout: {error}") from error
     unknown = sorted(set(config.rewards) - set(reward_names))
     if unknown:
         raise ConfigError(
@@ -127,14 +132,26 @@ def sampling_settings(config: GRPOConfig) -> SamplingSettings:
         top_k=config.top_k,
         entropy_top_p=config.entropy_top_p,
         logprob_chunk_size=config.logprob_chunk_size,
+        shared_prefix=config.shared_prefix,
     )
 
 
 def language_policy(model, tokenizer, config: GRPOConfig) -> LanguagePolicy:
-    return LanguagePolicy(model, tokenizer, sampling_settings(config))
+    """The policy of a language model, sampling with the backend ``config.rollout`` names
+    (``hf`` when that backend does not support the model, with a log line)."""
+    backend = rollout_backend(config.rollout, model)
+    return LanguagePolicy(model, tokenizer, sampling_settings(config), backend=backend)
 
 
 def vision_language_policy(model, processor, config: GRPOConfig) -> VisionLanguagePolicy:
+    """The policy of a vision-language model; it always samples with ``hf``."""
+    name = config.rollout.get("name", FALLBACK_BACKEND)
+    if name != FALLBACK_BACKEND:
+        logger.info(
+            "rollout backend %r is text-only: the vision-language policy samples with %r",
+            name,
+            FALLBACK_BACKEND,
+        )
     return VisionLanguagePolicy(model, processor, sampling_settings(config))
 
 
