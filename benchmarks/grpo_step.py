@@ -226,15 +226,11 @@ def summarize(
 # ---------------------------------------------------------------- creditflow
 def run_creditflow(work: Workload, profile: bool) -> dict[str, Any]:
     from creditflow.algorithms import logprobs as logprobs_module  # noqa: PLC0415
-    from creditflow.rollout import LanguagePolicy, SamplingSettings  # noqa: PLC0415
     from creditflow.training import GRPOConfig, GRPOTrainer  # noqa: PLC0415
+    from creditflow.training.grpo_runs import language_policy  # noqa: PLC0415
 
     t0 = time.perf_counter()
     model, tokenizer = load_model(work)
-    sampling = SamplingSettings(
-        max_new_tokens=work.max_new_tokens, temperature=1.0, top_p=1.0, top_k=0
-    )
-    policy = LanguagePolicy(model, tokenizer, sampling)
 
     def reward_fn(completions: list[str], prompt_index: torch.Tensor) -> dict[str, torch.Tensor]:
         gold = [work.answers[i] for i in prompt_index.tolist()]
@@ -265,6 +261,8 @@ def run_creditflow(work: Workload, profile: bool) -> dict[str, Any]:
         log_samples_every=0,
     )
     config = GRPOConfig.from_params({**config.to_dict(), **work.creditflow_overrides})
+    # The rollout backend config.rollout names (--rollout), as a Kedro run builds it.
+    policy = language_policy(model, tokenizer, config)
     trainer = GRPOTrainer(policy, work.prompts, reward_fn, config, checkpoints=None, progress=False)
     load_s = time.perf_counter() - t0
 
@@ -287,7 +285,8 @@ def run_creditflow(work: Workload, profile: bool) -> dict[str, Any]:
         def step_of() -> int:
             return current["step"]
 
-        model.generate = timer.timed("generate", model.generate, step_of)
+        # The policy's generate wraps whichever backend samples (hf, lean, vllm).
+        policy.generate = timer.timed("generate", policy.generate, step_of)
         logprobs = policy.completion_logprobs
 
         def split_logprobs(batch, with_entropy=False):
@@ -488,6 +487,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         metavar="KEY=VALUE",
         help="a creditflow GRPOConfig field (VALUE read as YAML), e.g. micro_batch_size=8",
     )
+    parser.add_argument(
+        "--rollout",
+        default=None,
+        help="creditflow's rollout backend by name (hf, lean, vllm): short for "
+        "--creditflow-set 'rollout={name: NAME}'",
+    )
     args = parser.parse_args(argv)
     for name in ("group_size", "prompts", "max_new_tokens", "steps", "threads"):
         if getattr(args, name) < 1:
@@ -514,7 +519,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         learning_rate=args.lr,
         seed=args.seed,
         attn_implementation=args.attn,
-        creditflow_overrides=dict(parse_setting(text) for text in args.creditflow_set),
+        creditflow_overrides={
+            **dict(parse_setting(text) for text in args.creditflow_set),
+            **({"rollout": {"name": args.rollout}} if args.rollout else {}),
+        },
     )
     # Trainers print their logs; stdout carries only the JSON record.
     with contextlib.redirect_stdout(sys.stderr):
