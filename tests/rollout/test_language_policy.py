@@ -211,9 +211,10 @@ def test_scoring_never_projects_the_whole_batch_at_once(
     monkeypatch.setattr(torch.nn.functional, "linear", recording_linear)
     logp, _ = policy.completion_logprobs(batch)
     logp.sum().backward()
-    assert widths == [torch.Size([4, 0])], "the forward's own head call projects nothing"
-    # The forward's own (empty) call, then 6 chunks of 4 positions, forward and backward.
-    assert projected == [0] + [4] * 6 * 2
+    # Two forwards (shared_prefix): the 2 prompts once, then the 4 rows' completions.
+    assert widths == [torch.Size([2, 0]), torch.Size([4, 0])], "the forwards project nothing"
+    # The forwards' own (empty) calls, then 6 chunks of 4 positions, forward and backward.
+    assert projected == [0, 0] + [4] * 6 * 2
 
 
 def test_scoring_needs_a_linear_head(make_model, tapo_tokenizer):
