@@ -3,10 +3,12 @@
 Shape symbols: N prompts, G completions per prompt, B = N * G sequences, P prompt tokens
 (left-padded), T completion tokens (right-padded), H hidden size, V vocabulary. Sampling goes
 through a rollout backend (``creditflow.rollout.backends``: ``hf``'s ``model.generate`` by
-default, the ``lean`` decoder, vLLM); log-probs are recomputed with one
-forward pass per batch over ``[prompt, completion]`` that stops before the output head
-(``output_head_inputs``): the head is then applied a chunk of positions at a time
-(``algorithms.token_logprobs``), so no ``(B, T, V)`` logits tensor is ever held (issue 13).
+default, the ``lean`` decoder, vLLM). Log-probs are recomputed by a forward over
+``[prompt, completion]`` that stops before the output head; with ``shared_prefix`` each run of
+rows with one prompt runs that prompt once and shares its KV cache (``rollout.shared_prefix``,
+exact, gradients included), else one forward per batch (``output_head_inputs``). The head is
+then applied a chunk of positions at a time (``algorithms.token_logprobs``), so no
+``(B, T, V)`` logits tensor is ever held (issue 13).
 """
 
 from __future__ import annotations
