@@ -1,5 +1,7 @@
-"""OpenAI-compatible annotator against a real HTTP server on loopback with scripted replies,
-and a ``KedroSession`` run whose key comes from a credentials file and leaks nowhere."""
+"""OpenAI-compatible annotator (the ``openai`` client) against a real HTTP server on loopback
+with scripted replies: retries honouring ``Retry-After``, the json_schema ``response_format``,
+the on-disk cache, and a ``KedroSession`` run whose key comes from a credentials file and leaks
+nowhere."""
 
 import base64
 import io
@@ -16,8 +18,9 @@ import pytest
 from kedro.framework.session import KedroSession
 from mlflow.tracking import MlflowClient
 
-from creditflow.annotation.openai_backend import OpenAIAnnotator
-from creditflow.annotation.schema import ANNOTATION_COLUMNS, DIMENSIONS
+from creditflow.annotation.cache import DEFAULT_CACHE_DIR
+from creditflow.annotation.openai_backend import SCHEMA_NAME, OpenAIAnnotator
+from creditflow.annotation.schema import ANNOTATION_COLUMNS, DIMENSIONS, annotation_json_schema
 from creditflow.hooks import MANIFEST_DIR
 from tests.kedro_project import copy_project
 
@@ -38,9 +41,10 @@ TIMEOUT_S = 0.3
 class ScriptedServer(ThreadingHTTPServer):
     """Replies to each title with the next step of its script (the last step repeats).
 
-    Steps: ("text", content) -> 200 with that message content; ("status", code); ("sleep",
-    seconds, content) -> wait, then 200; ("body", bytes) -> 200 with a raw body; ("echo",
-    code) -> that status with a body echoing the Authorization header, as some servers do.
+    Steps: ("text", content) -> 200 with that message content; ("status", code) or ("status",
+    code, headers); ("sleep", seconds, content) -> wait, then 200; ("body", bytes) -> 200 with a
+    raw body; ("echo", code) -> that status with a body echoing the Authorization header, as
+    some servers do.
     """
 
     daemon_threads = True
@@ -49,6 +53,7 @@ class ScriptedServer(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), ScriptedHandler)
         self.scripts = scripts
         self.requests = []  # (path, headers, body) in arrival order
+        self.arrivals = []  # time.monotonic() of each request, in the same order
         self.calls = defaultdict(int)
         self.lock = threading.Lock()
         self.in_flight = 0
@@ -75,7 +80,8 @@ class ScriptedHandler(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         server = self.server
         with server.lock:
-            server.requests.append((self.path, dict(self.headers), body))
+            server.requests.append((self.path, self.headers, body))  # case-insensitive
+            server.arrivals.append(time.monotonic())
             title = title_of(body)
             script = server.scripts[title]
             step = script[min(server.calls[title], len(script) - 1)]
@@ -93,7 +99,8 @@ class ScriptedHandler(BaseHTTPRequestHandler):
     def reply(self, step):
         kind = step[0]
         if kind == "status":
-            self.send(step[1], b'{"error": "scripted"}')
+            headers = step[2] if len(step) > 2 else {}
+            self.send(step[1], b'{"error": "scripted"}', headers)
             return
         if kind == "sleep":
             time.sleep(step[1])
@@ -107,11 +114,20 @@ class ScriptedHandler(BaseHTTPRequestHandler):
             message = f"Incorrect API key provided: {key}. You sent '{header}'."
             self.send(step[1], json.dumps({"error": {"message": message}}).encode())
             return
-        completion = {"choices": [{"message": {"role": "assistant", "content": step[1]}}]}
+        message = {"role": "assistant", "content": step[1]}
+        completion = {
+            "id": "c",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "m",
+            "choices": [{"index": 0, "finish_reason": "stop", "message": message}],
+        }
         self.send(200, json.dumps(completion).encode())
 
-    def send(self, code, payload: bytes):
+    def send(self, code, payload: bytes, headers=None):
         self.send_response(code)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(payload)))
         self.end_headers()
@@ -159,7 +175,7 @@ def make(server, tmp_path, **options) -> OpenAIAnnotator:
         max_concurrency=4,
         timeout_s=TIMEOUT_S,
         max_retries=2,
-        backoff_s=0.01,
+        reply_retries=2,
         cache_dir=tmp_path / "cache",
     )
     return OpenAIAnnotator(server.base_url, **{**settings, **options})
@@ -189,7 +205,7 @@ def test_scripted_failures_and_recoveries(serve, tmp_path, catalogue):
         assert row(title)["overall"] == GOOD["overall"] and row(title)["raw_text"] == GOOD_TEXT
         assert server.requests_for(title) == attempts
     failed = row("always malformed")
-    assert failed["status"] == "failed" and failed["attempts"] == 3  # 1 + max_retries
+    assert failed["status"] == "failed" and failed["attempts"] == 3  # 1 + reply_retries
     assert failed["raw_text"] == "I think it is a nice video, 4/5."
     assert "unparsable output" in failed["error"] and "no JSON object" in failed["error"]
     assert failed[list(DIMENSIONS)].isna().all() and pd.isna(failed["overall"])
@@ -254,21 +270,50 @@ def test_concurrency_is_bounded(serve, tmp_path, catalogue):
     assert server.max_in_flight == 2
 
 
-def test_backoff_is_exponential_and_deterministic(serve, tmp_path, catalogue):
-    server = serve({"always malformed": [("text", MALFORMED)]})
-    annotator = make(server, tmp_path, max_retries=3, backoff_s=0.01)
-    sleeps = []
-    annotator.sleep = sleeps.append
-    frame = annotator.annotate(items_for(["always malformed"], catalogue))
-    assert frame["attempts"].tolist() == [4]
-    assert sleeps == [0.01, 0.02, 0.04]
+def test_429_with_retry_after_is_retried_after_the_wait_asked(serve, tmp_path, catalogue):
+    """The client waits what ``Retry-After`` says (1 s here, not its 0.5 s backoff), asks
+    again, and the item is annotated from the second reply; the request carries the
+    annotation schema as a strict json_schema ``response_format``."""
+    server = serve({"limited": [("status", 429, {"Retry-After": "1"}), ("text", GOOD_TEXT)]})
+    frame = make(server, tmp_path).annotate(items_for(["limited"], catalogue))
+    assert frame["status"].tolist() == ["ok"] and frame["attempts"].tolist() == [2]
+    assert frame["overall"].tolist() == [GOOD["overall"]]
+    first, second = server.arrivals
+    assert second - first >= 0.95
+    for _, _, body in server.requests:
+        assert body["response_format"] == {
+            "type": "json_schema",
+            "json_schema": {"name": SCHEMA_NAME, "schema": annotation_json_schema(), "strict": True},
+        }
+        assert body["temperature"] == 0.0 and body["max_tokens"] == 512
+
+
+def test_structured_output_can_be_switched_off(serve, tmp_path, catalogue):
+    server = serve({"valid": [("text", GOOD_TEXT)]})
+    make(server, tmp_path, structured_output=False).annotate(items_for(["valid"], catalogue))
+    ((_, _, body),) = server.requests
+    assert "response_format" not in body
+
+
+def test_cache_is_on_by_default(serve, tmp_path, catalogue, monkeypatch):
+    """Without a cache_dir option the cache lives under the working directory (the project
+    root under ``kedro run``): a second annotator makes no request."""
+    monkeypatch.chdir(tmp_path)
+    server = serve({"valid": [("text", GOOD_TEXT)]})
+    annotator = OpenAIAnnotator(server.base_url, "qwen-vl-test")
+    items = items_for(["valid"], catalogue)
+    annotator.annotate(items)
+    assert len(list((tmp_path / DEFAULT_CACHE_DIR).glob("*.json"))) == 1
+    again = OpenAIAnnotator(server.base_url, "qwen-vl-test").annotate(items)
+    assert len(server.requests) == 1 and again["attempts"].tolist() == [0]
+    assert again["status"].tolist() == ["ok"]
 
 
 def test_unreachable_server_fails_without_raising(tmp_path, catalogue):
     with ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler) as closed:
         port = closed.server_address[1]  # bound then closed: nothing listens there
     annotator = OpenAIAnnotator(
-        f"http://127.0.0.1:{port}/v1/", "m", timeout_s=TIMEOUT_S, max_retries=1, backoff_s=0.0
+        f"http://127.0.0.1:{port}/v1/", "m", timeout_s=TIMEOUT_S, max_retries=1, cache_dir=None
     )
     assert annotator.url == f"http://127.0.0.1:{port}/v1/chat/completions"
     frame = annotator.annotate(items_for(["valid"], catalogue))

@@ -14,6 +14,7 @@ from creditflow.annotation.schema import (
     ITEM_COLUMNS,
     Annotation,
     AnnotationParseError,
+    annotation_json_schema,
     annotations_frame,
     failed_row,
     ok_row,
@@ -133,3 +134,19 @@ def test_result_frame_keeps_failures_unscored():
     assert frame.loc[1, DIMENSIONS].isna().all() and math.isnan(frame.loc[1, "overall"])
     assert frame.loc[1, "raw_text"] == "bad" and frame.loc[1, "error"] == "boom"
     assert frame["attempts"].tolist() == [1, 4]
+
+
+def test_json_schema_is_the_parsers_schema():
+    """The structured-output schema asks for exactly what parse_annotation accepts: its keys in
+    the canonical order, all required, scores 1-5 as integers, overall in [1, 5]."""
+    schema = annotation_json_schema()
+    assert schema["required"] == list(parse_annotation(json.dumps(VALID)).to_dict())
+    assert list(schema["properties"]) == schema["required"]
+    assert schema["additionalProperties"] is False
+    for d in DIMENSIONS:
+        assert schema["properties"][d]["type"] == "integer"
+        for score in schema["properties"][d]["enum"]:
+            parse_annotation(json.dumps({**VALID, d: score}))  # every allowed score parses
+    overall = schema["properties"]["overall"]
+    assert (overall["minimum"], overall["maximum"]) == (1, 5)
+    assert schema["properties"]["analysis"]["type"] == "string"

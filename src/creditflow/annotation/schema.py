@@ -68,6 +68,37 @@ SCHEMA_DESCRIPTION = (
     + '- "analysis": a few sentences explaining the scores\n'
 )
 
+
+def annotation_json_schema() -> dict[str, Any]:
+    """The annotation as a JSON Schema, for structured output (``response_format`` of type
+    ``json_schema``, served by OpenAI, vLLM and SGLang): the keys in ``SCHEMA_DESCRIPTION``'s
+    order, all required, no others. Scores are an ``enum`` of 1-5, which every grammar backend
+    enforces; ``overall``'s range may be ignored by a server, :func:`parse_annotation` still
+    checks it.
+
+    >>> annotation_json_schema()["required"][-2:]
+    ['overall', 'analysis']
+    """
+    score = list(range(SCORE_MIN, SCORE_MAX + 1))
+    properties: dict[str, Any] = {
+        d: {"type": "integer", "enum": score, "description": DIMENSION_MEANINGS[d]}
+        for d in DIMENSIONS
+    }
+    properties["overall"] = {
+        "type": "number",
+        "minimum": SCORE_MIN,
+        "maximum": SCORE_MAX,
+        "description": "the overall viewing experience",
+    }
+    properties["analysis"] = {"type": "string", "description": "a few sentences on the scores"}
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": list(properties),
+        "additionalProperties": False,
+    }
+
+
 _FENCE = re.compile(r"```[A-Za-z0-9_-]*\s*\n?(.*?)```", re.DOTALL)
 
 
