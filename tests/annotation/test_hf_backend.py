@@ -1,4 +1,5 @@
-"""The local-VLM annotator: lazy loading, output frame, parsing, retries, determinism."""
+"""The local-VLM annotator: lazy loading, output frame, parsing, retries, determinism, and the
+on-disk cache a rerun resumes from."""
 
 import pandas as pd
 import pytest
@@ -14,6 +15,7 @@ from creditflow.annotation import (
     build_annotator,
     parse_annotation,
 )
+from creditflow.annotation.cache import DEFAULT_CACHE_DIR
 from creditflow.models import (
     build_tiny_processor,
     build_tiny_qwen2_5_vl,
@@ -31,6 +33,12 @@ def _single_thread_torch():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(autouse=True)
+def _cache_in_tmp(tmp_path, monkeypatch):
+    # The cache is on by default, under the working directory: one fresh folder per test.
+    monkeypatch.chdir(tmp_path)
 
 
 @pytest.fixture(scope="module")
@@ -243,3 +251,67 @@ def test_generation_config_of_the_model_is_restored(tiny_model, processor, items
 def test_invalid_options_are_explained(options, message):
     with pytest.raises(ValueError, match=message):
         HFAnnotator(**options)
+
+
+def test_cache_resume_annotates_only_the_missing_items(
+    tiny_model, processor, items, answers, tmp_path
+):
+    """A run that stopped after two items leaves them in the cache; the rerun over all three
+    generates for the third alone, and a third run generates nothing."""
+    first, stub = scripted(tiny_model, processor, [answers[:2]])
+    done = first.annotate(items.head(2))
+    assert done["status"].tolist() == ["ok", "ok"] and len(stub.calls) == 1
+    assert len(list((tmp_path / DEFAULT_CACHE_DIR).glob("*.json"))) == 2
+
+    resumed, stub = scripted(tiny_model, processor, [[answers[2]]])
+    frame = resumed.annotate(items)
+    assert len(stub.calls) == 1  # one generate call, for the missing item only
+    assert frame["status"].tolist() == ["ok", "ok", "ok"]
+    assert frame["attempts"].tolist() == [0, 0, 1]
+    assert frame["raw_text"].tolist() == answers
+    pd.testing.assert_frame_equal(
+        frame.head(2).drop(columns="attempts"), done.drop(columns="attempts")
+    )
+
+    again, stub = scripted(tiny_model, processor, [])
+    assert again.annotate(items)["attempts"].tolist() == [0, 0, 0] and stub.calls == []
+
+
+def test_cache_key_follows_the_model_and_failures_are_asked_again(
+    tiny_model, processor, items, answers
+):
+    bad = ["no json here"]
+    annotator, stub = scripted(
+        tiny_model, processor, [bad, [answers[0]]], batch_size=1, max_retries=0
+    )
+    assert annotator.annotate(items.head(1))["status"].tolist() == ["failed"]
+    assert annotator.annotate(items.head(1))["status"].tolist() == ["ok"]  # asked again
+    assert len(stub.calls) == 2
+
+    other = build_tiny_qwen2_5_vl(processor, seed=1)  # other weights: other keys
+    annotator, stub = scripted(other, processor, [[answers[1]]], batch_size=1, max_retries=0)
+    assert annotator.annotate(items.head(1))["attempts"].tolist() == [1]
+    annotator, stub = scripted(
+        tiny_model, processor, [], batch_size=1, max_new_tokens=3, max_retries=0
+    )
+    annotator.annotate(items.head(1))
+    assert len(stub.calls) == 1  # another token budget: generated, not served from the cache
+
+
+def test_no_model_is_loaded_when_everything_is_cached(tiny_model, processor, items, answers):
+    spec = {"source": "tiny", "tiny": {"seed": 1}}
+    annotator = build_annotator("hf", spec=spec, processor=processor, max_new_tokens=2)
+    # Fill the cache under this annotator's keys, as an earlier run of it would have.
+    for record, answer in zip(items.to_dict("records"), answers, strict=True):
+        annotator.cache.put(annotator.cache_key(record), answer, annotator.name)
+    frame = annotator.annotate(items)
+    assert frame["status"].tolist() == ["ok"] * 3 and annotator.model is None
+
+
+def test_cache_can_be_switched_off(tiny_model, processor, items, answers, tmp_path):
+    annotator, stub = scripted(
+        tiny_model, processor, [[answers[0]]] * 2, batch_size=1, cache_dir=None
+    )
+    annotator.annotate(items.head(1))
+    annotator.annotate(items.head(1))
+    assert len(stub.calls) == 2 and not (tmp_path / DEFAULT_CACHE_DIR).exists()

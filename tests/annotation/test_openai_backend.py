@@ -283,7 +283,11 @@ def test_429_with_retry_after_is_retried_after_the_wait_asked(serve, tmp_path, c
     for _, _, body in server.requests:
         assert body["response_format"] == {
             "type": "json_schema",
-            "json_schema": {"name": SCHEMA_NAME, "schema": annotation_json_schema(), "strict": True},
+            "json_schema": {
+                "name": SCHEMA_NAME,
+                "schema": annotation_json_schema(),
+                "strict": True,
+            },
         }
         assert body["temperature"] == 0.0 and body["max_tokens"] == 512
 

@@ -20,14 +20,27 @@ model may emit ``<|image_pad|>``, which means nothing in an answer.
 The model is loaded on the first ``annotate`` call, not in the constructor, so building the
 annotator from a config (``build_annotator("hf", ...)``) costs nothing; an id that is neither a
 local directory nor in the Hugging Face cache then fails with what to download.
+
+Cache and resume: every valid annotation goes to the on-disk cache
+(:mod:`creditflow.annotation.cache`, on by default) as soon as its batch is done, keyed by the
+cover, title, prompt, the model and the decoding settings; a rerun, or a run resumed after a
+crash, generates only for the items not in it (and loads no model when none is missing).
+Failures are not cached. The model's part of the key is its ``spec`` (plus the names, sizes and
+modification times of a local checkpoint directory's files) or, for a passed model, a hash of
+its weights; a passed ``processor`` adds its tokenizer's. The sampled retries of a resumed run
+draw other seeds than an uninterrupted run would (the seeds follow the batches, and only the
+missing items are batched); the greedy first attempt does not depend on them.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
+import json
 import logging
 import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -37,6 +50,7 @@ from PIL import Image
 from tqdm.auto import tqdm
 from transformers import GenerationConfig
 
+from creditflow.annotation.cache import DEFAULT_CACHE_DIR, AnnotationCache, open_cache
 from creditflow.annotation.openai_backend import DEFAULT_PROMPT_TEMPLATE
 from creditflow.annotation.schema import (
     SCHEMA_DESCRIPTION,
@@ -48,6 +62,7 @@ from creditflow.annotation.schema import (
     visible_items,
 )
 from creditflow.models.vision import load_vl_policy, vision_token_ids, vl_prompt_inputs
+from creditflow.training.checkpoint import tokenizer_digest
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +92,7 @@ class HFAnnotator:
         device: where a loaded model runs; CUDA when available, else CPU, when None. A passed
             ``model`` stays where it is.
         progress: show a progress bar over batches (on by default; a local VLM is slow).
+        cache_dir: folder of cached annotations (module docstring); None switches it off.
     """
 
     def __init__(
@@ -94,6 +110,7 @@ class HFAnnotator:
         retry_temperature: float = 1.0,
         device: str | None = None,
         progress: bool = True,
+        cache_dir: str | os.PathLike | None = DEFAULT_CACHE_DIR,
     ) -> None:
         sources = [
             name
@@ -146,6 +163,9 @@ class HFAnnotator:
         self.retry_temperature = float(retry_temperature)
         self.device = device
         self.progress = progress
+        self.cache = open_cache(cache_dir)
+        self._processor_given = processor is not None
+        self._model_key: str | None = None  # computed on the first annotate() with a cache
 
     @property
     def name(self) -> str:
@@ -161,37 +181,76 @@ class HFAnnotator:
         )
 
     def annotate(self, items: pd.DataFrame) -> pd.DataFrame:
-        """Annotate every item, loading the model first if needed.
+        """Annotate every item not in the cache, loading the model first if any is missing.
 
         Args:
             items: frame with at least ``ITEM_COLUMNS``; other columns are dropped unread.
 
         Returns:
             One row per item, in input order, with ``ANNOTATION_COLUMNS``. ``attempts`` counts
-            the generations of the item (0 when its cover could not be decoded).
+            the generations of the item in this call (0 when served from the cache or when its
+            cover could not be decoded).
 
         Raises:
             OSError: the checkpoint is neither a local directory nor cached (offline).
             ValueError: an invalid ``spec``.
         """
         records = visible_items(items).to_dict("records")
-        self._load()
         rows: list[dict[str, Any] | None] = [None] * len(records)
-        batches = range(0, len(records), self.batch_size)
+        keys = [self.cache_key(record) for record in records] if self.cache else []
+        missing = []
+        for i, record in enumerate(records):
+            cached = self.cache.get(keys[i]) if self.cache else None
+            if cached is None:
+                missing.append(i)
+            else:
+                rows[i] = ok_row(record["item_id"], parse_annotation(cached), cached, attempts=0)
+        if missing:
+            self._load()
+        todo = [records[i] for i in missing]
+        batches = range(0, len(todo), self.batch_size)
         for batch_index, start in enumerate(
             tqdm(batches, desc="annotate", disable=not self.progress)
         ):
-            batch = records[start : start + self.batch_size]
+            batch = todo[start : start + self.batch_size]
             for offset, row in enumerate(self._annotate_batch(batch, batch_index)):
-                rows[start + offset] = row
+                i = missing[start + offset]
+                rows[i] = row
+                if self.cache and row["status"] == "ok":
+                    self.cache.put(keys[i], row["raw_text"], self.name)
         frame = annotations_frame(rows)
         logger.info(
-            "annotated %d items with %s: %d failed",
+            "annotated %d items with %s: %d from cache, %d failed",
             len(frame),
             self.name,
+            len(records) - len(missing),
             int((frame["status"] == "failed").sum()),
         )
         return frame
+
+    def cache_key(self, item: Mapping[str, Any]) -> str:
+        """The cache key of an item: cover, title, prompt, model and decoding settings."""
+        prompt = self.prompt(item["title"], item["category"])
+        return AnnotationCache.key(item["image_png"], item["title"], prompt, self._model_part())
+
+    def _model_part(self) -> str:
+        """The model's and the decoding settings' part of every cache key (module docstring)."""
+        if self._model_key is None:
+            parts: dict[str, Any] = {
+                "max_new_tokens": self.max_new_tokens,
+                "max_retries": self.max_retries,
+                "retry_temperature": self.retry_temperature,
+                "seed": self.seed,
+            }
+            if self.spec is not None:
+                parts["spec"] = self.spec
+                parts["files"] = _directory_listing(self.spec.get("name_or_path"))
+            else:
+                parts["weights"] = _weights_digest(self.model)
+            if self._processor_given:
+                parts["tokenizer"] = tokenizer_digest(self.processor.tokenizer)
+            self._model_key = json.dumps(parts, sort_keys=True, default=str)
+        return self._model_key
 
     # ------------------------------------------------------------------ internals
     def _load(self) -> None:
@@ -308,3 +367,23 @@ class HFAnnotator:
 def _decode_image(image_png: bytes) -> Image.Image:
     with Image.open(io.BytesIO(image_png)) as image:
         return image.convert("RGB")
+
+
+def _directory_listing(name_or_path: Any) -> list[tuple[str, int, int]]:
+    """(relative path, size, mtime_ns) of every file of a local checkpoint directory, so a
+    checkpoint saved again under the same path is another model; [] for a hub id."""
+    if not isinstance(name_or_path, str | os.PathLike) or not Path(name_or_path).is_dir():
+        return []
+    root = Path(name_or_path)
+    files = sorted(p for p in root.rglob("*") if p.is_file())
+    return [(str(p.relative_to(root)), p.stat().st_size, p.stat().st_mtime_ns) for p in files]
+
+
+def _weights_digest(model: Any) -> str:
+    """sha256 of a passed model's parameters (shape, dtype and bytes of each, in order)."""
+    digest = hashlib.sha256()
+    for tensor in model.parameters():
+        digest.update(f"{tuple(tensor.shape)}{tensor.dtype}".encode())
+        data = tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes()
+        digest.update(data)
+    return digest.hexdigest()
