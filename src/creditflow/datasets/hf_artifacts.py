@@ -28,6 +28,7 @@ from kedro.io.core import (
     get_protocol_and_path,
 )
 
+from creditflow.models.lora import is_lora_directory, is_lora_model, load_lora, save_lora
 from creditflow.models.tokenizer import load_tokenizer
 
 _LOCAL_PROTOCOLS = ("file",)
@@ -126,6 +127,10 @@ class HFModelDataset(_HFDirectoryDataset):
     Loading calls ``model_class.from_pretrained(directory, **load_args)``, e.g.
     ``load_args: {dtype: bfloat16, device_map: auto, attn_implementation: sdpa}``.
 
+    A LoRA policy (a ``peft`` model, ``policy.lora``) is saved as its adapter in safetensors,
+    plus its base model under ``base/`` when the base is not a checkpoint loadable by name (a
+    tiny policy); it loads back with trainable adapters (``models.lora``).
+
     For models kept between nodes in memory, use ``MemoryDataset`` with
     ``copy_mode: assign``; this dataset is for checkpoints that should outlive the run.
     """
@@ -157,15 +162,31 @@ class HFModelDataset(_HFDirectoryDataset):
         )
 
     def load(self) -> transformers.PreTrainedModel:
-        return self._loader.from_pretrained(self._load_dir(), **self._load_args)
+        return self._load_model(self._load_dir())
 
     def save(self, data: transformers.PreTrainedModel) -> None:
-        save_dir = self._save_dir()
-        data.save_pretrained(save_dir, **self._save_args)
-        if not any(Path(save_dir).glob("*.safetensors")):
+        self._save_model(data, self._save_dir())
+
+    def _load_model(self, directory: str | Path) -> transformers.PreTrainedModel:
+        """``model_class.from_pretrained(directory, **load_args)``; a LoRA directory
+        (``models.lora.save_lora``) loads its base model that way and the adapter onto it."""
+        if is_lora_directory(directory):
+            return load_lora(
+                directory, lambda base: self._loader.from_pretrained(base, **self._load_args)
+            )
+        return self._loader.from_pretrained(directory, **self._load_args)
+
+    def _save_model(self, model: transformers.PreTrainedModel, directory: str | Path) -> None:
+        """``model.save_pretrained(directory, **save_args)``; a LoRA (peft) model saves its
+        adapter, and its base when that is not a checkpoint to load by name (``save_lora``)."""
+        if is_lora_model(model):
+            save_lora(model, directory, **self._save_args)
+        else:
+            model.save_pretrained(directory, **self._save_args)
+        if not any(Path(directory).glob("*.safetensors")):
             raise DatasetError(
-                f"{type(data).__name__}.save_pretrained wrote no *.safetensors file to "
-                f"{save_dir}; refusing a checkpoint that would need pickle to load"
+                f"{type(model).__name__}.save_pretrained wrote no *.safetensors file to "
+                f"{directory}; refusing a checkpoint that would need pickle to load"
             )
 
 

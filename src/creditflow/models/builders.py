@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from huggingface_hub import constants as hf_constants
 from transformers import (
     AutoModelForCausalLM,
     PreTrainedModel,
@@ -20,6 +21,7 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
+from creditflow.models.lora import LoraSpec, add_lora
 from creditflow.models.tokenizer import load_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -114,10 +116,50 @@ def build_tiny_qwen2(
 
 
 # Keys a spec may hold besides its ``tiny`` builder options, per source.
+_COMMON_KEYS = {"source", "dtype", "device", "lora"}
 _SPEC_KEYS = {
-    "tiny": {"source", "tiny"},
-    "pretrained": {"source", "name_or_path", "dtype", "trust_remote_code", "attn_implementation"},
+    "tiny": _COMMON_KEYS | {"tiny"},
+    "pretrained": _COMMON_KEYS | {"name_or_path", "trust_remote_code", "attn_implementation"},
 }
+DEVICE_TYPES = ("cpu", "cuda", "mps")
+
+
+def resolve_device(name: str) -> torch.device:
+    """The device a policy spec's ``device`` names: ``"cpu"``, ``"cuda"``, ``"cuda:<index>"``,
+    ``"mps"``, or ``"auto"`` (CUDA when this machine has it, else the CPU).
+
+    Raises:
+        ValueError: a malformed name, or a device this machine does not have, with what to set.
+    """
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError):
+        device = None
+    if device is None or device.type not in DEVICE_TYPES:
+        raise ValueError(
+            f"unknown device {name!r}; valid: 'auto', 'cpu', 'cuda', 'cuda:<index>', 'mps'"
+        )
+    fix = "set the policy's device to 'cpu', or to 'auto' (CUDA when present, else the CPU)"
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            build = (
+                "a CPU-only build" if torch.version.cuda is None else f"CUDA {torch.version.cuda}"
+            )
+            raise ValueError(
+                f"device {name!r} is not available: this machine has no CUDA device (torch "
+                f"{torch.__version__}, {build}); {fix}"
+            )
+        if device.index is not None and device.index >= count:
+            raise ValueError(
+                f"device {name!r} is not available: this machine has {count} CUDA device(s), "
+                f"cuda:0 to cuda:{count - 1}; pick one of them or 'auto'"
+            )
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device {name!r} is not available: no Apple MPS device; {fix}")
+    return device
 
 
 @dataclass(frozen=True)
@@ -128,13 +170,21 @@ class PolicySpec:
         {"source": "pretrained",
          "name_or_path": "Qwen/Qwen2.5-0.5B-Instruct",   # hub id or local directory
          "dtype": "bfloat16",                            # optional, default "auto"
+         "device": "cuda",                               # optional, default "cpu"
+         "lora": {"r": 16, "alpha": 32,                  # optional, default None
+                  "target_modules": ["q_proj", "v_proj"]},
          "trust_remote_code": False,                     # optional
          "attn_implementation": "sdpa"}                  # optional
 
     source: ``"tiny"`` (a randomly initialised model built here) or ``"pretrained"``.
     tiny: keyword arguments of the tiny builder (``source: tiny`` only).
     name_or_path: hub id or local checkpoint directory (``source: pretrained`` only).
-    dtype: a ``DTYPES`` name; ``"auto"`` keeps the checkpoint's.
+    dtype: a ``DTYPES`` name; ``"auto"`` keeps the checkpoint's (float32 for a tiny model).
+    device: where the policy lives, a ``resolve_device`` name (``"auto"``: CUDA when present);
+        one this machine lacks fails the spec. The catalog loads saved policies on the CPU, so
+        the nodes that take one move it there (``to_policy_device``).
+    lora: a ``models.lora.LoraSpec`` block: train LoRA adapters (peft, an optional extra) on
+        the frozen model instead of all of its weights; None trains them all.
     trust_remote_code: whether ``from_pretrained`` may run code shipped with the checkpoint.
     attn_implementation: one of ``ATTN_IMPLEMENTATIONS``, or None for transformers' default.
     """
@@ -143,6 +193,8 @@ class PolicySpec:
     tiny: Mapping[str, Any] = field(default_factory=dict)
     name_or_path: str | None = None
     dtype: str = "auto"
+    device: str = "cpu"
+    lora: LoraSpec | None = None
     trust_remote_code: bool = False
     attn_implementation: str | None = None
 
@@ -169,6 +221,13 @@ class PolicySpec:
                 f"unknown keys {sorted(unknown)} for policy source {source!r}; "
                 f"valid: {sorted(_SPEC_KEYS[source])}"
             )
+        dtype = spec.get("dtype", "auto")
+        if dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {dtype!r}; valid: {list(DTYPES)}")
+        device = spec.get("device", "cpu")
+        resolve_device(device)
+        lora = None if spec.get("lora") is None else LoraSpec.from_params(spec["lora"])
+        common = {"dtype": dtype, "device": device, "lora": lora}
         if source == "tiny":
             tiny = dict(spec.get("tiny") or {})
             unknown = set(tiny) - set(tiny_options)
@@ -176,16 +235,13 @@ class PolicySpec:
                 raise ValueError(
                     f"unknown keys {sorted(unknown)} under 'tiny'; valid: {sorted(tiny_options)}"
                 )
-            return cls(source="tiny", tiny=tiny)
+            return cls(source="tiny", tiny=tiny, **common)
         name_or_path = spec.get("name_or_path")
         if not name_or_path:
             raise ValueError(
                 "policy source 'pretrained' needs 'name_or_path': set it in parameters to a "
                 f"Hugging Face id (e.g. '{example_id}') or a local checkpoint directory"
             )
-        dtype = spec.get("dtype", "auto")
-        if dtype not in DTYPES:
-            raise ValueError(f"unknown dtype {dtype!r}; valid: {list(DTYPES)}")
         attn = spec.get("attn_implementation")
         if attn is not None and attn not in ATTN_IMPLEMENTATIONS:
             raise ValueError(
@@ -198,9 +254,9 @@ class PolicySpec:
         return cls(
             source="pretrained",
             name_or_path=os.fspath(name_or_path),
-            dtype=dtype,
             trust_remote_code=trust_remote_code,
             attn_implementation=attn,
+            **common,
         )
 
     def from_pretrained_kwargs(self) -> dict[str, Any]:
@@ -211,7 +267,19 @@ class PolicySpec:
         }
         if self.attn_implementation is not None:
             kwargs["attn_implementation"] = self.attn_implementation
+        device = resolve_device(self.device)
+        if device.type != "cpu":
+            # Straight onto the device, without a copy of the weights in CPU memory first.
+            kwargs["device_map"] = str(device)
         return kwargs
+
+    def prepare(self, model: PreTrainedModel) -> PreTrainedModel:
+        """A built or loaded ``model`` as the spec asks for it: a tiny one cast to ``dtype``,
+        on ``device``, wrapped with fresh LoRA adapters when ``lora`` is set."""
+        if self.source == "tiny" and self.dtype != "auto":
+            model = model.to(DTYPES[self.dtype])
+        model = model.to(resolve_device(self.device))
+        return (model if self.lora is None else add_lora(model, self.lora)).eval()
 
 
 _TINY_OPTIONS = set(inspect.signature(build_tiny_qwen2).parameters) - {"tokenizer"}
@@ -238,7 +306,8 @@ def load_policy(
             separately in the catalog; it must fit the model's embedding table.
 
     Returns:
-        ``(model, tokenizer)``, the model in eval mode and the tokenizer padding on the left.
+        ``(model, tokenizer)``, the model in eval mode on the spec's device (a ``peft`` model
+        with fresh adapters when the spec has ``lora``), the tokenizer padding on the left.
 
     Raises:
         ValueError: an invalid spec, with what to set in ``parameters_*.yml``.
@@ -252,7 +321,7 @@ def load_policy(
                 "policy source 'tiny' sizes its vocabulary from a tokenizer: pass "
                 "load_policy(spec, tokenizer=...) (e.g. one from train_bpe_tokenizer)"
             )
-        return build_tiny_qwen2(tokenizer, **policy.tiny), tokenizer
+        return policy.prepare(build_tiny_qwen2(tokenizer, **policy.tiny)), tokenizer
     name_or_path = policy.name_or_path
     with _explain_missing_checkpoint(name_or_path):
         model = AutoModelForCausalLM.from_pretrained(
@@ -260,7 +329,19 @@ def load_policy(
         )
         if tokenizer is None:
             tokenizer = load_tokenizer(name_or_path, trust_remote_code=policy.trust_remote_code)
-    return ready_for_rollouts(model, tokenizer, name_or_path, own="tokenizer"), tokenizer
+    model = ready_for_rollouts(model, tokenizer, name_or_path, own="tokenizer")
+    return policy.prepare(model), tokenizer
+
+
+def to_policy_device(model: torch.nn.Module, spec: Mapping[str, Any]) -> torch.nn.Module:
+    """``model`` moved (in place) to the device policy spec ``spec`` names (``device``, default
+    ``"cpu"``). The catalog loads a saved policy on the CPU: a node that takes one from the
+    catalog puts it here first.
+
+    Raises:
+        ValueError: a device this machine does not have (``resolve_device``).
+    """
+    return model.to(resolve_device(spec.get("device", "cpu")))
 
 
 def ready_for_rollouts(
@@ -293,11 +374,16 @@ def _explain_missing_checkpoint(name_or_path: str) -> Iterator[None]:
         yield
     except OSError as exc:
         offline = os.environ.get("HF_HUB_OFFLINE", "0").lower() in {"1", "true", "yes", "on"}
-        where = " and is not in the Hugging Face cache (HF_HUB_OFFLINE=1)" if offline else ""
+        where = (
+            f" and is not in the local Hugging Face cache ({hf_constants.HF_HUB_CACHE}; "
+            "HF_HUB_OFFLINE=1 forbids downloading it)"
+            if offline
+            else ""
+        )
         raise OSError(
             f"could not load the policy checkpoint {name_or_path!r}: it is not a local "
             f"directory with config.json and weights{where}. Download it first "
-            f"(`hf download {name_or_path}` on a machine with network access) or set "
-            "'name_or_path' in parameters to a local checkpoint directory. "
-            f"Original error: {exc}"
+            f"(`hf download {name_or_path}` on a machine with network access, into that "
+            "cache: HF_HOME or HF_HUB_CACHE choose where it is) or set 'name_or_path' in "
+            f"parameters to a local checkpoint directory. Original error: {exc}"
         ) from exc

@@ -371,7 +371,8 @@ def load_vl_policy(
             through ``AutoProcessor``.
 
     Returns:
-        ``(model, processor)``, the model in eval mode, the tokenizer padding on the left.
+        ``(model, processor)``, the model in eval mode on the spec's device (a ``peft`` model
+        with fresh adapters when the spec has ``lora``), the tokenizer padding on the left.
 
     Raises:
         ValueError: an invalid spec, with what to set in ``parameters_*.yml``.
@@ -385,7 +386,7 @@ def load_vl_policy(
                 "load_vl_policy(spec, processor=...) "
                 "(e.g. build_tiny_processor(train_vl_tokenizer(...)))"
             )
-        return build_tiny_qwen2_5_vl(processor, **policy.tiny), processor
+        return policy.prepare(build_tiny_qwen2_5_vl(processor, **policy.tiny)), processor
     name_or_path = policy.name_or_path
     with _explain_missing_checkpoint(name_or_path):
         model = AutoModelForImageTextToText.from_pretrained(
@@ -393,7 +394,8 @@ def load_vl_policy(
         )
         if processor is None:
             processor = _load_processor(name_or_path, model, policy.trust_remote_code)
-    return ready_for_rollouts(model, processor.tokenizer, name_or_path, own="processor"), processor
+    model = ready_for_rollouts(model, processor.tokenizer, name_or_path, own="processor")
+    return policy.prepare(model), processor
 
 
 def _load_processor(name_or_path: str, model: PreTrainedModel, trust_remote_code: bool) -> Any:

@@ -35,6 +35,7 @@ from creditflow.config_schema import (
 )
 from creditflow.ingest.config import IngestConfig
 from creditflow.models.builders import PolicySpec, build_tiny_qwen2, text_policy_spec
+from creditflow.models.lora import LoraSpec
 from creditflow.models.reranker import RerankerConfig
 from creditflow.models.vision import build_tiny_qwen2_5_vl, vl_policy_spec
 from creditflow.redaction import is_secret_key
@@ -70,13 +71,16 @@ RewardName = one_of(REWARD_FUNCTIONS, "reward")
 # --- blocks shared by several groups ---------------------------------------------------------
 
 
+Lora = dataclass_block(LoraSpec, check=LoraSpec.from_params, name="Lora")
+
+
 def _policy_block(name: str, builder: Any, taken: str, check: Any) -> type[Block]:
     tiny = signature_block(builder, taken=(taken,), name=f"{name}Tiny")
     return dataclass_block(
         PolicySpec,
         check=check,
-        exclude=("tiny",),
-        extra_fields={"tiny": (tiny | None, None)},
+        exclude=("tiny", "lora"),
+        extra_fields={"tiny": (tiny | None, None), "lora": (Lora | None, None)},
         name=name,
     )
 

@@ -1,6 +1,7 @@
 """Resumable training checkpoints: weights in safetensors, trainer state beside them.
 
-Layout: ``<directory>/step-000010/{model.safetensors, trainer_state.pt, COMPLETE}``. A
+Layout: ``<directory>/step-000010/{model.safetensors, trainer_state.pt, COMPLETE}`` (a LoRA
+model: ``adapter_model.safetensors``, its adapter weights, instead of ``model.safetensors``). A
 checkpoint counts only once ``COMPLETE`` is written, last, after the files and the folder are
 fsynced: a run killed mid-save, or a machine that loses power, resumes from the previous one.
 A checkpoint marked complete that still fails to load (a disk that lied about its sync, a
@@ -30,11 +31,19 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, load_model, save_model
+from safetensors.torch import load_file, load_model, save_file, save_model
+
+from creditflow.models.lora import (
+    ADAPTER_WEIGHTS,
+    adapter_state_dict,
+    is_lora_model,
+    load_adapter_state_dict,
+)
 
 logger = logging.getLogger(__name__)
 
 _PREFIX = "step-"
+MODEL_WEIGHTS = "model.safetensors"
 LOCK_FILE = ".lock"
 
 
@@ -120,11 +129,10 @@ class CheckpointStore:
         if path.exists():
             shutil.rmtree(path)
         path.mkdir(parents=True)
-        # save_model handles tied weights (shared tensors) that save_file refuses.
-        save_model(module, str(path / "model.safetensors"))
+        weights = _save_weights(module, path)
         torch.save({"step": step, **state}, path / "trainer_state.pt")
         # COMPLETE may reach the disk only after what it vouches for.
-        for written in (path / "model.safetensors", path / "trainer_state.pt"):
+        for written in (weights, path / "trainer_state.pt"):
             _fsync(written)
         _fsync(path)
         (path / "COMPLETE").write_text(str(step))
@@ -143,9 +151,14 @@ class CheckpointStore:
         # weights_only: the state is tensors and plain containers (optimizer and scheduler
         # state dicts, RNG states as uint8 tensors, lists of metrics); anything else refuses.
         state = torch.load(path / "trainer_state.pt", weights_only=True)
-        weights = str(path / "model.safetensors")
-        load_file(weights)  # reads and checks the whole file (a truncated one raises here)
-        load_model(module, weights, device=str(next(module.parameters()).device))
+        device = str(next(module.parameters()).device)
+        if is_lora_model(module):
+            # Read whole (a truncated file raises), keys checked, then copied in.
+            load_adapter_state_dict(module, load_file(path / ADAPTER_WEIGHTS, device=device))
+        else:
+            weights = str(path / MODEL_WEIGHTS)
+            load_file(weights)  # reads and checks the whole file (a truncated one raises here)
+            load_model(module, weights, device=device)
         logger.info("resumed from checkpoint %s (step %d)", path, state["step"])
         return state
 
@@ -167,6 +180,20 @@ class CheckpointStore:
         if self.completed():
             logger.warning("no checkpoint in %s loads: starting afresh", self.directory)
         return None
+
+
+def _save_weights(module: torch.nn.Module, path: Path) -> Path:
+    """Write ``module``'s weights into checkpoint folder ``path``; returns the file. A LoRA
+    model's are its adapter's only: its base never changes and ``run_store``'s fingerprint
+    covers it, so a resumed run has the same base."""
+    if is_lora_model(module):
+        weights = path / ADAPTER_WEIGHTS
+        save_file(adapter_state_dict(module), str(weights))
+    else:
+        weights = path / MODEL_WEIGHTS
+        # save_model handles tied weights (shared tensors) that save_file refuses.
+        save_model(module, str(weights))
+    return weights
 
 
 def _fsync(path: Path) -> None:

@@ -20,7 +20,6 @@ records samples, writes checkpoints and calls the step callback.
 
 from __future__ import annotations
 
-import copy
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -37,6 +36,7 @@ from creditflow.rollout.batch import Policy, RolloutBatch
 from creditflow.tracking import StepCallback, active_step_logger
 from creditflow.training.checkpoint import CheckpointStore
 from creditflow.training.config import ConfigError, GRPOConfig
+from creditflow.training.reference import frozen_reference
 from creditflow.training.strategies import (
     RewardMetric,
     WeightContext,
@@ -91,7 +91,8 @@ class GRPOTrainer:
         config: validated ``GRPOConfig``.
         checkpoints: where resumable checkpoints go; None disables them.
         reference: a frozen copy of the policy for the KL term; built from ``policy`` when
-            ``config.beta > 0`` and none is given, never loaded when ``beta == 0``.
+            ``config.beta > 0`` and none is given (``reference.frozen_reference``: a LoRA
+            policy's is its base, adapters disabled), never loaded when ``beta == 0``.
         progress: show a progress bar (main process only).
         accelerator: an ``accelerate.Accelerator`` for multi-process data parallelism (DDP);
             None runs in this process alone. ``config.prompts_per_step`` and
@@ -142,8 +143,7 @@ class GRPOTrainer:
         self.step_callback = step_callback if step_callback is not None else active_step_logger()
         self.reference = reference
         if config.beta > 0 and reference is None:
-            self.reference = copy.deepcopy(policy)
-            self.reference.module.requires_grad_(False).eval()
+            self.reference = frozen_reference(policy)
         self.advantage = advantage_strategy(config)
         self.token_weights = token_weight_strategy(config)
         # The caller's first, then the strategy's own: a key both report keeps the strategy's.

@@ -179,7 +179,8 @@ class SupervisedTrainer:
         config: ``SupervisedConfig``.
         checkpoints: a store for this run only (see ``run_store``); None saves nothing. A store
             with a checkpoint resumes from it; one at ``config.steps`` is not trained again.
-        parameters: what AdamW updates and clipping measures (default: all of ``module``'s).
+        parameters: what AdamW updates and clipping measures (default: ``module``'s that
+            require grad: a LoRA model's adapters, every weight of a plain model).
         desc, progress: the progress bar's label, and whether to show it.
         step_callback: ``callback(step, row)`` with each step's history row, after the step,
             and at the start for the rows a resumed run already has; None:
@@ -203,7 +204,9 @@ class SupervisedTrainer:
         self.batch_fn, self.loss_fn = batch_fn, loss_fn
         self.config = config
         self.checkpoints = checkpoints
-        self.parameters = list(module.parameters() if parameters is None else parameters)
+        if parameters is None:
+            parameters = (p for p in module.parameters() if p.requires_grad)
+        self.parameters = list(parameters)
         self.desc, self.progress = desc, progress
         self.step_callback = step_callback if step_callback is not None else active_step_logger()
         self.sampler = EpochSampler(n_examples, config.batch_size, config.seed)

@@ -1,0 +1,242 @@
+"""LoRA adapters on a policy through ``peft``, an optional extra (``pip install
+'creditflow[lora]'``; ``make test`` installs it): ``policy.lora`` in a policy spec.
+
+Only the adapter weights train. What else changes with an adapter, each in one place:
+
+- the GRPO KL reference is the policy with its adapters disabled
+  (``training.reference.frozen_reference``), so the weights are held once;
+- a catalog model dataset saves the adapter (``save_lora``: ``adapter_config.json`` and
+  ``adapter_model.safetensors``, peft's layout), plus the base model under ``base/`` when the
+  base cannot be loaded again by its name (a tiny policy built in memory); ``load_lora``
+  reads it back with trainable adapters;
+- a resumable checkpoint holds the adapter weights only (``adapter_state_dict``): the base
+  never changes, and the run's fingerprint covers it.
+"""
+
+from __future__ import annotations
+
+import copy
+import numbers
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+
+LORA_KEYS = ("r", "alpha", "target_modules", "dropout", "seed")
+ADAPTER_CONFIG = "adapter_config.json"  # peft's file names
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+BASE_DIR = "base"
+
+
+def require_peft() -> Any:
+    """The ``peft`` module, or an ImportError that says how to install it."""
+    try:
+        import peft  # noqa: PLC0415 - optional dependency
+    except ImportError as error:
+        raise ImportError(
+            "policy.lora needs peft, an optional dependency: install it with "
+            "`pip install -c constraints.txt -e '.[lora]'` (`make test` installs it), or set "
+            "lora to null"
+        ) from error
+    return peft
+
+
+@dataclass(frozen=True)
+class LoraSpec:
+    """The ``lora`` block of a policy spec::
+
+        lora: {r: 16, alpha: 32, target_modules: [q_proj, k_proj, v_proj, o_proj], dropout: 0.05}
+
+    r: rank of each adapter (>= 1).
+    alpha: peft's ``lora_alpha``; the adapter's output is scaled by ``alpha / r``.
+    target_modules: the modules that get an adapter, as peft matches them: a list of module
+        names (a name matches every module whose path ends with it, e.g. ``q_proj``), or one
+        string, a regular expression over the full path or ``"all-linear"``. In a
+        vision-language model a list name also matches its vision tower's modules of that
+        name; a regex such as ``'model\\.language_model\\..*\\.(q_proj|v_proj)'`` keeps to
+        the language model.
+    dropout: dropout on the adapter's input while training, in [0, 1).
+    seed: the adapters' initial weights depend only on it (the global RNG is left as it was).
+    """
+
+    r: int
+    alpha: float
+    target_modules: tuple[str, ...] | str
+    dropout: float = 0.0
+    seed: int = 0
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> LoraSpec:
+        """Validate a ``lora`` block before anything is built.
+
+        Raises:
+            ValueError: naming the key and what to set.
+        """
+        if not isinstance(params, Mapping):
+            raise ValueError(
+                f"lora must be a mapping {{r, alpha, target_modules, dropout}} or null, got "
+                f"{params!r}"
+            )
+        unknown = sorted(set(params) - set(LORA_KEYS))
+        if unknown:
+            raise ValueError(f"unknown lora keys {unknown}; valid: {list(LORA_KEYS)}")
+        required = [f.name for f in fields(cls) if f.name not in {"dropout", "seed"}]
+        missing = [key for key in required if key not in params]
+        if missing:
+            raise ValueError(f"lora needs {missing} (e.g. r: 16, alpha: 32, target_modules: ...)")
+        r, alpha = params["r"], params["alpha"]
+        dropout, seed = params.get("dropout", 0.0), params.get("seed", 0)
+        if not _is_int(r) or r < 1:
+            raise ValueError(f"lora r must be an integer >= 1, got {r!r}")
+        if not _is_number(alpha) or not alpha > 0:
+            raise ValueError(f"lora alpha must be a number > 0, got {alpha!r}")
+        if not _is_number(dropout) or not 0 <= dropout < 1:
+            raise ValueError(f"lora dropout must be in [0, 1), got {dropout!r}")
+        if not _is_int(seed):
+            raise ValueError(f"lora seed must be an integer, got {seed!r}")
+        return cls(
+            r=int(r),
+            alpha=float(alpha),
+            target_modules=_target_modules(params["target_modules"]),
+            dropout=float(dropout),
+            seed=int(seed),
+        )
+
+    def peft_config(self) -> Any:
+        """The ``peft.LoraConfig`` (no task type: the model's own forward and ``generate`` run
+        unchanged, for a causal LM and a vision-language model alike)."""
+        peft = require_peft()
+        targets = self.target_modules
+        return peft.LoraConfig(
+            r=self.r,
+            lora_alpha=self.alpha,
+            lora_dropout=self.dropout,
+            target_modules=targets if isinstance(targets, str) else list(targets),
+        )
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _target_modules(value: Any) -> tuple[str, ...] | str:
+    if isinstance(value, str) and value:
+        return value
+    if (
+        isinstance(value, list | tuple)
+        and value
+        and all(isinstance(name, str) and name for name in value)
+    ):
+        return tuple(value)
+    raise ValueError(
+        "lora target_modules must be a non-empty list of module names (e.g. [q_proj, v_proj]) "
+        f"or one regular expression / 'all-linear', got {value!r}"
+    )
+
+
+def add_lora(model: torch.nn.Module, spec: LoraSpec) -> torch.nn.Module:
+    """``model`` wrapped in a ``peft.PeftModel`` with fresh adapters (the base's weights are
+    shared, not copied, and frozen); the adapters' ``B`` starts at 0, so the wrapped model
+    computes exactly what ``model`` did.
+
+    Raises:
+        ValueError: ``target_modules`` matches no module of ``model``.
+    """
+    peft = require_peft()
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(spec.seed)
+            return peft.get_peft_model(model, spec.peft_config())
+    except ValueError as error:
+        raise ValueError(
+            f"lora target_modules {spec.target_modules!r} do not fit "
+            f"{type(model).__name__}: {error}"
+        ) from error
+
+
+def is_lora_model(module: torch.nn.Module) -> bool:
+    """Whether ``module`` is a ``peft.PeftModel``. A PeftModel exists only once peft has been
+    imported, so a run without LoRA never imports it here."""
+    peft = sys.modules.get("peft")
+    return peft is not None and isinstance(module, peft.PeftModel)
+
+
+@contextmanager
+def adapters_disabled(model: torch.nn.Module) -> Iterator[None]:
+    """Run ``model`` as its base model inside the block: peft's ``disable_adapter``."""
+    with model.disable_adapter():
+        yield
+
+
+def adapter_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The tensors that train in a LoRA model (its adapters), keyed as in ``model.state_dict()``."""
+    trainable = {name for name, parameter in model.named_parameters() if parameter.requires_grad}
+    return {name: t for name, t in model.state_dict().items() if name in trainable}
+
+
+def load_adapter_state_dict(model: torch.nn.Module, tensors: Mapping[str, torch.Tensor]) -> None:
+    """Copy ``adapter_state_dict`` tensors into ``model``; the keys must be exactly its
+    adapter's (checked before anything is copied)."""
+    expected = set(adapter_state_dict(model))
+    if set(tensors) != expected:
+        missing, unexpected = sorted(expected - set(tensors)), sorted(set(tensors) - expected)
+        raise ValueError(
+            f"adapter weights do not fit the model: missing {missing[:3]}, unexpected "
+            f"{unexpected[:3]} ({len(missing)} and {len(unexpected)} in all)"
+        )
+    model.load_state_dict(dict(tensors), strict=False)
+
+
+def save_lora(model: torch.nn.Module, directory: str | Path, **save_args: Any) -> None:
+    """Save a LoRA model as peft does (``adapter_config.json``, ``adapter_model.safetensors``),
+    and its base model under ``base/`` when the adapter config names no checkpoint the base
+    can be loaded from again (a tiny policy built in memory, or one read from a ``base/``)."""
+    directory = Path(directory)
+    model.save_pretrained(directory, **save_args)
+    if model.peft_config[model.active_adapter].base_model_name_or_path is None:
+        # unload() strips the adapter layers off in place: strip a copy's, not the policy's.
+        base = copy.deepcopy(model).unload()
+        base.save_pretrained(directory / BASE_DIR, **save_args)
+
+
+def is_lora_directory(directory: str | Path) -> bool:
+    """Whether ``directory`` holds a ``save_lora`` adapter."""
+    return (Path(directory) / ADAPTER_CONFIG).is_file()
+
+
+def load_lora(
+    directory: str | Path, load_base: Callable[[str], torch.nn.Module]
+) -> torch.nn.Module:
+    """The LoRA model ``save_lora`` wrote, with trainable adapters.
+
+    Args:
+        directory: a ``save_lora`` directory.
+        load_base: ``name_or_path -> model``, the base model's ``from_pretrained`` with the
+            caller's load options; called with ``directory/base`` when it exists, else with
+            the checkpoint the adapter config names.
+    """
+    peft = require_peft()
+    directory = Path(directory)
+    carried = directory / BASE_DIR
+    if carried.is_dir():
+        base = load_base(str(carried))
+        # The base travels with the artifact: a model saved from this one carries it again
+        # instead of naming a folder inside this version (save_lora's test).
+        base.name_or_path = None
+    else:
+        config = peft.PeftConfig.from_pretrained(str(directory))
+        if not config.base_model_name_or_path:
+            raise ValueError(
+                f"LoRA adapter in {directory} has neither a base/ model nor a "
+                f"base_model_name_or_path in {ADAPTER_CONFIG}"
+            )
+        base = load_base(config.base_model_name_or_path)
+    return peft.PeftModel.from_pretrained(base, str(directory), is_trainable=True).eval()

@@ -1,0 +1,87 @@
+"""``policy.lora``: the spec's checks, and the adapters ``load_policy`` / ``load_vl_policy`` add
+(frozen base, trainable adapters that start by changing nothing, seeded)."""
+
+import pytest
+import torch
+
+from creditflow.config_schema import problems
+from creditflow.models import load_policy, load_vl_policy
+from creditflow.models.lora import LoraSpec, adapter_state_dict, is_lora_model
+from creditflow.pipelines.parameters import TextPolicy
+from tests.models.test_policy_spec import TINY_TEXT, TINY_VL, processor  # noqa: F401 - fixture
+
+pytest.importorskip("peft")
+
+LORA = {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}
+
+
+def test_from_params_fills_the_defaults_and_builds_the_peft_config():
+    spec = LoraSpec.from_params(LORA)
+    assert spec == LoraSpec(r=4, alpha=8.0, target_modules=("q_proj", "v_proj"))
+    assert (spec.dropout, spec.seed) == (0.0, 0)
+    config = LoraSpec.from_params({**LORA, "dropout": 0.1}).peft_config()
+    assert (config.r, config.lora_alpha, config.lora_dropout) == (4, 8.0, 0.1)
+    assert config.target_modules == {"q_proj", "v_proj"}
+    assert LoraSpec.from_params({**LORA, "target_modules": "all-linear"}).target_modules == (
+        "all-linear"
+    )
+
+
+@pytest.mark.parametrize(
+    ("lora", "match"),
+    [
+        ({"r": 4, "alpha": 8}, r"lora needs \['target_modules'\]"),
+        ({**LORA, "r": 0}, "lora r must be an integer >= 1, got 0"),
+        ({**LORA, "r": 2.5}, "lora r must be an integer"),
+        ({**LORA, "alpha": 0}, "lora alpha must be a number > 0"),
+        ({**LORA, "dropout": 1.0}, r"lora dropout must be in \[0, 1\)"),
+        ({**LORA, "target_modules": []}, "non-empty list of module names"),
+        ({**LORA, "target_modules": ["q_proj", ""]}, "non-empty list of module names"),
+        ({**LORA, "rank": 8}, r"unknown lora keys \['rank'\]"),
+        ({**LORA, "target_modules": ["no_such_proj"]}, "do not fit Qwen2ForCausalLM"),
+        ("q_proj", "lora must be a mapping"),
+    ],
+)
+def test_a_bad_lora_block_fails_naming_the_key(tokenizer, lora, match):
+    with pytest.raises(ValueError, match=match):
+        load_policy({**TINY_TEXT, "lora": lora}, tokenizer=tokenizer)
+
+
+def test_the_parameter_schema_checks_the_lora_block():
+    spec = {"source": "tiny", "lora": {"r": 4, "alpah": 8, "target_modules": ["q_proj"]}}
+    assert problems("tapo.policy", spec, TextPolicy) == [
+        "tapo.policy.lora: unknown key `alpah` (did you mean `alpha`?); valid keys: alpha, "
+        "dropout, r, seed, target_modules",
+        "tapo.policy.lora.alpha: missing: set it in parameters",
+    ]
+    assert problems("tapo.policy", {"source": "tiny", "lora": None}, TextPolicy) == []
+    assert problems("tapo.policy", {"source": "tiny", "lora": LORA}, TextPolicy) == []
+
+
+def test_a_lora_text_policy_starts_as_its_base(tokenizer):
+    plain, _ = load_policy(TINY_TEXT, tokenizer=tokenizer)
+    rng = torch.get_rng_state()
+    model, _ = load_policy({**TINY_TEXT, "lora": LORA}, tokenizer=tokenizer)
+    assert torch.equal(torch.get_rng_state(), rng)  # the adapters draw from their own seed
+    assert is_lora_model(model) and not model.training
+    adapter = adapter_state_dict(model)
+    assert adapter and all("lora_" in name for name in adapter)
+    assert all(not p.requires_grad for n, p in model.named_parameters() if "lora_" not in n)
+    ids = torch.tensor([tokenizer.encode("<translation>Wie viele Eier?</translation>")])
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, plain(ids).logits)  # B = 0: adds nothing
+    again, _ = load_policy({**TINY_TEXT, "lora": LORA}, tokenizer=tokenizer)
+    other, _ = load_policy({**TINY_TEXT, "lora": {**LORA, "seed": 1}}, tokenizer=tokenizer)
+    a = [n for n in adapter if "lora_A" in n][0]
+    assert torch.equal(adapter_state_dict(again)[a], adapter[a])
+    assert not torch.equal(adapter_state_dict(other)[a], adapter[a])
+
+
+def test_a_lora_vl_policy_generates(processor):  # noqa: F811
+    model, _ = load_vl_policy({**TINY_VL, "lora": LORA}, processor=processor)
+    assert is_lora_model(model)
+    assert all(".language_model." in name for name in adapter_state_dict(model))
+    ids = processor.tokenizer(["Add the two numbers"], return_tensors="pt")
+    with torch.no_grad():
+        out = model.generate(**ids, max_new_tokens=3, do_sample=False)
+    assert out.shape[0] == 1 and out.shape[1] > ids["input_ids"].shape[1]
