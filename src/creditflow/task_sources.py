@@ -1,9 +1,12 @@
-"""Task sources from the catalog (issue 13): ``tapo.tasks.source`` and ``tor.tasks.source``.
+"""Task sources from the catalog (issue 13): ``tapo.tasks.source`` and ``tor.tasks.source``;
+and the experience chain's catalogue and logs (issue 15, section 4): ``annotation.source.items``
+and ``annotation.source.impressions``.
 
 Kedro builds the pipelines before it reads ``--params``, so a parameter cannot choose a
-node's input. The task-building nodes therefore read one fixed input each (:data:`TASK_SOURCES`:
-``tapo_source_problems``, ``tor_source_problems``), and :class:`TaskSourceHook` puts under
-that name, when the catalog is created:
+node's input. The nodes that build tasks or tables therefore read one fixed input each
+(:data:`TASK_SOURCES`: ``tapo_source_problems``, ``tor_source_problems``,
+``annotation_source_items``, ``annotation_source_impressions``), and :class:`TaskSourceHook`
+puts under that name, when the catalog is created:
 
 - for ``source: synthetic`` (the default): a MemoryDataset holding None; the node then runs
   the seeded generators;
@@ -11,9 +14,10 @@ that name, when the catalog is created:
   ``--load-versions`` and the run's version pinning apply to it as to the name itself).
 
 A source must declare its schema in its catalog entry, ``metadata: {task_schema: math_text}``
-(tapo) or ``{task_schema: visual}`` (tor): that is how a name is known to be a task dataset
+(tapo), ``{task_schema: visual}`` (tor), ``{task_schema: ranking_items}`` or
+``{task_schema: ranking_impressions}`` (annotation): that is how a name is known to be a task dataset
 before anything loads, and how an unknown name's error lists the ones there are. The rows are
-checked against the schema when the node loads them (:mod:`creditflow.ingest.task_sources`).
+checked against the schema when the node loads them (:mod:`creditflow.ingest.task_sources`, :mod:`creditflow.ingest.ranking_sources`).
 
 A bad source fails only runs that read it, before their first node: the hook records the
 problem when the catalog is created and raises it from ``before_pipeline_run``.
@@ -36,16 +40,42 @@ SCHEMA_KEY = "task_schema"  # the catalog entry's metadata key naming its task s
 
 @dataclass(frozen=True)
 class TaskSource:
-    """The fixed node input a parameter group's ``tasks.source`` fills, and the task schema
-    (``creditflow.ingest.schemas``: ``math_text``, ``visual``) its datasets follow."""
+    """The fixed node input a source parameter fills (``<group>.<path>``, ``tasks.source`` by
+    default), and the task schema (``creditflow.ingest.schemas``: ``math_text``, ``visual``,
+    ``ranking_items``, ``ranking_impressions``) its datasets follow."""
 
     dataset: str
     schema: str
+    group: str
+    path: tuple[str, ...] = ("tasks", "source")
+
+    @property
+    def parameter(self) -> str:
+        """The parameter's dotted name, e.g. ``tapo.tasks.source``."""
+        return ".".join((self.group, *self.path))
+
+    def value(self, tree: Mapping[str, Any]) -> Any:
+        """The parameter's value in the parameters ``tree`` (``synthetic`` when unset)."""
+        node: Any = tree.get(self.group)
+        for key in self.path:
+            if not isinstance(node, Mapping) or key not in node:
+                return SYNTHETIC
+            node = node[key]
+        return node
 
 
 TASK_SOURCES: Mapping[str, TaskSource] = {
-    "tapo": TaskSource("tapo_source_problems", "math_text"),
-    "tor": TaskSource("tor_source_problems", "visual"),
+    "tapo": TaskSource("tapo_source_problems", "math_text", "tapo"),
+    "tor": TaskSource("tor_source_problems", "visual", "tor"),
+    "annotation_items": TaskSource(
+        "annotation_source_items", "ranking_items", "annotation", ("source", "items")
+    ),
+    "annotation_impressions": TaskSource(
+        "annotation_source_impressions",
+        "ranking_impressions",
+        "annotation",
+        ("source", "impressions"),
+    ),
 }
 
 
@@ -64,9 +94,10 @@ def task_datasets(conf_catalog: Mapping[str, Any], schema: str) -> list[str]:
     )
 
 
-def source_problem(group: str, source: Any, conf_catalog: Mapping[str, Any]) -> str | None:
-    """Why ``<group>.tasks.source = source`` cannot be used, or None when it can."""
-    schema = TASK_SOURCES[group].schema
+def source_problem(entry: str, source: Any, conf_catalog: Mapping[str, Any]) -> str | None:
+    """Why ``TASK_SOURCES[entry]``'s parameter cannot be ``source``, or None when it can."""
+    spec = TASK_SOURCES[entry]
+    schema, parameter = spec.schema, spec.parameter
     if not isinstance(source, str):
         return None  # a type error: the parameter schema reports it (ParameterCheckHook)
     if source == SYNTHETIC:
@@ -81,12 +112,12 @@ def source_problem(group: str, source: Any, conf_catalog: Mapping[str, Any]) -> 
     )
     if source in conf_catalog:
         return (
-            f"{group}.tasks.source: `{source}` is in the catalog but its entry does not declare "
+            f"{parameter}: `{source}` is in the catalog but its entry does not declare "
             f"`metadata: {{{SCHEMA_KEY}: {schema}}}`; use {listed}; {declare}"
         )
     guess = difflib.get_close_matches(source, valid, n=1, cutoff=0.6)
     hint = f" (did you mean `{guess[0]}`?)" if guess else ""
-    return f"{group}.tasks.source: no catalog dataset `{source}`{hint}; use {listed}; {declare}"
+    return f"{parameter}: no catalog dataset `{source}`{hint}; use {listed}; {declare}"
 
 
 class TaskSourceHook:
@@ -107,11 +138,11 @@ class TaskSourceHook:
     ) -> None:
         self._problems, self._sources = {}, {}
         tree = parameters.get("parameters") or {}
-        for group, spec in TASK_SOURCES.items():
-            if not isinstance(tree.get(group), Mapping):
+        for entry, spec in TASK_SOURCES.items():
+            if not isinstance(tree.get(spec.group), Mapping):
                 continue  # this project (or env) has no such group
-            source = (tree[group].get("tasks") or {}).get("source", SYNTHETIC)
-            problem = source_problem(group, source, conf_catalog)
+            source = spec.value(tree)
+            problem = source_problem(entry, source, conf_catalog)
             if problem is not None:
                 self._problems[spec.dataset] = problem
             elif source == SYNTHETIC or not isinstance(source, str):

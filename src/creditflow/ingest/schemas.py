@@ -7,6 +7,10 @@ Every ``data_ingest`` output follows one of four schemas, one per task family:
 - :data:`MOVIELENS_RATINGS_SCHEMA`: ``movielens_ratings``
 - :data:`MOVIELENS_ITEMS_SCHEMA`: ``movielens_items``
 
+and two schemas describe files of your own that the experience chain reads instead of its
+synthetic world (``annotation.source``): :data:`RANKING_ITEMS_SCHEMA` (a catalogue) and
+:data:`RANKING_IMPRESSIONS_SCHEMA` (impression logs), each with optional columns.
+
 Column dtypes use these names:
 
 - ``str``: pandas string dtype (``str`` in pandas 3), no missing values;
@@ -138,6 +142,82 @@ MOVIELENS_ITEMS_SCHEMA = TableSchema(
         ),
     ),
     key=("item_id",),
+)
+
+# --- a user's catalogue and logs for the experience chain (issue 15, section 4) -----------------
+# Read as task sources (annotation.source.items / .impressions; creditflow.ingest.ranking_sources
+# turns them into catalogue_items and query_logs_{train,heldout}). The key columns are required;
+# the *_OPTIONAL ones may be left out (or left blank per row) and get the default they name.
+
+RANKING_ITEMS_SCHEMA = TableSchema(
+    name="ranking_items",
+    doc="A catalogue of your own: one row per item (a short video, a product, a post).",
+    columns=(
+        Column("item_id", "str", "your id of the item (text or integer), unique"),
+        Column(
+            "image_path",
+            "str",
+            "the cover image, any format Pillow reads (relative paths from the project root); "
+            "stored in catalogue_items as PNG bytes",
+        ),
+        Column("title", "str", "the item's title or caption"),
+        Column("category", "str", "the item's topic (the rerankers' category_match feature)"),
+    ),
+    key=("item_id",),
+)
+RANKING_ITEMS_OPTIONAL = (
+    Column(
+        "popularity",
+        "float64",
+        "a prior popularity signal > 0 (views, followers); 1 when not given (the rerankers' "
+        "log_popularity_z feature is then 0)",
+    ),
+    Column("metadata", "str", "free text kept beside the item (no node reads it yet); ''"),
+    Column(
+        "true_quality",
+        "float64",
+        "a known quality in [0, 1] (editorial labels, a survey); without it the columns "
+        "that need it (the simulated A/B, true nDCG, Kendall tau) are left out",
+    ),
+    Column(
+        "true_clickbait",
+        "float64",
+        "a known click-bait appeal in [0, 1] the simulated users react to (needs "
+        "true_quality); 0 when not given",
+    ),
+)
+
+RANKING_IMPRESSIONS_SCHEMA = TableSchema(
+    name="ranking_impressions",
+    doc="Impression logs of your own: one row per (session, position) a ranker served.",
+    columns=(
+        Column("session_id", "str", "your id of the search session (text or integer)"),
+        Column("query", "str", "the query text, the same on every row of a session"),
+        Column("position", "int64", "0-based position on the logged page, unique per session"),
+        Column("item_id", "str", "the item shown there, an item_id of the catalogue"),
+        Column("clicked", "int64", "1 when the user clicked it, else 0 (true / false too)"),
+        Column(
+            "long_viewed",
+            "int64",
+            "1 when the click became a long view (watched through, dwell time), else 0; "
+            "1 needs clicked = 1",
+        ),
+    ),
+    key=("session_id", "position"),
+)
+RANKING_IMPRESSIONS_OPTIONAL = (
+    Column(
+        "exposed",
+        "int64",
+        "0 for a candidate ranked there but never on screen (below the fold): label U; 1 when "
+        "not given (every logged impression was seen); clicked = 1 needs exposed = 1",
+    ),
+    Column(
+        "relevance",
+        "float64",
+        "a known query-item relevance in [0, 1] the simulated users read (with true_quality); "
+        "1 when not given",
+    ),
 )
 
 

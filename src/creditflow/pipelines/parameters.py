@@ -42,6 +42,7 @@ from creditflow.redaction import is_secret_key
 from creditflow.rewards import REWARD_FUNCTIONS
 from creditflow.tasks.movielens import movielens_sessions
 from creditflow.tasks.reranking import ClickModel, LoggingRanker
+from creditflow.tasks.sources import SYNTHETIC
 from creditflow.tasks.tapo import ALL_LANGUAGES, OPERATIONS
 from creditflow.tasks.tor import TOR_KINDS
 from creditflow.training.config import ConfigError, GRPOConfig, checked_options
@@ -228,6 +229,24 @@ class QueryLogs(Block):
     split_seed: int
 
 
+class RankingSource(Block):
+    """``annotation.source``: ``synthetic`` or catalog datasets (``task_sources.TaskSourceHook``
+    checks the names), for both or for neither: the logs name the catalogue's items."""
+
+    items: Annotated[str, Field(min_length=1)]
+    impressions: Annotated[str, Field(min_length=1)]
+
+    @model_validator(mode="after")
+    def _both_or_neither(self) -> RankingSource:
+        if (self.items == SYNTHETIC) != (self.impressions == SYNTHETIC):
+            raise ValueError(
+                f"items is {self.items!r} and impressions {self.impressions!r}: the synthetic "
+                "logs need the synthetic catalogue and your logs need your catalogue; set both "
+                "to synthetic or both to catalog datasets"
+            )
+        return self
+
+
 class AnnotatorChoice(Block):
     name: one_of(ANNOTATORS, "annotator")
     options: dict[str, Any] | None = None
@@ -248,6 +267,7 @@ class AnnotatorChoice(Block):
 
 
 class AnnotationParams(Block):
+    source: RankingSource
     items: CatalogueItems
     query_logs: QueryLogs
     logging_ranker: dataclass_block(LoggingRanker, check=lambda v: LoggingRanker(**v))

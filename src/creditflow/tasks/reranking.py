@@ -636,7 +636,13 @@ class _ItemFeatures:
             z_popularity=_zscore(np.log(column("popularity"))),
             z_clickbait=_zscore(column("true_clickbait")),
             z_quality=_zscore(column("true_quality")),
-            true_relevance=column("true_relevance"),
+            # Only generate_sessions draws from it; a catalogue of your own has none
+            # (ingest.ranking_sources: its sessions carry their own relevance).
+            true_relevance=(
+                column("true_relevance")
+                if "true_relevance" in catalogue.columns
+                else np.full(len(catalogue), np.nan)
+            ),
             true_quality=column("true_quality"),
         )
 

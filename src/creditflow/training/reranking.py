@@ -374,7 +374,8 @@ def evaluate_rankings(
     Args:
         rankings: ``(N, L)`` long, position -> candidate (padding slots, if any, after the real
             candidates).
-        sessions: the sessions ranked (``generate_sessions`` frame, incl. ``true_quality``).
+        sessions: the sessions ranked (``generate_sessions`` frame, incl. ``true_quality``;
+            without that column ``true_ndcg`` is NaN).
         exp_scores: ``(N, L)`` experience scores, or None to skip ``exp_ndcg``.
         k: nDCG cut-off (>= 1).
         gain_mode: gains of ``y^s`` for ``exp_ndcg`` (``algorithms.rank_gains``), as in the
@@ -394,11 +395,15 @@ def evaluate_rankings(
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     rankings = rankings.long()
-    truth = _pad(list(sessions["true_quality"]), 0.0, torch.float32).view(N, L)
+    if "true_quality" in sessions.columns:
+        truth = _pad(list(sessions["true_quality"]), 0.0, torch.float32).view(N, L)
+        true_ndcg = ndcg_at_k(truth.gather(1, rankings), k, ideal_gains=truth)
+    else:  # logs of your own without a known quality (ingest.ranking_sources)
+        true_ndcg = torch.full((N,), float("nan"))
     frame = {
         "session_id": sessions["session_id"].to_numpy(),
         "query_frequency_band": sessions["query_frequency_band"].to_numpy(),
-        "true_ndcg": ndcg_at_k(truth.gather(1, rankings), k, ideal_gains=truth),
+        "true_ndcg": true_ndcg,
         "click_ndcg": ndcg_at_k(logs.clicks.gather(1, rankings), k, ideal_gains=logs.clicks),
     }
     if exp_scores is not None:

@@ -30,10 +30,16 @@ def test_chain_writes_every_artefact_through_the_catalog():
         f"{n}_checkpoints"
         for n in ("expmodel_sft", "expmodel_pft", "reranker_pretrain", "reranker_grpo")
     }
-    # ... and the Kedro credentials (hooks.CredentialsHook), which the annotator reads.
-    assert pipeline.inputs() == {
-        f"params:{n}" for n in CHAIN if n != "augmented_targets"
-    } | checkpoints | {"credentials"}
+    # ... the Kedro credentials (hooks.CredentialsHook), which the annotator reads, and the
+    # catalogue's and logs' sources (task_sources.TaskSourceHook; nothing for `synthetic`).
+    sources = {"annotation_source_items", "annotation_source_impressions"}
+    assert (
+        pipeline.inputs()
+        == {f"params:{n}" for n in CHAIN if n != "augmented_targets"}
+        | checkpoints
+        | {"credentials"}
+        | sources
+    )
     table = catalog.load("reranker_evaluation")  # read back from CSV
     rankers = {LOGGED, *RERANKER_INPUTS, *SAMPLED_PAGES}
     assert set(table["ranker"]) == rankers

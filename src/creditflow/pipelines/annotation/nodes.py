@@ -1,4 +1,5 @@
-"""Thin nodes of the ``annotation`` pipeline; the work happens in creditflow.tasks/annotation."""
+"""Thin nodes of the ``annotation`` pipeline; the work happens in creditflow.tasks/annotation
+(and creditflow.ingest.ranking_sources for a catalogue and logs of your own)."""
 
 from __future__ import annotations
 
@@ -10,40 +11,69 @@ import pandas as pd
 
 from creditflow.annotation import build_annotator
 from creditflow.annotation.credentials import resolve_annotator_options
+from creditflow.ingest.ranking_sources import ranking_items, ranking_sessions
 from creditflow.tasks.reranking import (
     ClickModel,
     LoggingRanker,
     generate_catalogue,
     generate_sessions,
 )
+from creditflow.tasks.sources import SYNTHETIC
 from creditflow.training.reranker_data import split_sessions
 
 logger = logging.getLogger(__name__)
 
 
-def generate_items(params: dict[str, Any]) -> pd.DataFrame:
-    """The seeded short-video catalogue: cover, title, popularity and the hidden true quality."""
-    items = params["items"]
-    return generate_catalogue(items["n_items"], seed=items["seed"], image_size=items["image_size"])
+def generate_items(
+    annotation_source_items: pd.DataFrame | None, params: dict[str, Any]
+) -> pd.DataFrame:
+    """The catalogue: with ``source.items: synthetic``, the seeded short-video world (cover,
+    title, popularity and the hidden true quality); else the catalog dataset of that name
+    (``annotation_source_items``, put there by ``task_sources.TaskSourceHook``), checked and
+    converted by ``ingest.ranking_sources.ranking_items``."""
+    source = params["source"]["items"]
+    if source == SYNTHETIC:
+        items = params["items"]
+        return generate_catalogue(
+            items["n_items"], seed=items["seed"], image_size=items["image_size"]
+        )
+    catalogue = ranking_items(annotation_source_items, source)
+    if "true_quality" not in catalogue.columns:
+        logger.info(
+            "%s has no true_quality: the simulated A/B, the true nDCG and the Kendall tau "
+            "columns are left out",
+            source,
+        )
+    return catalogue
 
 
 def generate_query_logs(
-    catalogue_items: pd.DataFrame, params: dict[str, Any]
+    catalogue_items: pd.DataFrame,
+    annotation_source_impressions: pd.DataFrame | None,
+    params: dict[str, Any],
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Click-biased search sessions over the catalogue (ranked by ``logging_ranker``, clicked
-    and long-viewed by ``click_model``), split (seeded) into the training logs and the held-out
-    logs the rerankers are evaluated on."""
+    """Search sessions, split (seeded) into the training logs and the held-out logs the
+    rerankers are evaluated on. With ``source.impressions: synthetic`` they are click-biased
+    sessions over the catalogue (ranked by ``logging_ranker``, clicked and long-viewed by
+    ``click_model``); else the catalog dataset of that name, one row per impression
+    (``ingest.ranking_sources.ranking_sessions``)."""
     logs = params["query_logs"]
-    sessions = generate_sessions(
-        catalogue_items,
-        n_queries=logs["n_queries"],
-        n_sessions=logs["n_sessions"],
-        list_length=logs["list_length"],
-        seed=logs["seed"],
-        zipf_exponent=logs["zipf_exponent"],
-        ranker=LoggingRanker(**params["logging_ranker"]),
-        click_model=ClickModel.from_params(params["click_model"]),
-    )
+    source = params["source"]["impressions"]
+    if source == SYNTHETIC:
+        sessions = generate_sessions(
+            catalogue_items,
+            n_queries=logs["n_queries"],
+            n_sessions=logs["n_sessions"],
+            list_length=logs["list_length"],
+            seed=logs["seed"],
+            zipf_exponent=logs["zipf_exponent"],
+            ranker=LoggingRanker(**params["logging_ranker"]),
+            click_model=ClickModel.from_params(params["click_model"]),
+        )
+    else:
+        sessions = ranking_sessions(
+            annotation_source_impressions, catalogue_items, source, logs["list_length"]
+        )
     train, heldout = split_sessions(sessions, logs["heldout_fraction"], seed=logs["split_seed"])
     logger.info(
         "query logs: %d training and %d held-out sessions; held-out bands %s",

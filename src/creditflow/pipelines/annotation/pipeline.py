@@ -1,8 +1,13 @@
-"""``annotation``: catalogue -> query logs (train / held-out) and item annotations (SPEC 3.1)."""
+"""``annotation``: catalogue -> query logs (train / held-out) and item annotations (SPEC 3.1).
+
+The catalogue and logs are the synthetic world, or files of your own (``annotation.source``),
+read through the fixed inputs ``annotation_source_items`` / ``annotation_source_impressions``
+that ``task_sources.TaskSourceHook`` fills (README "Your own data")."""
 
 from kedro.pipeline import Node, Pipeline
 
 from creditflow.pipelines.annotation import nodes
+from creditflow.task_sources import TASK_SOURCES
 
 PARAMS = "params:annotation"
 
@@ -10,10 +15,15 @@ PARAMS = "params:annotation"
 def create_pipeline(**kwargs) -> Pipeline:
     return Pipeline(
         [
-            Node(nodes.generate_items, PARAMS, "catalogue_items", name="generate_items"),
+            Node(
+                nodes.generate_items,
+                [TASK_SOURCES["annotation_items"].dataset, PARAMS],
+                "catalogue_items",
+                name="generate_items",
+            ),
             Node(
                 nodes.generate_query_logs,
-                ["catalogue_items", PARAMS],
+                ["catalogue_items", TASK_SOURCES["annotation_impressions"].dataset, PARAMS],
                 ["query_logs_train", "query_logs_heldout"],
                 name="generate_query_logs",
             ),

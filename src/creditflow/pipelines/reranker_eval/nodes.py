@@ -40,6 +40,9 @@ from creditflow.training.simulated_ab import (
 
 logger = logging.getLogger(__name__)
 CTR_CHANGE = CHANGE_METRICS[CTR]
+# Logs of your own without a known quality (ingest.ranking_sources) have no hidden truth for
+# simulated users to react to: the A/B and its sweep are left out, said in the log and the plot.
+NO_TRUTH = "no true_quality in the catalogue: the simulated A/B is left out"
 
 # Evaluated rankers, in table order: the logged production order (reranker_data.LOGGED), then
 # the greedy pages of the rerankers (name -> which reranker_pretrain setting says what the model
@@ -124,7 +127,11 @@ def simulate_reranker_ab(
     params: dict[str, Any],
 ) -> pd.DataFrame:
     """The simulated online A/B per session: every ranker's pages (and two oracle pages that
-    read the hidden truth) shown to the world's click model (``annotation.click_model``)."""
+    read the hidden truth) shown to the world's click model (``annotation.click_model``);
+    empty for logs without a known quality."""
+    if not has_truth(query_logs_heldout):
+        logger.info(NO_TRUTH)
+        return pd.DataFrame()
     ab = params["ab"]
     users = simulated_users(
         query_logs_heldout,
@@ -148,6 +155,8 @@ def summarise_reranker_ab(
     reranker_ab_sessions: pd.DataFrame, params: dict[str, Any]
 ) -> tuple[pd.DataFrame, Figure]:
     """The A/B table (ranker x band, paired changes vs the logged order) and its bar plot."""
+    if reranker_ab_sessions.empty:
+        return pd.DataFrame(), _note_figure(NO_TRUTH)
     k = params["ab"]["k"]
     table = summarise_ab(reranker_ab_sessions, k=k)
     logger.info("simulated online A/B on held-out sessions:\n%s", table.to_string(index=False))
@@ -164,6 +173,8 @@ def sweep_click_quality_weight(
     """The A/B of the same pages in worlds whose click model weighs quality differently
     (``reranker_eval.ab.sweep.quality_weights``), and the CTR / long-view change of each ranker
     against that weight; logs where each reranker breaks even on CTR."""
+    if not has_truth(query_logs_heldout):
+        return pd.DataFrame(), _note_figure(NO_TRUTH)
     ab = params["ab"]
     world = ClickModel.from_params(annotation_params["click_model"])
     sweep = sweep_click_model(
@@ -196,17 +207,37 @@ def evaluate_experience_model(
 ) -> pd.DataFrame:
     """One row: Kendall's tau between s_exp and the hidden true quality over the catalogue,
     the same for the annotator's overall score (the teacher's ceiling, over its ok items),
-    and the PFT pair accuracy on held-out pairs."""
-    truth = catalogue_items.set_index("item_id")["true_quality"]
+    and the PFT pair accuracy on held-out pairs. Without a known quality the tau columns are
+    NaN."""
     scores = item_experience_scores.set_index("item_id")["s_exp"]
     annotated = ok_annotations(item_annotations).set_index("item_id")["overall"]
     heldout = expmodel_pft_metrics[HELDOUT_ACCURACY].dropna()
+    if "true_quality" in catalogue_items.columns:
+        truth = catalogue_items.set_index("item_id")["true_quality"]
+        tau_s_exp = kendall_tau(scores, truth.loc[scores.index])
+        tau_annotation = kendall_tau(annotated, truth.loc[annotated.index])
+    else:
+        logger.info("no true_quality in the catalogue: the Kendall tau columns are left out")
+        tau_s_exp = tau_annotation = float("nan")
     row = {
         "items": len(scores),
-        "kendall_tau_s_exp": kendall_tau(scores, truth.loc[scores.index]),
+        "kendall_tau_s_exp": tau_s_exp,
         "annotated_items": len(annotated),
-        "kendall_tau_annotation": kendall_tau(annotated, truth.loc[annotated.index]),
+        "kendall_tau_annotation": tau_annotation,
         "pft_heldout_pair_accuracy": float(heldout.iloc[-1]) if len(heldout) else float("nan"),
     }
     logger.info("experience model: %s", row)
     return pd.DataFrame([row])
+
+
+def has_truth(sessions: pd.DataFrame) -> bool:
+    """Whether ``sessions`` carry the hidden per-candidate ``relevance`` and ``true_quality``
+    the simulated users read (the synthetic world's do; logs of your own only with a known
+    ``true_quality``)."""
+    return {"relevance", "true_quality"} <= set(sessions.columns)
+
+
+def _note_figure(text: str) -> Figure:
+    figure = Figure(figsize=(6, 1.5))
+    figure.text(0.5, 0.5, text, ha="center", va="center")
+    return figure

@@ -245,6 +245,13 @@ def page_reward_of(
     if source not in R_OLD_SOURCES:
         raise ValueError(f"unknown r_old {source!r}; valid: {', '.join(R_OLD_SOURCES)}")
     if source == "simulated":
+        if not {"relevance", "true_quality"} <= set(sessions.columns):
+            raise ValueError(
+                "reranker_grpo.reward.r_old: simulated needs simulated users, who read the hidden "
+                "relevance and true_quality of the synthetic world (or of a catalogue of your own "
+                "with true_quality); these logs have none: set reranker_grpo.reward.r_old: "
+                "logged_clicks (README 'Your own data')"
+            )
         click, long_view = candidate_response(sessions, catalogue, click_model)
         business = SimulatedFeedback(
             torch.from_numpy(click),
