@@ -2,6 +2,9 @@
 pretrained, and hub ids: a real Qwen2.5 / Qwen2.5-VL id loads from the local cache, and one
 that is not cached fails naming the id and the cache."""
 
+import importlib
+
+import pandas as pd
 import pytest
 import torch
 from huggingface_hub import constants as hf_constants
@@ -71,6 +74,24 @@ def test_an_unknown_device_name_lists_the_valid_ones(tokenizer):
 def test_to_policy_device_moves_a_loaded_policy(tiny_model):
     assert to_policy_device(tiny_model, {"source": "tiny"}) is tiny_model
     assert _devices(to_policy_device(tiny_model, {"device": "cpu"})) == {"cpu"}
+
+
+@pytest.mark.parametrize(
+    ("module", "node"),
+    [("tapo", "warm_start_tapo_policy"), ("tor", "sft_warmstart_tor")],
+)
+def test_a_node_puts_the_policy_it_reads_on_the_spec_device(monkeypatch, module, node):
+    """The catalog loads saved policies on the CPU; the warm start (sft.steps 0 here) moves
+    its input to ``policy.device`` before training, as the GRPO and evaluation nodes do."""
+    nodes = importlib.import_module(f"creditflow.pipelines.{module}.nodes")
+    moved = []
+    monkeypatch.setattr(nodes, "to_policy_device", lambda m, spec: moved.append(spec) or m)
+    spec = {"source": "tiny", "device": "cpu"}
+    params = {"policy": spec, "sft": {"steps": 0}, "torch_threads": None}
+    tasks = pd.DataFrame(columns=["question", "question_en", "answer", "reasoning_en"])
+    tasks["reasoning"], tasks["image_png"] = [], []
+    model, _ = getattr(nodes, node)(torch.nn.Linear(1, 1), None, tasks, None, params)
+    assert moved == [spec] and isinstance(model, torch.nn.Linear)
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ from creditflow.models.builders import (
     DTYPES,
     build_tiny_qwen2,
     load_policy,
+    to_policy_device,
 )
 from creditflow.models.tokenizer import (
     CONTROL_TOKENS,
@@ -44,6 +45,7 @@ __all__ = [
     "build_tiny_qwen2",
     "load_policy",
     "load_tokenizer",
+    "to_policy_device",
     "train_bpe_tokenizer",
     "IMAGE_PAD_TOKEN",
     "VISION_TOKENS",

@@ -9,7 +9,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from creditflow.ingest.task_sources import math_text_problems
-from creditflow.models import load_policy, load_tokenizer, train_bpe_tokenizer
+from creditflow.models import load_policy, load_tokenizer, to_policy_device, train_bpe_tokenizer
 from creditflow.pipelines.comparison import labelled_tables
 from creditflow.reporting import (
     metrics_frame,
@@ -90,7 +90,7 @@ def warm_start_tapo_policy(
     prompts = [tapo_prompt(q) for q in tapo_train_tasks["question"]]
     with torch_threads(params["torch_threads"]):
         model, metrics = run_sft(
-            tapo_initial_policy,
+            to_policy_device(tapo_initial_policy, params["policy"]),
             tapo_tokenizer,
             prompts,
             _sft_targets(tapo_train_tasks),
@@ -113,7 +113,7 @@ def train_tapo_policy(
     config, distributed = strategy_config(params, strategy)
     with torch_threads(params["torch_threads"]):
         model, result = run_grpo(
-            tapo_sft_policy,
+            to_policy_device(tapo_sft_policy, params["policy"]),
             tapo_tokenizer,
             [tapo_prompt(q) for q in tapo_train_tasks["question"]],
             list(tapo_train_tasks["question_en"]),
@@ -147,7 +147,7 @@ def evaluate_tapo_policy(
     )
     with torch_threads(params["torch_threads"]):
         return evaluate_text_problems(
-            model,
+            to_policy_device(model, params["policy"]),
             tapo_tokenizer,
             problems,
             [tapo_prompt(q) for q in problems["question"]],

@@ -16,6 +16,7 @@ from creditflow.models import (
     ImageOnlyQwen2_5_VLProcessor,
     build_tiny_processor,
     load_vl_policy,
+    to_policy_device,
     train_vl_tokenizer,
 )
 from creditflow.pipelines.comparison import labelled_tables
@@ -91,7 +92,7 @@ def sft_warmstart_tor(
     resumes from ``checkpoints`` (a finished run with the same inputs is loaded)."""
     with torch_threads(params["torch_threads"]):
         model, metrics = run_vl_sft(
-            tor_initial_policy,
+            to_policy_device(tor_initial_policy, params["policy"]),
             tor_processor,
             _train_prompts(tor_train_tasks),
             _sft_targets(tor_train_tasks),
@@ -116,7 +117,7 @@ def train_tor_policy(
         raise ConfigError("tor.grpo.distributed: the vision-language GRPO runs in one process")
     with torch_threads(params["torch_threads"]):
         model, result = run_vl_grpo(
-            tor_sft_policy,
+            to_policy_device(tor_sft_policy, params["policy"]),
             tor_processor,
             _train_prompts(tor_train_tasks),
             list(tor_train_tasks["question"]),
@@ -149,7 +150,7 @@ def evaluate_tor_policy(
     )
     with torch_threads(params["torch_threads"]):
         scored = evaluate_vl_policy(
-            model,
+            to_policy_device(model, params["policy"]),
             tor_processor,
             prompts,
             list(problems["prompt"]),
