@@ -156,7 +156,7 @@ def summarise_reranker_ab(
 ) -> tuple[pd.DataFrame, Figure]:
     """The A/B table (ranker x band, paired changes vs the logged order) and its bar plot."""
     if reranker_ab_sessions.empty:
-        return pd.DataFrame(), _note_figure(NO_TRUTH)
+        return _note_table(), _note_figure(NO_TRUTH)
     k = params["ab"]["k"]
     table = summarise_ab(reranker_ab_sessions, k=k)
     logger.info("simulated online A/B on held-out sessions:\n%s", table.to_string(index=False))
@@ -174,7 +174,7 @@ def sweep_click_quality_weight(
     (``reranker_eval.ab.sweep.quality_weights``), and the CTR / long-view change of each ranker
     against that weight; logs where each reranker breaks even on CTR."""
     if not has_truth(query_logs_heldout):
-        return pd.DataFrame(), _note_figure(NO_TRUTH)
+        return _note_table(), _note_figure(NO_TRUTH)
     ab = params["ab"]
     world = ClickModel.from_params(annotation_params["click_model"])
     sweep = sweep_click_model(
@@ -235,6 +235,12 @@ def has_truth(sessions: pd.DataFrame) -> bool:
     the simulated users read (the synthetic world's do; logs of your own only with a known
     ``true_quality``)."""
     return {"relevance", "true_quality"} <= set(sessions.columns)
+
+
+def _note_table() -> pd.DataFrame:
+    """The A/B tables without a known quality: one ``note`` saying why (an empty CSV would not
+    even read back)."""
+    return pd.DataFrame({"note": [NO_TRUTH]})
 
 
 def _note_figure(text: str) -> Figure:
