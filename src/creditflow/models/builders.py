@@ -132,10 +132,10 @@ def resolve_device(name: str) -> torch.device:
         ValueError: a malformed name, or a device this machine does not have, with what to set.
     """
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        name = "cuda" if torch.cuda.is_available() else "cpu"
     try:
-        device = torch.device(name)
-    except (RuntimeError, TypeError):
+        device = torch.device(name) if isinstance(name, str) else None
+    except RuntimeError:
         device = None
     if device is None or device.type not in DEVICE_TYPES:
         raise ValueError(
@@ -157,6 +157,8 @@ def resolve_device(name: str) -> torch.device:
                 f"device {name!r} is not available: this machine has {count} CUDA device(s), "
                 f"cuda:0 to cuda:{count - 1}; pick one of them or 'auto'"
             )
+        if device.index is None:  # the current one, named, so loading and .to() agree
+            device = torch.device("cuda", torch.cuda.current_device())
     if device.type == "mps" and not torch.backends.mps.is_available():
         raise ValueError(f"device {name!r} is not available: no Apple MPS device; {fix}")
     return device

@@ -228,9 +228,9 @@ def load_lora(
     carried = directory / BASE_DIR
     if carried.is_dir():
         base = load_base(str(carried))
-        # The base travels with the artifact: a model saved from this one carries it again
-        # instead of naming a folder inside this version (save_lora's test).
-        base.name_or_path = None
+        # As a base built in memory (name ""), so a model saved from this one carries its
+        # base again instead of naming a folder inside this artifact.
+        base.name_or_path = ""
     else:
         config = peft.PeftConfig.from_pretrained(str(directory))
         if not config.base_model_name_or_path:
