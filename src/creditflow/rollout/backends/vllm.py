@@ -33,12 +33,17 @@ Shape symbols: N prompts, G completions per prompt, B = N * G rows (the G rows o
 consecutive), P prompt tokens (left-padded), T completion tokens (right-padded).
 """
 
+# vLLM (and requests, its HTTP client) are imported inside the methods that use them: this
+# module must import where vLLM is not installed.
+# ruff: noqa: PLC0415
+
 from __future__ import annotations
 
 import copy
 import importlib.util
 import logging
 import os
+import shutil
 import socket
 import tempfile
 import time
@@ -46,6 +51,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
 import torch
+from transformers import PreTrainedModel
 
 from creditflow.rollout.backends.base import (
     Generation,
@@ -90,11 +96,33 @@ def bare_model(module: torch.nn.Module) -> torch.nn.Module:
 
 def checkpoint_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
     """``(name, tensor)`` of every weight under its checkpoint name (what vLLM's loaders
-    expect); tied weights appear under both names, and vLLM skips the tied head."""
-    for name, tensor in model.state_dict().items():
+    expect). Tied weights appear under both names: vLLM 0.32's in-place reload of a tied
+    model leaves the head stale unless ``lm_head.weight`` comes too."""
+    for wrapped_name, tensor in model.state_dict().items():
+        name = wrapped_name
         for prefix in WRAPPER_PREFIXES:
             name = name.replace(prefix, "")
         yield name, tensor.detach()
+
+
+def save_checkpoint(model: torch.nn.Module, folder: str) -> None:
+    """``model``'s config and every weight of ``checkpoint_weights`` (tied ones under both
+    names) as one safetensors file in ``folder``. Not ``save_pretrained``: it drops the tied
+    ``lm_head.weight``, and vLLM 0.32's in-place reload of a tied model then leaves the old
+    head in place."""
+    from safetensors.torch import save_file
+
+    os.makedirs(folder, exist_ok=True)
+    model.config.save_pretrained(folder)
+    weights: dict[str, torch.Tensor] = {}
+    stored: set[int] = set()
+    for name, tensor in checkpoint_weights(model):
+        weight = tensor.to("cpu").contiguous()
+        if weight.data_ptr() in stored:
+            weight = weight.clone()  # safetensors refuses two names on one storage
+        stored.add(weight.data_ptr())
+        weights[name] = weight
+    save_file(weights, os.path.join(folder, "model.safetensors"))
 
 
 def engine_prompts(request: GenerationRequest) -> list[list[int]]:
@@ -283,15 +311,20 @@ class VLLMBackend:
         self._served_model: str | None = None
         self._sync_dir: tempfile.TemporaryDirectory | None = None
         self._transfer = None  # server, nccl: vLLM's trainer-side weight transfer engine
+        self._pushes = 0  # server, disk: checkpoints written so far
+        self._last_push_dir: str | None = None
         self.load_seconds: float | None = None  # colocate: how long the engine took to build
         self._last_load_s: float | None = None
+
+    @property
+    def weights_version(self) -> int | None:
+        """The weights version the engine holds (None before the first load)."""
+        return self._version
 
     # -- what it can sample from --------------------------------------------------------
 
     def unsupported_reason(self, module: torch.nn.Module) -> str | None:
         """Why vLLM cannot sample from ``module`` (None: it can)."""
-        from transformers import PreTrainedModel
-
         model = bare_model(module)
         if not isinstance(model, PreTrainedModel):
             return (
@@ -422,7 +455,9 @@ class VLLMBackend:
         self._llm = vllm.LLM(**options)
         self.load_seconds = time.perf_counter() - start
         logger.info(
-            "vllm %s: %s engine built in %.1f s", vllm.__version__, config.architectures[0],
+            "vllm %s: %s engine built in %.1f s",
+            vllm.__version__,
+            config.architectures[0],
             self.load_seconds,
         )
         return self._llm
@@ -435,8 +470,9 @@ class VLLMBackend:
     def _generate_colocated(
         self, model: torch.nn.Module, request: GenerationRequest
     ) -> tuple[list[tuple[list[int], list[float]]], int]:
-        from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
+
+        from vllm import SamplingParams
 
         llm = self._colocated_engine(model)
         if self._sleeping:
@@ -537,12 +573,18 @@ class VLLMBackend:
         if sync == "nccl":
             self._nccl_transfer(model).send_weights()
         else:
-            folder = self._disk_sync_dir()
-            model.save_pretrained(folder, safe_serialization=True)
+            # A fresh folder per push: the server may still map the previous checkpoint's
+            # files, and overwriting them in place hands it a mix of both (seen on CPU).
+            self._pushes += 1
+            folder = os.path.join(self._disk_sync_dir(), f"push-{self._pushes:06d}")
+            save_checkpoint(model, folder)
             self._post(
                 "/collective_rpc",
                 {"method": "reload_weights", "kwargs": {"weights_path": folder}},
             )
+            if self._last_push_dir is not None:
+                shutil.rmtree(self._last_push_dir, ignore_errors=True)
+            self._last_push_dir = folder
         self._post("/reset_prefix_cache")
         self._post("/update_weight_version", {"new_version": str(version)})
 
@@ -566,7 +608,7 @@ class VLLMBackend:
         if self._transfer is not None:
             return self._transfer
         import_vllm()
-        from vllm.distributed.weight_transfer.base import ModuleSource
+        from vllm.distributed.weight_transfer.base import ParamMeta, WeightSource
         from vllm.distributed.weight_transfer.clients import HTTPVLLMWeightSyncClient
         from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
         from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo
@@ -589,7 +631,7 @@ class VLLMBackend:
         self._transfer = WeightTransferTrainerFactory.trainer_init(
             init,
             client=HTTPVLLMWeightSyncClient(self.server_url, timeout=self.request_timeout_s),
-            source=ModuleSource(model),
+            source=checkpoint_source(WeightSource, ParamMeta, model),
         )
         return self._transfer
 
@@ -629,6 +671,24 @@ class VLLMBackend:
             for choice in sorted(choices, key=lambda c: c["index"])
         ]
         return rows, version
+
+
+def checkpoint_source(weight_source: type, param_meta: type, model: torch.nn.Module):
+    """A vLLM ``WeightSource`` over ``checkpoint_weights(model)`` (vLLM's ``ModuleSource``
+    walks ``named_parameters``, which lists a tied head once, under the embedding's name).
+    vLLM's classes are passed in, so this module imports vLLM only when it is used."""
+
+    class CheckpointSource(weight_source):
+        def metadata(self):
+            return [
+                param_meta(name, tensor.dtype, tuple(tensor.shape))
+                for name, tensor in checkpoint_weights(model)
+            ]
+
+        def __iter__(self):
+            yield from checkpoint_weights(model)
+
+    return CheckpointSource()
 
 
 def vocab_size(model: torch.nn.Module) -> int:
