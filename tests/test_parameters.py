@@ -62,7 +62,7 @@ def _set(params: dict, dotted: str, value) -> dict:
 # Each probe of issue 16 (and one of each kind per chain group): the key set, its value, and
 # what the error must say.
 PROBES = [
-    ("tapo.bogus_top", 1, r"tapo: unknown key `bogus_top`; valid keys: evaluation, grpo"),
+    ("tapo.bogus_top", 1, r"tapo: unknown key `bogus_top`; valid keys: comparison, evaluation"),
     (
         "tapo.tasks.n_train_per_langauge",
         5,
@@ -86,6 +86,15 @@ PROBES = [
     ("tor.evaluation.tabmwp_mx", 3, r"tor.evaluation: unknown key `tabmwp_mx` \(did you mean"),
     ("tor.policy.tiny.hidden_size", "64", r"tor.policy.tiny.hidden_size: .*got '64' \(str\)"),
     ("tor.tasks.kinds", ["count"], r"tor.tasks.kinds.0: unknown problem kind 'count'"),
+    # Seeds and the baseline of a comparison (issue 17).
+    ("tapo.comparison.n_sedes", 5, r"tapo.comparison: unknown key `n_sedes` \(did you mean"),
+    ("tapo.comparison.n_seeds", 0, r"tapo.comparison.n_seeds: .*greater than or equal to 1"),
+    ("tor.comparison.n_seeds", 2.0, r"tor.comparison.n_seeds: .*integer"),
+    (
+        "tor.comparison.baseline",
+        "unifrom",
+        r"tor: comparison.baseline 'unifrom' is not a strategy; valid: tor, .*uniform",
+    ),
     # Task sources (issue 13): the split's knobs; the source's name is checked against the
     # catalog by task_sources.TaskSourceHook (tests/test_task_sources.py).
     ("tapo.tasks.heldout_fraction", 1.0, r"tapo.tasks.heldout_fraction: .*less than 1"),

@@ -15,11 +15,16 @@ from creditflow.reporting import (
     kendall_tau,
     metrics_frame,
     plot_metrics_by_band,
+    plot_reward_curves,
+    summarise_over_seeds,
+    summarise_per_seed,
     summarise_rankers_by_band,
     summarise_tapo_by_language,
     summarise_tapo_evaluations,
+    tapo_intervals,
     training_reward_ends,
 )
+from creditflow.reporting_stats import PROBLEMS_BASIS, SEEDS_BASIS, t_interval
 
 
 def test_metrics_frame_makes_steps_integers():
@@ -227,3 +232,94 @@ def test_training_reward_ends_average_the_first_and_last_window_by_step():
     short = training_reward_ends(trained.head(3), window=5)  # steps 3, 0, 6
     assert short["train_reward_first"] == pytest.approx(0.3)
     assert short["train_reward_last"] == pytest.approx(0.3)
+
+
+def _seeded_tapo_evaluations(gains: dict[str, list[float]]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The warm start (sampled reward 0.2 + 0.1 k on seen problems k = 0, 1, 2 and 0.1 on an
+    unseen one) and, per strategy, one evaluation per seed that adds that seed's gain to
+    every problem; training metrics of two steps per (strategy, seed)."""
+    problems = [("a", "de", 0.2), ("b", "de", 0.3), ("c", "de", 0.4), ("u", "sw", 0.1)]
+    rows = [("sft", np.nan, i, lang, r) for i, lang, r in problems]
+    metrics = []
+    for strategy, per_seed in gains.items():
+        for seed, gain in enumerate(per_seed):
+            rows += [(strategy, seed, i, lang, r + gain) for i, lang, r in problems]
+            metrics += [(strategy, seed, step, gain * step) for step in (1, 2)]
+    evaluations = pd.DataFrame(rows, columns=["policy", "seed", "id", "language", "r"])
+    evaluations = evaluations.assign(
+        dataset="synthetic",
+        **{
+            "reward/format": 1.0,
+            "reward/translation": 0.0,
+            "reward/reasoning": 0.0,
+            "sampled/reward/translation": 0.0,
+            "sampled/reward/reasoning": evaluations["r"],
+        },
+    ).drop(columns="r")
+    return evaluations, pd.DataFrame(metrics, columns=["strategy", "seed", "step", "reward/total"])
+
+
+def test_per_seed_table_has_a_row_per_strategy_and_seed_and_the_warm_start_once():
+    evaluations, metrics = _seeded_tapo_evaluations({"base": [0.0, 0.1], "s": [0.1, 0.3]})
+    per_seed = summarise_per_seed(
+        evaluations, metrics, lambda e, m: summarise_tapo_evaluations(e, m, ["sw"])
+    )
+    assert per_seed["policy"].tolist() == ["sft", "base", "base", "s", "s"]
+    assert pd.isna(per_seed["seed"].iloc[0]) and per_seed["seed"].iloc[1:].tolist() == [0, 1, 0, 1]
+    by = per_seed.set_index(["policy", "seed"])
+    assert by.loc[("s", 1), "eval_reward_gain_seen"] == pytest.approx(0.3)
+    assert by.loc[("s", 1), "train_reward_last"] == pytest.approx(0.45)  # (0.3 + 0.6) / 2
+
+
+def test_table_over_seeds_means_the_seeds_and_recomputes_the_standard_errors():
+    evaluations, metrics = _seeded_tapo_evaluations({"base": [0.0, 0.1, 0.2], "s": [0.1, 0.3, 0.2]})
+    per_seed = summarise_per_seed(
+        evaluations, metrics, lambda e, m: summarise_tapo_evaluations(e, m, ["sw"])
+    )
+    intervals = tapo_intervals(evaluations, ["sw"], "synthetic", "base")
+    table = summarise_over_seeds(per_seed, intervals).set_index("policy")
+    assert table.loc["s", "n_seeds"] == 3 and table.loc["s", "ci_basis"] == SEEDS_BASIS
+    assert pd.isna(table.loc["sft", "n_seeds"]) and pd.isna(table.loc["sft", "ci_basis"])
+    assert table.loc["s", "eval_reward_seen"] == pytest.approx(0.3 + 0.2)  # 0.3 + mean gain
+    # Gain of s over the warm start: seeds 0.1, 0.3, 0.2 -> t interval over the three.
+    mean, se, low, high = t_interval([0.1, 0.3, 0.2])
+    columns = ["eval_reward_gain_seen", "eval_reward_gain_se_seen"]
+    assert table.loc["s", columns].tolist() == pytest.approx([mean, se])
+    assert table.loc["s", "eval_reward_gain_ci_low_seen"] == pytest.approx(low)
+    assert table.loc["s", "eval_reward_gain_ci_high_unseen"] == pytest.approx(high)
+    # Versus the baseline, seed by seed: 0.1, 0.2, 0.0.
+    _, _, low, high = t_interval([0.1, 0.2, 0.0])
+    assert table.loc["s", "eval_reward_vs_baseline_ci_low_seen"] == pytest.approx(low)
+    assert table.loc["s", "eval_reward_vs_baseline_ci_high_seen"] == pytest.approx(high)
+    assert np.isnan(table.loc["base", "eval_reward_vs_baseline_seen"])
+
+
+def test_one_seed_says_its_intervals_are_over_problems():
+    evaluations, metrics = _seeded_tapo_evaluations({"s": [0.1]})
+    evaluations.loc[
+        evaluations["id"].eq("a") & evaluations["policy"].eq("s"), "sampled/reward/reasoning"
+    ] += 0.3
+    per_seed = summarise_per_seed(
+        evaluations, metrics, lambda e, m: summarise_tapo_evaluations(e, m, ["sw"])
+    )
+    table = summarise_over_seeds(per_seed, tapo_intervals(evaluations, ["sw"], "synthetic", None))
+    row = table.set_index("policy").loc["s"]
+    assert row["ci_basis"] == PROBLEMS_BASIS and row["n_seeds"] == 1
+    # Seen differences (0.4, 0.1, 0.1): the paired interval over the three problems.
+    _, se, low, high = t_interval([0.4, 0.1, 0.1])
+    assert row[["eval_reward_gain_se_seen", "eval_reward_gain_ci_low_seen"]].tolist() == (
+        pytest.approx([se, low])
+    )
+    assert np.isnan(row["eval_reward_gain_ci_low_unseen"])  # one unseen problem: no interval
+
+
+def test_reward_curves_draw_the_seed_mean_and_a_band_named_in_the_legend():
+    _, metrics = _seeded_tapo_evaluations({"base": [0.0, 0.2], "s": [0.1, 0.3]})
+    figure = plot_reward_curves(metrics, ["reward/total"])
+    ax = figure.axes[0]
+    base = next(line for line in ax.get_lines() if line.get_label() == "base")
+    assert base.get_ydata().tolist() == pytest.approx([0.1, 0.2])  # mean of 0, 0.2 at step 1
+    assert len(ax.collections) == 2  # one band per strategy
+    assert ax.get_legend().get_title().get_text() == "mean of 2 seeds, band ±1 s.e."
+    single = plot_reward_curves(metrics[metrics["seed"] == 0], ["reward/total"]).axes[0]
+    assert not single.collections and single.get_legend().get_title().get_text() == ""

@@ -56,7 +56,8 @@ NONTRIVIAL = {
 }
 # Strategies whose GRPO steps must have moved the weights at these sizes.
 TRAINED = ("grpo_sum", "tapo")
-MODELS = ("tapo_initial_policy", "tapo_sft_policy", *(f"tapo_policy_{s}" for s in STRATEGIES))
+# The strategies' datasets hold {seed: model}; at the default n_seeds = 1 seed 0 is the policy.
+MODELS = ("tapo_initial_policy", "tapo_sft_policy", *(f"tapo_policies_{s}" for s in STRATEGIES))
 TABLES = (
     "tapo_train_tasks",
     "tapo_eval_tasks",
@@ -127,9 +128,13 @@ def run_tapo_smallest(
     def without_time(frame: pd.DataFrame) -> pd.DataFrame:
         return frame.drop(columns=[c for c in frame.columns if c.startswith("time/")])
 
+    def model(name: str):
+        loaded = catalog.load(name)
+        return loaded[0] if isinstance(loaded, dict) else loaded
+
     return {
         "weights": {
-            name: {k: v.detach().clone() for k, v in catalog.load(name).state_dict().items()}
+            name: {k: v.detach().clone() for k, v in model(name).state_dict().items()}
             for name in MODELS
         },
         "tables": {name: catalog.load(name) for name in TABLES},
@@ -180,7 +185,7 @@ def test_tapo_reruns_are_bit_identical_in_process_and_in_a_fresh_interpreter(sha
     sft = first["weights"]["tapo_sft_policy"]
     for strategy in TRAINED:
         assert (first["grpo_metrics"][f"tapo_{strategy}_metrics"]["actor/grad_norm"] > 0).all()
-        trained = first["weights"][f"tapo_policy_{strategy}"]
+        trained = first["weights"][f"tapo_policies_{strategy}"]
         assert all(not torch.equal(trained[k], sft[k]) for k in sft), (
             f"{strategy}: GRPO did not change the warm start; raise NONTRIVIAL's SFT budget"
         )

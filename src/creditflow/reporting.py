@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import matplotlib
 
@@ -12,7 +12,11 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from creditflow.reporting_stats import comparison_intervals, interval_basis  # noqa: E402
 from creditflow.training.reranking import summarise_by_band  # noqa: E402
+
+SEED = "seed"  # the GRPO seed column of the seeded tables (pipelines.comparison.SEED)
+WARM_START = "sft"  # the warm start's policy label (pipelines.comparison.WARM_START)
 
 
 def metrics_frame(history: Sequence[Mapping[str, float]] | pd.DataFrame) -> pd.DataFrame:
@@ -28,17 +32,31 @@ def metrics_frame(history: Sequence[Mapping[str, float]] | pd.DataFrame) -> pd.D
 def plot_reward_curves(
     metrics: pd.DataFrame, columns: Sequence[str], group: str = "strategy"
 ) -> Figure:
-    """One panel per metric column, one line per ``group`` value, against ``step``."""
+    """One panel per metric column, one line per ``group`` value, against ``step``.
+
+    With a ``seed`` column holding several seeds (the repeated GRPO runs of a comparison) each
+    line is the mean over seeds at that step and a shaded band +-1 standard error of that
+    mean (across seeds, n - 1); the legend's title says so. One seed: the run's own line.
+    """
     columns = [c for c in columns if c in metrics.columns]
+    n_seeds = metrics[SEED].nunique() if SEED in metrics.columns else 1
     figure = Figure(figsize=(4.2 * len(columns), 3.4), layout="constrained")
     axes = figure.subplots(1, len(columns), squeeze=False)[0]
     for ax, column in zip(axes, columns, strict=True):
         for name, rows in metrics.groupby(group, sort=True):
-            ax.plot(rows["step"], rows[column], marker=".", label=str(name))
+            by_step = rows.groupby("step")[column]
+            mean = by_step.mean()
+            (line,) = ax.plot(mean.index, mean.to_numpy(), marker=".", label=str(name))
+            if n_seeds > 1:
+                se = by_step.sem()  # NaN at a step only one seed reached: no band there
+                ax.fill_between(
+                    mean.index, mean - se, mean + se, color=line.get_color(), alpha=0.2, lw=0
+                )
         ax.set_title(column)
         ax.set_xlabel("GRPO step")
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize="small")
+    title = f"mean of {n_seeds} seeds, band ±1 s.e." if n_seeds > 1 else None
+    axes[0].legend(fontsize="small", title=title, title_fontsize="small")
     return figure
 
 
@@ -194,6 +212,107 @@ def _paired_sampled_gains(
                 float(diff.std(ddof=1) / np.sqrt(n)) if n >= 2 else np.nan
             )
     return out
+
+
+# ---------------------------------------------------------------- seeds (issue 17)
+def summarise_per_seed(
+    evaluations: pd.DataFrame,
+    training_metrics: pd.DataFrame,
+    summarise: Callable[[pd.DataFrame, pd.DataFrame], pd.DataFrame],
+    warm_start: str = WARM_START,
+) -> pd.DataFrame:
+    """A comparison table (``summarise(evaluations, training_metrics)``, one row per policy,
+    e.g. ``summarise_tapo_evaluations``) seed by seed: the warm start's rows once (``seed``
+    empty), then each strategy's rows of each seed, strategies in table order.
+
+    ``evaluations`` and ``training_metrics``: the strategies' rows carry their GRPO ``seed``,
+    the warm start's rows none (NaN); each seed's table sees the warm start and that seed.
+    """
+    seeds = sorted(evaluations[SEED].dropna().unique())
+    parts = []
+    for index, seed in enumerate(seeds):
+        rows = evaluations[SEED].eq(seed) | evaluations["policy"].eq(warm_start)
+        table = summarise(evaluations[rows], training_metrics[training_metrics[SEED] == seed])
+        is_warm = table["policy"] == warm_start
+        table = table[~is_warm] if index else table
+        seed_column = pd.array([pd.NA if w else int(seed) for w in is_warm[table.index]], "Int64")
+        parts.append(table.assign(**{SEED: seed_column}))
+    per_seed = pd.concat(parts, ignore_index=True)
+    order = {policy: i for i, policy in enumerate(evaluations["policy"].drop_duplicates())}
+    per_seed = per_seed.sort_values("policy", key=lambda p: p.map(order), kind="stable")
+    keys = _row_keys(per_seed)
+    return per_seed[[*keys, SEED] + [c for c in per_seed if c not in {*keys, SEED}]].reset_index(
+        drop=True
+    )
+
+
+def summarise_over_seeds(per_seed: pd.DataFrame, intervals: pd.DataFrame) -> pd.DataFrame:
+    """The comparison table from ``summarise_per_seed``'s: per policy (and ``language``, where
+    the table has one) the mean over seeds of every numeric column, with ``n_seeds`` and
+    ``ci_basis`` (``reporting_stats.interval_basis``; empty for the warm start) after the keys.
+
+    ``intervals``: ``reporting_stats.comparison_intervals`` columns indexed like the keys; a
+    column of it that the per-seed table also has (``eval_reward_gain_seen``, its ``_se_``)
+    replaces the mean of that column: a standard error is not averaged over seeds but
+    recomputed over them.
+    """
+    keys = _row_keys(per_seed)
+    values = [c for c in per_seed.select_dtypes("number").columns if c != SEED]
+    table = per_seed.groupby(keys, sort=False)[values].mean()
+    n_seeds = per_seed.groupby(keys, sort=False)[SEED].nunique()
+    table.insert(0, "n_seeds", n_seeds.where(n_seeds > 0).astype("Int64"))
+    table.insert(1, "ci_basis", [interval_basis(n) if n else None for n in n_seeds])
+    if len(intervals.columns):
+        intervals = intervals.reindex(table.index)
+        for column in intervals.columns:
+            table[column] = intervals[column]
+    return table.reset_index()
+
+
+def tapo_intervals(
+    evaluations: pd.DataFrame,
+    holdout_languages: Sequence[str],
+    task_dataset: str,
+    baseline: str | None,
+    by_language: bool = False,
+    warm_start: str = WARM_START,
+) -> pd.DataFrame:
+    """``reporting_stats.comparison_intervals`` of the tapo table: the sampled evaluation
+    reward (translation + reasoning, ``eval_reward``) of the task rows, paired by problem
+    (``id``, and ``language``) and seed, on the seen and on the unseen languages
+    (``eval_reward_gain_seen``, ``eval_reward_vs_baseline_ci_low_unseen``, ...). Indexed by
+    policy; with ``by_language`` and several languages by (policy, language), for
+    ``summarise_tapo_by_language``'s rows (``"all"``, then each language; every language is
+    seen). Empty without sampled columns."""
+    tasks = evaluations[evaluations["dataset"] == task_dataset]
+    if "sampled/reward/reasoning" not in tasks or not len(tasks):
+        return pd.DataFrame(index=pd.Index([], name="policy"))
+    keys = ["id", "language"] if "language" in tasks else ["id"]
+    scores = tasks[["policy", SEED, *keys]].assign(value=_sampled_eval_reward(tasks))
+    unseen = (
+        tasks["language"].isin(list(holdout_languages))
+        if "language" in tasks
+        else pd.Series(False, index=tasks.index)
+    )
+
+    def split(rows: pd.DataFrame, name: str) -> pd.DataFrame:
+        return comparison_intervals(rows, keys, warm_start, baseline, "eval_reward", name)
+
+    overall = pd.concat([split(scores[~unseen], "seen"), split(scores[unseen], "unseen")], axis=1)
+    languages = sorted(scores["language"].unique()) if "language" in scores else []
+    if not by_language or len(languages) < 2:  # one language: one row per policy
+        return overall
+    parts = [overall.assign(language="all")]
+    for language in languages:
+        part = split(scores[scores["language"] == language], "seen")
+        parts.append(part.assign(language=language))
+    return pd.concat(parts).set_index("language", append=True)
+
+
+def _row_keys(table: pd.DataFrame) -> list[str]:
+    """The columns naming a row of a comparison table: ``policy``, and ``language`` where the
+    table has one (``summarise_tapo_by_language``)."""
+    return [k for k in ("policy", "language") if k in table.columns]
 
 
 # ---------------------------------------------------------------- experience model / reranking

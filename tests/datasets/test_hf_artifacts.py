@@ -5,7 +5,12 @@ import transformers
 from kedro.io import DataCatalog, Version
 from kedro.io.core import DatasetError
 
-from creditflow.datasets import HFModelDataset, HFTokenizerDataset, resolve_pretrained_class
+from creditflow.datasets import (
+    HFModelDataset,
+    HFModelsBySeedDataset,
+    HFTokenizerDataset,
+    resolve_pretrained_class,
+)
 from creditflow.models import train_bpe_tokenizer
 
 V1, V2 = "2026-01-01T00.00.00.000Z", "2026-01-02T00.00.00.000Z"
@@ -173,3 +178,20 @@ def test_catalog_yaml_config_saves_and_loads_versioned_artifacts(
     model, tok = fresh.load("policy_checkpoint"), fresh.load("policy_tokenizer")
     assert torch.equal(_logits(model, input_ids), _logits(model_a, input_ids))
     assert tok.encode("\\boxed{13}") == tokenizer.encode("\\boxed{13}")
+
+
+def test_models_by_seed_round_trip_in_seed_order(tmp_path, model_a, model_b, input_ids):
+    """A comparison strategy's GRPO policies, one per seed (issue 17)."""
+    dataset = HFModelsBySeedDataset(str(tmp_path / "policies"), load_args=EAGER)
+    dataset.save({0: model_a, 10: model_b, 2: model_a})
+    assert sorted(p.name for p in (tmp_path / "policies").iterdir()) == [
+        "seed_0",
+        "seed_10",
+        "seed_2",
+    ]
+    loaded = dataset.load()
+    assert list(loaded) == [0, 2, 10]
+    assert torch.equal(_logits(loaded[10], input_ids), _logits(model_b, input_ids))
+    assert torch.equal(_logits(loaded[2], input_ids), _logits(model_a, input_ids))
+    with pytest.raises(DatasetError, match=r"seed \(int\): model"):
+        dataset.save({"seed_0": model_a})

@@ -31,7 +31,7 @@ def test_every_configured_strategy_is_a_namespace_with_train_and_evaluate(group,
         ]
         # Stable dataset names: the catalog patterns and the docs keep working.
         outputs = set().union(*(n.outputs for n in nodes))
-        assert f"{group}_policy_{name}" in outputs and f"{group}_results_{name}" in outputs
+        assert f"{group}_policies_{name}" in outputs and f"{group}_results_{name}" in outputs
         assert f"params:{group}.strategies.{name}" in pipeline.inputs()
 
 

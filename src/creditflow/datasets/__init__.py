@@ -6,6 +6,7 @@ Used from ``conf/base/catalog.yml`` as ``type: creditflow.datasets.HFModelDatase
 from creditflow.datasets.checkpoints import CheckpointDirectoryDataset
 from creditflow.datasets.hf_artifacts import (
     HFModelDataset,
+    HFModelsBySeedDataset,
     HFTokenizerDataset,
     resolve_pretrained_class,
 )
@@ -13,6 +14,7 @@ from creditflow.datasets.hf_artifacts import (
 __all__ = [
     "CheckpointDirectoryDataset",
     "HFModelDataset",
+    "HFModelsBySeedDataset",
     "HFTokenizerDataset",
     "resolve_pretrained_class",
 ]

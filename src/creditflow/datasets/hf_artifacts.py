@@ -190,6 +190,42 @@ class HFModelDataset(_HFDirectoryDataset):
             )
 
 
+class HFModelsBySeedDataset(HFModelDataset):
+    """Models by seed (``{seed: model}``, the GRPO runs of one strategy of a comparison), each
+    saved as ``HFModelDataset`` saves one, in its own ``seed_<seed>/`` subdirectory::
+
+        <filepath>/<version>/<basename>/seed_0/{config.json, model.safetensors}
+                                       /seed_1/...
+
+    Loading returns every saved seed, in ascending order, each with
+    ``model_class.from_pretrained(subdirectory, **load_args)``. Arguments as
+    ``HFModelDataset``'s.
+    """
+
+    _SEED_DIR = "seed_"
+
+    def load(self) -> dict[int, transformers.PreTrainedModel]:
+        root = Path(self._load_dir())
+        seeds = sorted(
+            int(path.name.removeprefix(self._SEED_DIR))
+            for path in root.iterdir()
+            if path.is_dir() and path.name.removeprefix(self._SEED_DIR).lstrip("-").isdigit()
+        )
+        if not seeds:
+            raise DatasetError(f"no seed_<seed>/ model directories in {root}")
+        return {seed: self._load_model(root / f"{self._SEED_DIR}{seed}") for seed in seeds}
+
+    def save(self, data: dict[int, transformers.PreTrainedModel]) -> None:
+        if not data or not all(isinstance(seed, int) for seed in data):
+            raise DatasetError(
+                f"{type(self).__name__} saves a non-empty {{seed (int): model}} mapping; got "
+                f"keys {list(data)[:5]}"
+            )
+        root = Path(self._save_dir())
+        for seed, model in data.items():
+            self._save_model(model, root / f"{self._SEED_DIR}{seed}")
+
+
 class HFTokenizerDataset(_HFDirectoryDataset):
     """A tokenizer (or, with ``processor_class: AutoProcessor``, a processor) directory.
 

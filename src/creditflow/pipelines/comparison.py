@@ -12,21 +12,46 @@ then the ``KEDRO_ENV`` environment, ``local`` by default): Kedro builds pipeline
 knows ``--params`` or ``--env``, so those can change a listed strategy's settings but cannot
 add one. ``check_strategies`` (run by ``hooks.ParameterCheckHook`` before the first node)
 then fails the run, saying so, instead of leaving the strategy out silently.
+
+Seeds (issue 17) are a loop inside each strategy's two nodes, not namespaces: the train node
+runs the strategy's GRPO ``<group>.comparison.n_seeds`` times from the one warm start, run k
+with GRPO seed ``grpo.seed + k`` (``seed_overrides``), and the evaluate node evaluates each
+of those policies (``train_each_seed`` / ``evaluate_each_seed``). Why not a namespace per
+seed: the namespaces are fixed when the pipeline is built, before ``--params``, and an
+environment's parameter file replaces a whole group (Kedro merges parameters across
+environments key by key at the top level), so a seed count read at build time could only be
+changed by editing ``conf/base``; as a loop it is a run-time knob
+(``--params tapo.comparison.n_seeds=5``). The DAG also stays one train and one evaluate node
+per strategy, whatever the count (5 strategies x 5 seeds would be 50 nodes in kedro-viz). The
+cost: a strategy's seeds run one after another in one node. Each seed's run keeps its own
+resumable checkpoints (the run's fingerprint covers its config, seed included), so a
+stopped multi-seed run resumes at the seed it stopped in. The policies travel as ``{seed:
+model}`` (``creditflow.datasets.HFModelsBySeedDataset``), metrics, samples and evaluations
+with a ``seed`` column; the comparison node writes a per-seed table and the table over seeds
+with intervals (``creditflow.reporting_stats``).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import os
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 from kedro.config import OmegaConfigLoader
 from kedro.framework.project import settings
 from kedro.pipeline import Node, Pipeline, pipeline
 
+from creditflow import tracking
+from creditflow.training.config import GRPOConfig
 from creditflow.training.grpo_runs import check_comparison_params
+
+logger = logging.getLogger(__name__)
 
 RESULTS_PREFIX, METRICS_PREFIX = "results/", "metrics/"
 STRATEGY_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # a namespace and a dataset-name part
@@ -74,11 +99,83 @@ def configured_strategies(group: str, conf_source: str | Path | None = None) -> 
 # name), the same for every comparison.
 STRATEGY_DATASETS = {
     "checkpoints": "{group}_checkpoints_{strategy}",
-    "policy": "{group}_policy_{strategy}",
+    "policies": "{group}_policies_{strategy}",  # {seed: model}
     "metrics": "{group}_{strategy}_metrics",
     "samples": "{group}_samples_{strategy}",
     "results": "{group}_results_{strategy}",
 }
+
+
+# ---------------------------------------------------------------- seeds (issue 17)
+# (model, metrics, samples) of one GRPO run: what a pipeline's one-seed train function returns.
+Trained = tuple[Any, pd.DataFrame, pd.DataFrame]
+SEED = "seed"  # the column naming the GRPO seed in metrics, samples and evaluations
+
+
+def seed_overrides(
+    params: Mapping[str, Any], strategy: Mapping[str, Any]
+) -> list[tuple[int, dict[str, Any]]]:
+    """``(seed, overrides)`` of each GRPO run of one strategy: ``comparison.n_seeds`` runs,
+    run k with GRPO seed s + k, s the strategy's seed (its own ``seed`` override, else
+    ``grpo.seed``); ``overrides`` are the strategy's with that seed. With one seed the config
+    is the strategy's own, so its checkpoints are those of a run before seeds existed.
+
+    >>> params = {"comparison": {"n_seeds": 3}, "grpo": {"seed": 7}}
+    >>> [seed for seed, _ in seed_overrides(params, {})], seed_overrides(params, {"seed": 1})[1]
+    ([7, 8, 9], (2, {'seed': 2}))
+    """
+    n_seeds = params["comparison"]["n_seeds"]
+    first = {**params["grpo"], **strategy}.get("seed", GRPOConfig.seed)
+    return [(first + k, {**strategy, "seed": first + k}) for k in range(n_seeds)]
+
+
+def train_each_seed(
+    train: Callable[[dict[str, Any], dict[str, Any]], Trained],
+    params: dict[str, Any],
+    strategy: dict[str, Any],
+) -> tuple[dict[int, Any], pd.DataFrame, pd.DataFrame]:
+    """``train(params, overrides)`` once per seed of ``seed_overrides``, from the same
+    inputs (the warm start: ``train`` copies it). Returns ``({seed: model}, metrics,
+    samples)``, the tables of every run concatenated with a ``seed`` column first."""
+    runs = seed_overrides(params, strategy)
+    policies, metrics, samples = {}, [], []
+    for index, (seed, overrides) in enumerate(runs, start=1):
+        if len(runs) > 1:
+            logger.info("GRPO seed %d (%d of %d)", seed, index, len(runs))
+        with _seed_steps(seed) if len(runs) > 1 else nullcontext():
+            model, run_metrics, run_samples = train(params, overrides)
+        policies[seed] = model
+        metrics.append(_with_seed(run_metrics, seed))
+        samples.append(_with_seed(run_samples, seed))
+    return policies, pd.concat(metrics, ignore_index=True), pd.concat(samples, ignore_index=True)
+
+
+def evaluate_each_seed(
+    policies: Mapping[int, Any], evaluate: Callable[[Any], pd.DataFrame]
+) -> pd.DataFrame:
+    """``evaluate(model)`` for each seed's policy of ``{seed: model}``, concatenated with a
+    ``seed`` column first."""
+    tables = [_with_seed(evaluate(model), seed) for seed, model in policies.items()]
+    return pd.concat(tables, ignore_index=True)
+
+
+def _with_seed(table: pd.DataFrame, seed: int) -> pd.DataFrame:
+    table = table.copy()
+    table.insert(0, SEED, seed)
+    return table
+
+
+@contextmanager
+def _seed_steps(seed: int) -> Iterator[None]:
+    """The live MLflow metrics of one seed's run under ``<prefix>/seed_<seed>/``: the runs of
+    one node would otherwise log steps 1..N under the same keys."""
+    active = tracking.active_step_logger()
+    if active is None:
+        yield
+        return
+    prefix = f"{active.prefix}/seed_{seed}" if active.prefix else f"seed_{seed}"
+    with tracking.logging_steps(dataclasses.replace(active, prefix=prefix)):
+        yield
 
 
 def strategy_template(
@@ -88,11 +185,12 @@ def strategy_template(
     train_inputs: Sequence[str],
     evaluation_inputs: Sequence[str],
 ) -> Pipeline:
-    """Train one strategy from the warm start, then evaluate it.
+    """Train one strategy from the warm start once per seed, then evaluate each seed's policy.
 
-    ``train(*train_inputs, checkpoints, params, strategy) -> (policy, metrics, samples)``, where
-    ``strategy`` is the strategy's overrides of ``params['grpo']``;
-    ``evaluate(policy, *evaluation_inputs) -> results``.
+    ``train(*train_inputs, checkpoints, params, strategy) -> (policies, metrics, samples)``,
+    where ``strategy`` is the strategy's overrides of ``params['grpo']`` and ``policies`` is
+    ``{seed: model}`` (``train_each_seed``); ``evaluate(policies, *evaluation_inputs) ->
+    results`` (``evaluate_each_seed``).
     """
     params = f"params:{group}"
     return Pipeline(
@@ -100,11 +198,14 @@ def strategy_template(
             Node(
                 train,
                 [*train_inputs, "checkpoints", params, "params:strategy"],
-                ["policy", "metrics", "samples"],
+                ["policies", "metrics", "samples"],
                 name=f"train_{group}_policy",
             ),
             Node(
-                evaluate, ["policy", *evaluation_inputs], "results", name=f"evaluate_{group}_policy"
+                evaluate,
+                ["policies", *evaluation_inputs],
+                "results",
+                name=f"evaluate_{group}_policy",
             ),
         ]
     )
@@ -127,7 +228,8 @@ def comparison_pipeline(
     ``params:<group>.strategies.<name>``; its outputs get the stable ``STRATEGY_DATASETS``
     names, so ``--load-versions`` examples and the docs keep their names.
     ``compare(params, <group>_results_sft, **{"results/<name>": ..., "metrics/<name>": ...})
-    -> (<group>_comparison, <group>_reward_curves)``.
+    -> (<group>_comparison, <group>_per_seed_comparison, <group>_reward_curves)``: the table
+    over seeds (with intervals), one row per (policy, seed), and the curves.
     """
     template = strategy_template(group, train, evaluate, train_inputs, evaluation_inputs)
     shared = {d: d for d in template.inputs() if not d.startswith("params:") and d != "checkpoints"}
@@ -140,7 +242,7 @@ def comparison_pipeline(
             template,
             namespace=name,
             inputs={**shared, "checkpoints": named("checkpoints", name)},
-            outputs={d: named(d, name) for d in ("policy", "metrics", "samples", "results")},
+            outputs={d: named(d, name) for d in ("policies", "metrics", "samples", "results")},
             parameters={
                 f"params:{group}": f"params:{group}",
                 "params:strategy": f"params:{group}.strategies.{name}",
@@ -156,7 +258,7 @@ def comparison_pipeline(
     report = Node(
         compare,
         inputs,
-        [f"{group}_comparison", f"{group}_reward_curves"],
+        [f"{group}_comparison", f"{group}_per_seed_comparison", f"{group}_reward_curves"],
         name=f"compare_{group}_strategies",
     )
     return Pipeline([*instances, report])

@@ -107,6 +107,23 @@ StrategyOverrides = dataclass_block(
 SFT = dataclass_block(SFTConfig, check=SFTConfig.from_params, name="SFT")
 
 
+class StrategyComparison(Block):
+    """How a comparison's strategies are compared (``<group>.comparison``): GRPO runs per
+    strategy (seeds ``grpo.seed + k``, ``pipelines.comparison.seed_overrides``) and the
+    strategy the others are compared with."""
+
+    n_seeds: Count
+    baseline: Annotated[str, Field(min_length=1)]
+
+
+def _check_baseline(group: str, comparison: StrategyComparison, strategies: Any) -> None:
+    if comparison.baseline not in strategies:
+        raise ValueError(
+            f"comparison.baseline {comparison.baseline!r} is not a strategy; valid: "
+            f"{', '.join(sorted(strategies))} (the {group}.strategies)"
+        )
+
+
 def _supervised(name: str, defaults: Mapping[str, Any]) -> type[Block]:
     return dataclass_block(
         SupervisedConfig,
@@ -171,7 +188,13 @@ class TapoParams(Block):
     reward_functions: list[RewardName] = Field(min_length=1)
     grpo: ComparisonGRPO
     strategies: dict[str, StrategyOverrides] = Field(min_length=1)
+    comparison: StrategyComparison
     evaluation: TapoEvaluation
+
+    @model_validator(mode="after")
+    def _baseline_is_a_strategy(self) -> TapoParams:
+        _check_baseline("tapo", self.comparison, self.strategies)
+        return self
 
 
 # --- tor -------------------------------------------------------------------------------------
@@ -207,7 +230,13 @@ class TorParams(Block):
     reward_functions: list[RewardName] = Field(min_length=1)
     grpo: ComparisonGRPO
     strategies: dict[str, StrategyOverrides] = Field(min_length=1)
+    comparison: StrategyComparison
     evaluation: TorEvaluation
+
+    @model_validator(mode="after")
+    def _baseline_is_a_strategy(self) -> TorParams:
+        _check_baseline("tor", self.comparison, self.strategies)
+        return self
 
 
 # --- the experience chain --------------------------------------------------------------------

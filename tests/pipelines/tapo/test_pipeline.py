@@ -110,8 +110,8 @@ def test_tapo_pipeline_runs_end_to_end_and_resumes(tapo_params, shared_data, tmp
     )
     # Each strategy trains its own copy: the shared warm start is never modified in place.
     sft_model = catalog.load("tapo_sft_policy")
-    assert all(catalog.load(f"tapo_policy_{s}") is not sft_model for s in STRATEGIES)
-    tapo = catalog.load("tapo_policy_tapo").state_dict()
+    assert all(catalog.load(f"tapo_policies_{s}")[0] is not sft_model for s in STRATEGIES)
+    tapo = catalog.load("tapo_policies_tapo")[0].state_dict()
 
     # Same inputs again: every GRPO node finds its finished checkpoint and does not retrain.
     checkpoints = sorted((tmp_path / "ckpt" / "tapo").glob("*/step-*"))
@@ -127,7 +127,7 @@ def test_tapo_pipeline_runs_end_to_end_and_resumes(tapo_params, shared_data, tmp
     SequentialRunner().run(train_nodes, rerun)
     again = rerun.load("tapo_tapo_metrics")
     pd.testing.assert_frame_equal(again, metrics)
-    retrained = rerun.load("tapo_policy_tapo").state_dict()
+    retrained = rerun.load("tapo_policies_tapo")[0].state_dict()
     assert all(torch.equal(tapo[k], retrained[k]) for k in tapo)
 
 

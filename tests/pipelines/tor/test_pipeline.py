@@ -132,7 +132,7 @@ def test_tor_pipeline_runs_end_to_end(tor_params, shared_data, tmp_path):
     assert set(mc["answer"]) <= set("ABCDE")
     # Each strategy trains its own copy from the same warm start.
     sft_model = catalog.load("tor_sft_policy")
-    assert all(catalog.load(f"tor_policy_{s}") is not sft_model for s in STRATEGIES)
+    assert all(catalog.load(f"tor_policies_{s}")[0] is not sft_model for s in STRATEGIES)
     checkpoints = sorted((tmp_path / "ckpt" / "tor").glob("*/step-*"))
     assert [p.name for p in checkpoints] == ["step-000001", "step-000002"]
 

@@ -3,19 +3,29 @@
 from __future__ import annotations
 
 import logging
+from functools import partial
 from typing import Any
 
 import pandas as pd
 from matplotlib.figure import Figure
 
 from creditflow.ingest.task_sources import math_text_problems
-from creditflow.models import load_policy, load_tokenizer, to_policy_device, train_bpe_tokenizer
-from creditflow.pipelines.comparison import labelled_tables
+from creditflow.models import (
+    explain_missing_checkpoint,
+    load_policy,
+    load_tokenizer,
+    to_policy_device,
+    train_bpe_tokenizer,
+)
+from creditflow.pipelines.comparison import evaluate_each_seed, labelled_tables, train_each_seed
 from creditflow.reporting import (
     metrics_frame,
     plot_reward_curves,
+    summarise_over_seeds,
+    summarise_per_seed,
     summarise_tapo_by_language,
     summarise_tapo_evaluations,
+    tapo_intervals,
 )
 from creditflow.tasks.sources import SYNTHETIC, evaluation_label, split_by_problem_id, split_options
 from creditflow.tasks.tapo import (
@@ -60,7 +70,9 @@ def build_tapo_tasks(
 def train_tapo_tokenizer(tapo_train_tasks: pd.DataFrame, params: dict[str, Any]):
     """A byte-level BPE tokenizer trained on the task text (tiny policy), or the checkpoint's own."""
     if params["policy"]["source"] != "tiny":
-        return load_tokenizer(params["policy"]["name_or_path"])
+        name_or_path = params["policy"]["name_or_path"]
+        with explain_missing_checkpoint(name_or_path):
+            return load_tokenizer(name_or_path)
     texts = [tapo_prompt(q) for q in tapo_train_tasks["question"]]
     texts += _sft_targets(tapo_train_tasks)
     settings = params["tokenizer"]
@@ -100,6 +112,42 @@ def warm_start_tapo_policy(
     return model, metrics_frame(metrics)
 
 
+def train_tapo_policies(
+    tapo_sft_policy,
+    tapo_tokenizer,
+    tapo_train_tasks: pd.DataFrame,
+    checkpoints: CheckpointStore | None,
+    params: dict[str, Any],
+    strategy: dict[str, Any],
+) -> tuple[dict[int, Any], pd.DataFrame, pd.DataFrame]:
+    """``train_tapo_policy`` once per GRPO seed (``comparison.n_seeds``, each from the warm
+    start): ``{seed: policy}``, and every run's metrics and samples with a ``seed`` column."""
+    train = partial(
+        train_tapo_policy, tapo_sft_policy, tapo_tokenizer, tapo_train_tasks, checkpoints
+    )
+    return train_each_seed(train, params, strategy)
+
+
+def evaluate_tapo_policies(
+    tapo_policies: dict[int, Any],
+    tapo_tokenizer,
+    tapo_eval_tasks: pd.DataFrame,
+    mgsm_problems: pd.DataFrame,
+    params: dict[str, Any],
+) -> pd.DataFrame:
+    """``evaluate_tapo_policy`` for each seed's policy, the rows with a ``seed`` column. Every
+    seed's sampled evaluation draws from the same seed (``params['seed']``), as the warm
+    start's does."""
+    evaluate = partial(
+        evaluate_tapo_policy,
+        tapo_tokenizer=tapo_tokenizer,
+        tapo_eval_tasks=tapo_eval_tasks,
+        mgsm_problems=mgsm_problems,
+        params=params,
+    )
+    return evaluate_each_seed(tapo_policies, evaluate)
+
+
 def train_tapo_policy(
     tapo_sft_policy,
     tapo_tokenizer,
@@ -108,8 +156,9 @@ def train_tapo_policy(
     params: dict[str, Any],
     strategy: dict[str, Any],
 ):
-    """GRPO from the warm start under one strategy (``strategy``: its overrides of
-    ``params['grpo']``). Every strategy reports the sign-conflict rate of its rewards."""
+    """One GRPO run from the warm start under one strategy (``strategy``: its overrides of
+    ``params['grpo']``, seed included). Every strategy reports the sign-conflict rate of its
+    rewards."""
     config, distributed = strategy_config(params, strategy)
     with torch_threads(params["torch_threads"]):
         model, result = run_grpo(
@@ -164,21 +213,33 @@ def evaluate_tapo_policy(
 
 def compare_tapo_strategies(
     params: dict[str, Any], tapo_results_sft: pd.DataFrame, **tables: pd.DataFrame
-) -> tuple[pd.DataFrame, Figure]:
-    """The comparison table (accuracy on seen/unseen languages and MGSM, chrF++, format rate,
-    gains over the warm start, sign-conflict rate in training) and the reward curves.
-    ``tables``: ``results/<strategy>`` and ``metrics/<strategy>`` of every strategy. With a
-    catalog source every language is seen, and a multilingual source adds one row per
-    (policy, language) (``reporting.summarise_tapo_by_language``)."""
+) -> tuple[pd.DataFrame, pd.DataFrame, Figure]:
+    """The comparison table over seeds, the per-seed table and the reward curves (mean over
+    seeds and a +-1 s.e. band). ``tables``: ``results/<strategy>`` and ``metrics/<strategy>``
+    of every strategy.
+
+    Per seed (``reporting.summarise_per_seed``): accuracy on seen/unseen languages and MGSM,
+    chrF++, format rate, sampled evaluation reward and its gain over the warm start,
+    sign-conflict rate in training. Over seeds (``reporting.summarise_over_seeds``): their
+    means, and 95 % intervals of the sampled evaluation reward's gain over the warm start and
+    difference to ``comparison.baseline`` (``reporting.tapo_intervals``). With a catalog source
+    every language is seen, and a multilingual source adds one row per (policy, language)
+    (``reporting.summarise_tapo_by_language``)."""
     evaluations, metrics = labelled_tables(params["strategies"], tapo_results_sft, tables)
+    baseline = params["comparison"]["baseline"]
     if params["tasks"]["source"] == SYNTHETIC:
         holdout = params["tasks"]["holdout_languages"]
-        table = summarise_tapo_evaluations(evaluations, metrics, holdout)
+        summarise = partial(summarise_tapo_evaluations, holdout_languages=holdout)
+        intervals = tapo_intervals(evaluations, holdout, SYNTHETIC, baseline)
     else:
-        table = summarise_tapo_by_language(evaluations, metrics, _task_label(params))
+        label = _task_label(params)
+        summarise = partial(summarise_tapo_by_language, task_dataset=label)
+        intervals = tapo_intervals(evaluations, [], label, baseline, by_language=True)
+    per_seed = summarise_per_seed(evaluations, metrics, summarise)
+    table = summarise_over_seeds(per_seed, intervals)
     logger.info("TAPO comparison:\n%s", table.to_string(index=False))
     curves = ["reward/total", "reward/reasoning", "reward/translation", "reward/format"]
-    return table, plot_reward_curves(metrics, curves)
+    return table, per_seed, plot_reward_curves(metrics, curves)
 
 
 def _synthetic_tasks(params: dict[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -5,10 +5,13 @@ the math-text schema, read through the fixed input ``tapo_source_problems``
 (``creditflow.task_sources``: Kedro builds the pipeline before it reads ``--params``).
 
 Every strategy listed under ``tapo.strategies`` in ``conf/base/parameters_tapo.yml`` trains
-from the same warm start with the same seed and budget; only the credit assignment differs.
+from the same warm start with the same seeds and budget; only the credit assignment differs.
 Each is ``comparison.strategy_template`` in its own namespace (``grpo_sum``,
-``grpo_reasoning``, ``tapo``, ...), with stable dataset names: ``tapo_policy_<strategy>``,
-``tapo_<strategy>_metrics``, ``tapo_samples_<strategy>``, ``tapo_results_<strategy>``.
+``grpo_reasoning``, ``tapo``, ...), with stable dataset names: ``tapo_policies_<strategy>``
+(``{seed: model}``), ``tapo_<strategy>_metrics``, ``tapo_samples_<strategy>``,
+``tapo_results_<strategy>``; each strategy's GRPO runs ``tapo.comparison.n_seeds`` times
+(seeds ``grpo.seed + k``; ``comparison`` module docstring), and ``compare_tapo_strategies``
+writes ``tapo_comparison`` (over seeds, with intervals) and ``tapo_per_seed_comparison``.
 """
 
 from __future__ import annotations
@@ -71,8 +74,8 @@ def create_pipeline(strategies: Sequence[str] | None = None, **kwargs) -> Pipeli
     comparison = comparison_pipeline(
         "tapo",
         strategies,
-        nodes.train_tapo_policy,
-        nodes.evaluate_tapo_policy,
+        nodes.train_tapo_policies,
+        nodes.evaluate_tapo_policies,
         nodes.compare_tapo_strategies,
         train_inputs=["tapo_sft_policy", "tapo_tokenizer", "tapo_train_tasks"],
         evaluation_inputs=EVALUATION_INPUTS,

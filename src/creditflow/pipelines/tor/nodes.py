@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import re
 import string
+from functools import partial
 from typing import Any
 
 import pandas as pd
@@ -15,13 +16,19 @@ from creditflow.ingest.task_sources import visual_problems
 from creditflow.models import (
     ImageOnlyQwen2_5_VLProcessor,
     build_tiny_processor,
+    explain_missing_checkpoint,
     load_vl_policy,
     to_policy_device,
     train_vl_tokenizer,
 )
-from creditflow.pipelines.comparison import labelled_tables
-from creditflow.pipelines.tor.report import summarise_tor_runs
-from creditflow.reporting import metrics_frame, plot_reward_curves
+from creditflow.pipelines.comparison import evaluate_each_seed, labelled_tables, train_each_seed
+from creditflow.pipelines.tor.report import summarise_tor_runs, tor_intervals
+from creditflow.reporting import (
+    metrics_frame,
+    plot_reward_curves,
+    summarise_over_seeds,
+    summarise_per_seed,
+)
 from creditflow.tasks.sources import SYNTHETIC, evaluation_label, split_by_problem_id, split_options
 from creditflow.tasks.tor import format_tor_target, generate_tor_problems, tor_prompt
 from creditflow.training.checkpoint import CheckpointStore
@@ -64,7 +71,8 @@ def train_tor_tokenizer(tor_train_tasks: pd.DataFrame, params: dict[str, Any]):
     image processor (tiny policy), or the checkpoint's own processor."""
     policy = params["policy"]
     if policy["source"] != "tiny":
-        processor = ImageOnlyQwen2_5_VLProcessor.from_pretrained(policy["name_or_path"])
+        with explain_missing_checkpoint(policy["name_or_path"]):
+            processor = ImageOnlyQwen2_5_VLProcessor.from_pretrained(policy["name_or_path"])
         processor.tokenizer.padding_side = "left"
         return processor
     settings = params["tokenizer"]
@@ -102,6 +110,40 @@ def sft_warmstart_tor(
     return model, metrics_frame(metrics)
 
 
+def train_tor_policies(
+    tor_sft_policy,
+    tor_processor,
+    tor_train_tasks: pd.DataFrame,
+    checkpoints: CheckpointStore,
+    params: dict[str, Any],
+    strategy: dict[str, Any],
+) -> tuple[dict[int, Any], pd.DataFrame, pd.DataFrame]:
+    """``train_tor_policy`` once per GRPO seed (``comparison.n_seeds``, each from the warm
+    start): ``{seed: policy}``, and every run's metrics and samples with a ``seed`` column."""
+    train = partial(train_tor_policy, tor_sft_policy, tor_processor, tor_train_tasks, checkpoints)
+    return train_each_seed(train, params, strategy)
+
+
+def evaluate_tor_policies(
+    tor_policies: dict[int, Any],
+    tor_processor,
+    tor_eval_tasks: pd.DataFrame,
+    tabmwp_problems: pd.DataFrame,
+    mathvision_problems: pd.DataFrame,
+    params: dict[str, Any],
+) -> pd.DataFrame:
+    """``evaluate_tor_policy`` for each seed's policy, the rows with a ``seed`` column."""
+    evaluate = partial(
+        evaluate_tor_policy,
+        tor_processor=tor_processor,
+        tor_eval_tasks=tor_eval_tasks,
+        tabmwp_problems=tabmwp_problems,
+        mathvision_problems=mathvision_problems,
+        params=params,
+    )
+    return evaluate_each_seed(tor_policies, evaluate)
+
+
 def train_tor_policy(
     tor_sft_policy,
     tor_processor,
@@ -110,8 +152,8 @@ def train_tor_policy(
     params: dict[str, Any],
     strategy: dict[str, Any],
 ):
-    """GRPO from the warm start with one token-weight strategy (``strategy``: its overrides
-    of ``params['grpo']``)."""
+    """One GRPO run from the warm start with one token-weight strategy (``strategy``: its
+    overrides of ``params['grpo']``, seed included)."""
     config, distributed = strategy_config(params, strategy)
     if distributed is not None:
         raise ConfigError("tor.grpo.distributed: the vision-language GRPO runs in one process")
@@ -164,15 +206,23 @@ def evaluate_tor_policy(
 
 def compare_tor_strategies(
     params: dict[str, Any], tor_results_sft: pd.DataFrame, **tables: pd.DataFrame
-) -> tuple[pd.DataFrame, Figure]:
-    """The comparison table (accuracy per evaluation set, token-selection statistics, step
-    time) and the reward curves per strategy. ``tables``: ``results/<strategy>`` and
-    ``metrics/<strategy>`` of every strategy."""
+) -> tuple[pd.DataFrame, pd.DataFrame, Figure]:
+    """The comparison table over seeds, the per-seed table and the reward curves (mean over
+    seeds and a +-1 s.e. band). ``tables``: ``results/<strategy>`` and ``metrics/<strategy>``
+    of every strategy.
+
+    Per seed (``report.summarise_tor_runs``): accuracy per evaluation set, token-selection
+    statistics, step time. Over seeds: their means, and 95 % intervals of the accuracy's gain
+    over the warm start and difference to ``comparison.baseline`` on the held-out problems of
+    ``tasks.source`` (``report.tor_intervals``)."""
     evaluations, metrics = labelled_tables(params["strategies"], tor_results_sft, tables)
-    table = summarise_tor_runs(evaluations, metrics)
+    label = evaluation_label(params["tasks"]["source"], BENCHMARKS)
+    per_seed = summarise_per_seed(evaluations, metrics, summarise_tor_runs)
+    intervals = tor_intervals(evaluations, label, params["comparison"]["baseline"])
+    table = summarise_over_seeds(per_seed, intervals)
     logger.info("ToR comparison:\n%s", table.to_string(index=False))
     curves = ["reward/total", "tor/selected_frac", "actor/entropy", "completion/length"]
-    return table, plot_reward_curves(metrics, curves)
+    return table, per_seed, plot_reward_curves(metrics, curves)
 
 
 def choice_question(question: str, choices: list[str]) -> str:

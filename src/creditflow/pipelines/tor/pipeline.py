@@ -6,11 +6,14 @@ the visual schema, read through the fixed input ``tor_source_problems``
 (``creditflow.task_sources``: Kedro builds the pipeline before it reads ``--params``).
 
 Every strategy listed under ``tor.strategies`` in ``conf/base/parameters_tor.yml`` trains from
-the same warm start with the same seed and budget; only the token weights differ: plain GRPO
+the same warm start with the same seeds and budget; only the token weights differ: plain GRPO
 (``uniform``), ToR with the paper's defaults (``tor``) and its ablations. Each is
 ``comparison.strategy_template`` in its own namespace, with stable dataset names:
-``tor_policy_<strategy>``, ``tor_<strategy>_metrics``, ``tor_samples_<strategy>``,
-``tor_results_<strategy>``.
+``tor_policies_<strategy>`` (``{seed: model}``), ``tor_<strategy>_metrics``,
+``tor_samples_<strategy>``, ``tor_results_<strategy>``; each strategy's GRPO runs
+``tor.comparison.n_seeds`` times (seeds ``grpo.seed + k``; ``comparison`` module docstring),
+and ``compare_tor_strategies`` writes ``tor_comparison`` (over seeds, with intervals) and
+``tor_per_seed_comparison``.
 """
 
 from __future__ import annotations
@@ -79,8 +82,8 @@ def create_pipeline(strategies: Sequence[str] | None = None, **kwargs) -> Pipeli
     comparison = comparison_pipeline(
         "tor",
         strategies,
-        nodes.train_tor_policy,
-        nodes.evaluate_tor_policy,
+        nodes.train_tor_policies,
+        nodes.evaluate_tor_policies,
         nodes.compare_tor_strategies,
         train_inputs=["tor_sft_policy", "tor_processor", "tor_train_tasks"],
         evaluation_inputs=EVALUATION_INPUTS,

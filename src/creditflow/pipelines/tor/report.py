@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from creditflow.reporting import training_reward_ends
+from creditflow.reporting import SEED, WARM_START, training_reward_ends
+from creditflow.reporting_stats import comparison_intervals
 
 EVALUATION_SETS = ("synthetic", "tabmwp", "mathvision")
 # Training metrics averaged over the steps of each run, and their column in the table.
@@ -61,3 +62,16 @@ def summarise_tor_runs(
         base = table.loc[table["policy"] == baseline, "step_s"].iloc[0]
         table["step_overhead_vs_uniform"] = table["step_s"] / base - 1.0
     return table
+
+
+def tor_intervals(
+    evaluations: pd.DataFrame, task_dataset: str, baseline: str | None
+) -> pd.DataFrame:
+    """``reporting_stats.comparison_intervals`` of the tor table: the greedy accuracy
+    (``reward/reasoning``) on the held-out problems of the task source (``dataset ==
+    task_dataset``), paired by problem ``id`` and seed: ``accuracy_gain_<set>`` over the warm
+    start and ``accuracy_vs_baseline_<set>`` to ``baseline``, each with ``_se_``,
+    ``_ci_low_`` and ``_ci_high_`` columns. Indexed by policy."""
+    tasks = evaluations[evaluations["dataset"] == task_dataset]
+    scores = tasks[["policy", SEED, "id"]].assign(value=tasks["reward/reasoning"])
+    return comparison_intervals(scores, ["id"], WARM_START, baseline, "accuracy", task_dataset)
