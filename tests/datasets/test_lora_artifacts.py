@@ -7,7 +7,7 @@ import pytest
 import torch
 from kedro.io import Version
 
-from creditflow.datasets import HFModelDataset
+from creditflow.datasets import HFModelDataset, HFModelsBySeedDataset
 from creditflow.models import load_policy
 from creditflow.models.lora import is_lora_model
 
@@ -91,3 +91,18 @@ def test_a_pretrained_lora_policy_saves_only_its_adapter(tmp_path, tokenizer, mo
         assert torch.equal(base[key], tensor), name
     assert all(not p.requires_grad for n, p in loaded.named_parameters() if "lora_" not in n)
 
+
+def test_models_by_seed_round_trip_lora_policies(tmp_path, tokenizer, input_ids):
+    models = {
+        seed: _trained_lora(
+            {"source": "tiny", "tiny": {"seed": 0}, "lora": {**LORA, "seed": seed}}, tokenizer
+        )
+        for seed in (0, 1)
+    }
+    dataset = HFModelsBySeedDataset(str(tmp_path / "policies"), load_args=EAGER)
+    dataset.save(models)
+    loaded = dataset.load()
+    assert list(loaded) == [0, 1]
+    for seed, model in models.items():
+        assert (tmp_path / "policies" / f"seed_{seed}" / "adapter_model.safetensors").is_file()
+        assert torch.equal(_logits(loaded[seed], input_ids), _logits(model, input_ids))

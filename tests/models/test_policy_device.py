@@ -138,6 +138,18 @@ def test_an_uncached_real_id_names_the_id_and_the_cache(hub_cache, load, name):
     assert isinstance(info.value.__cause__, OSError)
 
 
+@pytest.mark.parametrize(
+    ("module", "node", "name"),
+    [("tapo", "train_tapo_tokenizer", TEXT_ID), ("tor", "train_tor_tokenizer", VL_ID)],
+)
+def test_the_first_node_to_read_an_uncached_id_names_it(hub_cache, module, node, name):
+    """The tokenizer / processor node runs before the policy is loaded."""
+    nodes = importlib.import_module(f"creditflow.pipelines.{module}.nodes")
+    params = {"policy": {"source": "pretrained", "name_or_path": name}}
+    with pytest.raises(OSError, match=f"could not load the policy checkpoint '{name}'"):
+        getattr(nodes, node)(pd.DataFrame(), params)
+
+
 @pytest.mark.gpu
 def test_text_and_vl_policies_on_cuda(tokenizer, processor, tmp_path):  # noqa: F811
     text, _ = load_policy({**TINY_TEXT, "device": "cuda"}, tokenizer=tokenizer)

@@ -7,6 +7,7 @@ from creditflow.models.builders import (
     ATTN_IMPLEMENTATIONS,
     DTYPES,
     build_tiny_qwen2,
+    explain_missing_checkpoint,
     load_policy,
     to_policy_device,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "IM_START_TOKEN",
     "PAD_TOKEN",
     "build_tiny_qwen2",
+    "explain_missing_checkpoint",
     "load_policy",
     "load_tokenizer",
     "to_policy_device",

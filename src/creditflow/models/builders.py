@@ -325,7 +325,7 @@ def load_policy(
             )
         return policy.prepare(build_tiny_qwen2(tokenizer, **policy.tiny)), tokenizer
     name_or_path = policy.name_or_path
-    with _explain_missing_checkpoint(name_or_path):
+    with explain_missing_checkpoint(name_or_path):
         model = AutoModelForCausalLM.from_pretrained(
             name_or_path, **policy.from_pretrained_kwargs()
         )
@@ -370,7 +370,7 @@ def ready_for_rollouts(
 
 
 @contextmanager
-def _explain_missing_checkpoint(name_or_path: str) -> Iterator[None]:
+def explain_missing_checkpoint(name_or_path: str) -> Iterator[None]:
     """Re-raise transformers' OSError for a missing checkpoint with what to do about it."""
     try:
         yield

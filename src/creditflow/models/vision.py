@@ -43,7 +43,7 @@ from transformers.utils import is_torchvision_available
 from creditflow.models.builders import (
     ATTN_IMPLEMENTATIONS,
     PolicySpec,
-    _explain_missing_checkpoint,
+    explain_missing_checkpoint,
     ready_for_rollouts,
 )
 from creditflow.models.tokenizer import train_bpe_tokenizer
@@ -388,7 +388,7 @@ def load_vl_policy(
             )
         return policy.prepare(build_tiny_qwen2_5_vl(processor, **policy.tiny)), processor
     name_or_path = policy.name_or_path
-    with _explain_missing_checkpoint(name_or_path):
+    with explain_missing_checkpoint(name_or_path):
         model = AutoModelForImageTextToText.from_pretrained(
             name_or_path, **policy.from_pretrained_kwargs()
         )

@@ -1,0 +1,62 @@
+"""benchmarks/seeds.py (issue 17): its --params parsing and the markdown it writes; the run
+itself is a KedroSession of the tapo / tor pipelines (tests/pipelines/test_seeds.py)."""
+
+import doctest
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def seeds():
+    spec = importlib.util.spec_from_file_location("bench_seeds", BENCHMARKS / "seeds.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_doctests(seeds):
+    assert doctest.testmod(seeds).failed == 0
+
+
+def test_params_merge_under_the_seed_count(seeds):
+    extra = seeds.parse_params("tapo.grpo.steps=2,tapo.comparison.baseline=tapo")
+    params = seeds.merged(extra, {"tapo": {"comparison": {"n_seeds": 5}}})
+    assert params == {
+        "tapo": {"grpo": {"steps": 2}, "comparison": {"baseline": "tapo", "n_seeds": 5}}
+    }
+    with pytest.raises(ValueError, match="not key=value"):
+        seeds.parse_params("tapo.grpo.steps")
+
+
+def test_the_markdown_shows_intervals_and_never_invents_one(seeds):
+    table = pd.DataFrame(
+        {
+            "policy": ["sft", "uniform", "tor"],
+            "n_seeds": [pd.NA, 5, 5],
+            "ci_basis": [None, "seeds", "seeds"],
+            "accuracy_synthetic": [0.1, 0.2, 0.25],
+            "accuracy_gain_synthetic": [np.nan, 0.1, 0.15],
+            "accuracy_gain_ci_low_synthetic": [np.nan, 0.05, np.nan],
+            "accuracy_gain_ci_high_synthetic": [np.nan, 0.15, np.nan],
+            "accuracy_vs_baseline_synthetic": [np.nan, np.nan, 0.05],
+            "accuracy_vs_baseline_ci_low_synthetic": [np.nan, np.nan, -0.01],
+            "accuracy_vs_baseline_ci_high_synthetic": [np.nan, np.nan, 0.11],
+            "accuracy_tabmwp": [0.0, 0.0, 0.05],
+        }
+    )
+    lines = seeds.markdown_table("tor", table).splitlines()
+    assert lines[0].startswith("| policy | n_seeds | ci_basis | accuracy_synthetic |")
+    assert lines[2] == "| sft |  |  | 0.100 | - | - | 0.000 |"
+    assert lines[3] == "| uniform | 5 | seeds | 0.200 | +0.100 [+0.050, +0.150] | - | 0.000 |"
+    assert (
+        lines[4]
+        == "| tor | 5 | seeds | 0.250 | +0.150 [no interval] | +0.050 [-0.010, +0.110] | 0.050 |"
+    )
