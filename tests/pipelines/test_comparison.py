@@ -54,13 +54,18 @@ def test_a_strategy_added_only_in_yaml_joins_the_comparison(tmp_path: Path, proj
 
 
 def test_a_strategy_the_pipeline_lacks_fails_the_comparison_loudly():
-    table = pd.DataFrame({"x": [1.0]})
+    table = pd.DataFrame({"seed": [0], "x": [1.0]})
     tables = {"results/grpo_sum": table, "metrics/grpo_sum": table}
-    evaluations, metrics = labelled_tables({"grpo_sum": {}}, table, tables)
+    evaluations, metrics = labelled_tables({"grpo_sum": {}}, table.drop(columns="seed"), tables)
     assert evaluations["policy"].tolist() == ["sft", "grpo_sum"]
+    assert evaluations["seed"].isna().tolist() == [True, False]  # the warm start has no seed
     assert metrics["strategy"].tolist() == ["grpo_sum"]
     with pytest.raises(ValueError, match=r"\['extra'\] are in the parameters but not in the"):
         labelled_tables({"grpo_sum": {}, "extra": {}}, table, tables)
+    # Tables saved before the comparisons had seeds fail, naming them.
+    old = {**tables, "results/grpo_sum": table.drop(columns="seed")}
+    with pytest.raises(ValueError, match=r"\['results/grpo_sum'\] have no 'seed' column"):
+        labelled_tables({"grpo_sum": {}}, table, old)
 
 
 @pytest.mark.parametrize(

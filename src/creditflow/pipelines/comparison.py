@@ -273,10 +273,17 @@ def labelled_tables(
 
     Raises:
         ValueError: a strategy of the parameters has no tables in the pipeline (it was added
-            with ``--params``, after the pipeline was built).
+            with ``--params``, after the pipeline was built), or a strategy's table has no
+            ``seed`` column (saved before seeds existed, e.g. loaded with ``--load-versions``).
     """
     names = [key[len(RESULTS_PREFIX) :] for key in tables if key.startswith(RESULTS_PREFIX)]
     _check_built(configured, names)
+    unseeded = [key for key, table in tables.items() if SEED not in table.columns]
+    if unseeded:
+        raise ValueError(
+            f"{sorted(unseeded)} have no {SEED!r} column: they were saved before the "
+            "comparisons had seeds (issue 17); rerun those strategies' train and evaluate nodes"
+        )
     evaluations = [warm_start.assign(policy=WARM_START)]
     evaluations += [tables[RESULTS_PREFIX + n].assign(policy=n) for n in names]
     metrics = [tables[METRICS_PREFIX + n].assign(strategy=n) for n in names]
