@@ -10,7 +10,9 @@ Usage::
     .venv/bin/python benchmarks/compare.py --model-dir DIR --repeat 3 -- \\
         --group-size 8 --prompts 4 --max-new-tokens 64 --steps 5 --threads 2 --profile
 
-Everything after ``--`` is passed to every ``grpo_step.py`` run unchanged.
+Everything after ``--`` is passed to every ``grpo_step.py`` run unchanged. ``--rollouts hf
+lean`` runs creditflow once per rollout backend in each round (labelled ``creditflow[hf]``,
+``creditflow[lean]``), each compared with TRL.
 """
 
 from __future__ import annotations
@@ -38,8 +40,10 @@ SUMMARY_COLUMNS = (
 )
 
 
-def run_once(impl: str, model_dir: Path, step_args: Sequence[str]) -> dict[str, Any]:
-    """One ``grpo_step.py`` process; its last stdout line is the JSON record."""
+def run_once(label: str, model_dir: Path, step_args: Sequence[str]) -> dict[str, Any]:
+    """One ``grpo_step.py`` process; its last stdout line is the JSON record. ``label`` is an
+    implementation, or ``creditflow[NAME]`` for creditflow with rollout backend NAME."""
+    impl, _, rollout = label.partition("[")
     command = [
         sys.executable,
         str(GRPO_STEP),
@@ -47,6 +51,7 @@ def run_once(impl: str, model_dir: Path, step_args: Sequence[str]) -> dict[str, 
         impl,
         "--model-dir",
         str(model_dir),
+        *(["--rollout", rollout.rstrip("]")] if rollout else []),
         *step_args,
     ]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
@@ -73,12 +78,11 @@ def summary_table(by_impl: dict[str, list[dict[str, Any]]]) -> str:
     for impl, values in stats.items():
         cells = [fmt.format(values[key]) for key, _, fmt in SUMMARY_COLUMNS]
         lines.append(f"| {impl} | " + " | ".join(cells) + " |")
-    if all(impl in stats for impl in IMPLS):
+    for impl in [i for i in stats if i.startswith("creditflow")] if "trl" in stats else []:
         ratios = [
-            "{:.2f}".format(stats["creditflow"][key] / stats["trl"][key])
-            for key, _, _ in SUMMARY_COLUMNS
+            "{:.2f}".format(stats[impl][key] / stats["trl"][key]) for key, _, _ in SUMMARY_COLUMNS
         ]
-        lines.append("| creditflow / TRL | " + " | ".join(ratios) + " |")
+        lines.append(f"| {impl} / TRL | " + " | ".join(ratios) + " |")
     return "\n".join(lines)
 
 
@@ -102,7 +106,24 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, l
     parser.add_argument("--repeat", type=int, default=3, help="runs per implementation")
     parser.add_argument("--impls", nargs="+", default=list(IMPLS), choices=IMPLS)
     parser.add_argument("--out", type=Path, help="also write every JSON record here")
+    parser.add_argument(
+        "--rollouts",
+        nargs="+",
+        default=None,
+        metavar="NAME",
+        help="creditflow rollout backends to run side by side (e.g. hf lean)",
+    )
     args = parser.parse_args(argv[:split])
+    if args.rollouts:
+        args.impls = [
+            label
+            for impl in args.impls
+            for label in (
+                [f"creditflow[{name}]" for name in args.rollouts]
+                if impl == "creditflow"
+                else [impl]
+            )
+        ]
     if args.repeat < 1:
         parser.error("--repeat must be >= 1")
     return args, argv[split + 1 :]
@@ -117,7 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             record = run_once(impl, args.model_dir, step_args)
             by_impl[impl].append(record)
             log.write(
-                f"run {repeat + 1}/{args.repeat} {impl:>10}: {record['s_per_step']:.3f} s/step, "
+                f"run {repeat + 1}/{args.repeat} {impl:>16}: {record['s_per_step']:.3f} s/step, "
                 f"median step {record['median_step_s']:.3f} s, CPU {record['cpu_s_per_step']:.3f} s/step, "
                 f"{record['tokens_per_s']:.0f} tok/s, "
                 f"peak RSS {record['peak_rss_mb']:.0f} MB, load avg {record['loadavg_1m']:.2f}\n"

@@ -14,6 +14,9 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 AGG_MODES = ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm")
+# The rollout backend of GRPO and of the evaluations unless one is named: creditflow's decoder
+# where it applies (Qwen2-family text models), else model.generate (creditflow.rollout.backends).
+DEFAULT_ROLLOUT_BACKEND = "lean"
 KL_KINDS = ("k1", "k3")
 
 
@@ -82,10 +85,10 @@ class GRPOConfig:
     agg: loss aggregation, one of AGG_MODES.
     max_new_tokens, temperature, top_p, top_k: sampling.
     rollout: {"name": backend, ...options}: the engine that draws the completions
-        (``creditflow.rollout.backends.ROLLOUT_BACKENDS``): ``hf`` (``model.generate``),
-        ``lean`` (creditflow's decoder for Qwen2-family text models; others fall back to
-        ``hf`` with a log line) or ``vllm`` (an optional extra). Vision-language policies
-        always use ``hf``.
+        (``creditflow.rollout.backends.ROLLOUT_BACKENDS``): ``lean`` (the default:
+        creditflow's decoder for Qwen2-family text models; others fall back to ``hf`` with a
+        log line), ``hf`` (``model.generate``) or ``vllm`` (an optional extra).
+        Vision-language policies always use ``hf``.
     importance_sampling_cap: when the rollout engine is not the trained module (vLLM), the
         per-token ratio pi_trainer(o_t) / pi_sampler(o_t) of the sampling-time log-probs,
         truncated at this cap, multiplies each token's policy-gradient loss (truncated
@@ -137,7 +140,7 @@ class GRPOConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
-    rollout: dict[str, Any] = field(default_factory=lambda: {"name": "hf"})
+    rollout: dict[str, Any] = field(default_factory=lambda: {"name": DEFAULT_ROLLOUT_BACKEND})
     importance_sampling_cap: float | None = None
     entropy_top_p: float = 0.95
     logprob_chunk_size: int | None = None

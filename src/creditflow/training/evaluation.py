@@ -12,6 +12,8 @@ from tqdm.auto import tqdm
 
 from creditflow.rewards import check_reward_options, get_reward_function
 from creditflow.rollout import LanguagePolicy, SamplingSettings, VisionLanguagePolicy
+from creditflow.rollout.backends import rollout_backend
+from creditflow.training.config import DEFAULT_ROLLOUT_BACKEND
 from creditflow.training.grpo import step_seed
 
 
@@ -61,24 +63,22 @@ class TextRewards:
 def greedy_completions(
     policy, prompts: Sequence[str], batch_size: int = 32, progress: bool = False
 ) -> list[str]:
-    """Greedy decodes of ``prompts`` with ``policy.module`` (a LanguagePolicy), in batches."""
-    model, tokenizer = policy.module, policy.tokenizer
-    was_training = model.training
-    model.eval()
+    """Greedy decodes of ``prompts`` with a ``LanguagePolicy`` (its rollout backend), in
+    batches."""
     texts: list[str] = []
     for start in tqdm(range(0, len(prompts), batch_size), desc="eval", disable=not progress):
         ids, mask = policy.encode_prompts(list(prompts[start : start + batch_size]))
-        out = model.generate(
-            input_ids=ids,
-            attention_mask=mask,
-            do_sample=False,
-            max_new_tokens=policy.sampling.max_new_tokens,
-            pad_token_id=tokenizer.pad_token_id,
-            eos_token_id=policy.eos_ids,
-        )
-        texts += tokenizer.batch_decode(out[:, ids.shape[1] :], skip_special_tokens=True)
-    model.train(was_training)
+        generation = policy.generate(ids, mask, group_size=1, do_sample=False)
+        texts += policy.tokenizer.batch_decode(generation.completion_ids, skip_special_tokens=True)
     return texts
+
+
+def evaluation_policy(model, tokenizer, sampling: SamplingSettings) -> LanguagePolicy:
+    """A policy for evaluating ``model``: the default rollout backend where it applies (the
+    ``lean`` decoder draws the same tokens as ``model.generate`` up to float ties), else
+    ``hf``."""
+    backend = rollout_backend({"name": DEFAULT_ROLLOUT_BACKEND}, model)
+    return LanguagePolicy(model, tokenizer, sampling, backend=backend)
 
 
 @torch.no_grad()
@@ -148,7 +148,7 @@ def evaluate_text_policy(
 ) -> pd.DataFrame:
     """Greedy completions of ``prompts`` scored with ``reward_names``: one row per prompt with
     ``completion`` and ``reward/<name>`` columns."""
-    policy = LanguagePolicy(model, tokenizer, SamplingSettings(max_new_tokens=max_new_tokens))
+    policy = evaluation_policy(model, tokenizer, SamplingSettings(max_new_tokens=max_new_tokens))
     completions = greedy_completions(policy, prompts, batch_size=batch_size, progress=True)
     scores = score_completions(completions, references, answers, reward_names)
     return scores.assign(completion=completions)
@@ -177,7 +177,7 @@ def evaluate_text_policy_sampled(
     apart.
     """
     sampling = SamplingSettings(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
-    policy = LanguagePolicy(model, tokenizer, sampling)
+    policy = evaluation_policy(model, tokenizer, sampling)
     completions = sampled_completions(  # sample() switches the module to eval mode and back
         policy, prompts, samples_per_prompt, batch_size=batch_size, seed=seed, progress=True
     )

@@ -31,7 +31,7 @@ from creditflow.training.checkpoint import (
     run_store,
     tokenizer_digest,
 )
-from creditflow.training.config import ConfigError, GRPOConfig
+from creditflow.training.config import DEFAULT_ROLLOUT_BACKEND, ConfigError, GRPOConfig
 from creditflow.training.evaluation import TextRewards
 from creditflow.training.grpo import GRPOResult, GRPOTrainer
 from creditflow.training.launch import run_data_parallel
@@ -146,7 +146,7 @@ def language_policy(model, tokenizer, config: GRPOConfig) -> LanguagePolicy:
 def vision_language_policy(model, processor, config: GRPOConfig) -> VisionLanguagePolicy:
     """The policy of a vision-language model; it always samples with ``hf``."""
     name = config.rollout.get("name", FALLBACK_BACKEND)
-    if name != FALLBACK_BACKEND:
+    if name not in (FALLBACK_BACKEND, DEFAULT_ROLLOUT_BACKEND):
         logger.info(
             "rollout backend %r is text-only: the vision-language policy samples with %r",
             name,
