@@ -7,7 +7,7 @@ import torch
 from creditflow.config_schema import problems
 from creditflow.models import load_policy, load_vl_policy
 from creditflow.models.lora import LoraSpec, adapter_state_dict, is_lora_model
-from creditflow.pipelines.parameters import TextPolicy
+from creditflow.pipelines.parameters import ExpmodelModel, TextPolicy
 from tests.models.test_policy_spec import TINY_TEXT, TINY_VL, processor  # noqa: F401 - fixture
 
 pytest.importorskip("peft")
@@ -56,6 +56,9 @@ def test_the_parameter_schema_checks_the_lora_block():
     ]
     assert problems("tapo.policy", {"source": "tiny", "lora": None}, TextPolicy) == []
     assert problems("tapo.policy", {"source": "tiny", "lora": LORA}, TextPolicy) == []
+    # The experience model takes neither (it picks its own weights to train).
+    (problem,) = problems("expmodel_sft.model", {"source": "tiny", "lora": LORA}, ExpmodelModel)
+    assert problem.startswith("expmodel_sft.model: unknown key `lora`")
 
 
 def test_a_lora_text_policy_starts_as_its_base(tokenizer):

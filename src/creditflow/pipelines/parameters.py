@@ -75,13 +75,17 @@ RewardName = one_of(REWARD_FUNCTIONS, "reward")
 Lora = dataclass_block(LoraSpec, check=LoraSpec.from_params, name="Lora")
 
 
-def _policy_block(name: str, builder: Any, taken: str, check: Any) -> type[Block]:
+def _policy_block(
+    name: str, builder: Any, taken: str, check: Any, without: Collection[str] = ()
+) -> type[Block]:
+    """The ``PolicySpec`` block, less the keys in ``without``."""
     tiny = signature_block(builder, taken=(taken,), name=f"{name}Tiny")
+    extra = {"tiny": (tiny | None, None), "lora": (Lora | None, None)}
     return dataclass_block(
         PolicySpec,
         check=check,
-        exclude=("tiny", "lora"),
-        extra_fields={"tiny": (tiny | None, None), "lora": (Lora | None, None)},
+        exclude=("tiny", "lora", *without),
+        extra_fields={key: spec for key, spec in extra.items() if key not in without},
         name=name,
     )
 
@@ -320,12 +324,21 @@ class ExpmodelTokenizer(Block):
 
 
 ExpmodelTraining = _supervised("ExpmodelTraining", EXPMODEL_TRAINING)
+# The experience model trains all its weights or a chosen few (training.expmodel), and no
+# node moves it off the CPU the catalog loads it on: no lora or device here.
+ExpmodelModel = _policy_block(
+    "ExpmodelModel",
+    build_tiny_qwen2_5_vl,
+    "processor_or_tokenizer",
+    vl_policy_spec,
+    without=("device", "lora"),
+)
 
 
 class ExpmodelSFTParams(Block):
     RENAMED = {"sft": "training (and max_length)"}
     tokenizer: ExpmodelTokenizer | None = None  # the tiny model's; a checkpoint brings its own
-    model: VisionPolicy
+    model: ExpmodelModel
     training: ExpmodelTraining
     max_length: Count
 
