@@ -8,8 +8,9 @@ import torch
 from kedro.io import Version
 
 from creditflow.datasets import HFModelDataset, HFModelsBySeedDataset
-from creditflow.models import load_policy
+from creditflow.models import load_policy, load_vl_policy
 from creditflow.models.lora import is_lora_model
+from tests.models.test_policy_spec import TINY_VL, processor  # noqa: F401 - fixture
 
 pytest.importorskip("peft")
 
@@ -106,3 +107,18 @@ def test_models_by_seed_round_trip_lora_policies(tmp_path, tokenizer, input_ids)
     for seed, model in models.items():
         assert (tmp_path / "policies" / f"seed_{seed}" / "adapter_model.safetensors").is_file()
         assert torch.equal(_logits(loaded[seed], input_ids), _logits(model, input_ids))
+
+
+def test_a_vl_lora_policy_round_trips_as_the_tor_entries_load_it(tmp_path, processor):  # noqa: F811
+    model, _ = load_vl_policy({**TINY_VL, "lora": LORA}, processor=processor)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "lora_B" in name:
+                parameter.normal_(generator=torch.Generator().manual_seed(0))
+    options = {"model_class": "AutoModelForImageTextToText", "load_args": EAGER}
+    HFModelDataset(str(tmp_path / "tor_sft_policy"), **options).save(model)
+    loaded = HFModelDataset(str(tmp_path / "tor_sft_policy"), **options).load()
+    assert is_lora_model(loaded)
+    assert type(loaded.get_base_model()).__name__ == "Qwen2_5_VLForConditionalGeneration"
+    ids = processor.tokenizer(["Add the two numbers"], return_tensors="pt")["input_ids"]
+    assert torch.equal(_logits(loaded, ids), _logits(model, ids))
