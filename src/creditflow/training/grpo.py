@@ -283,6 +283,10 @@ class GRPOTrainer:
         t_rollout = time.perf_counter() - t0
 
         rewards = self.reward_fn(batch.completion_texts, batch.prompt_index)  # name -> (B,)
+        # Reward functions score text on the CPU; the strategies combine the rewards with the
+        # batch's masks, which live where the policy does (a GPU).
+        device = batch.completion_mask.device
+        rewards = {name: values.to(device) for name, values in rewards.items()}
         # The strategies may score the batch with the policy (ToR's no-image pass).
         with self._autocast():
             advantages, adv_metrics = self.advantage.compute(
