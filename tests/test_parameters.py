@@ -79,6 +79,7 @@ PROBES = [
     ("tapo.grpo.beta", True, r"tapo.grpo.beta: input should be a valid number, got True"),
     ("tapo.policy.tiny.hiden_size", 8, r"tapo.policy.tiny: unknown key `hiden_size` \(did you"),
     ("tapo.tasks.languages", ["en", "xx"], r"tapo.tasks.languages.1: unknown language 'xx'"),
+    ("tapo.tasks.variant", "hard", r"tapo.tasks.variant: unknown variant 'hard'; valid: conflict"),
     ("tapo.tasks.holdout_languages", ["ja"], r"tapo.tasks: holdout_languages \['ja'\] are not"),
     ("tapo.reward_functions", ["reasonnig"], r"tapo.reward_functions.0: unknown reward"),
     ("tapo.strategies.tapo.stpes", 3, r"tapo.strategies.tapo: unknown key `stpes`"),

@@ -8,9 +8,13 @@ import sys
 
 import pandas as pd
 import pytest
+import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from creditflow.algorithms.advantages import sign_conflict_rate
+from creditflow.rewards.reasoning import reasoning_reward
+from creditflow.rewards.translation import translation_reward
 from creditflow.tasks import (
     ALL_LANGUAGES,
     DEFAULT_LANGUAGES,
@@ -344,3 +348,105 @@ def test_tapo_prompt():
     assert prompt == f"{TAPO_INSTRUCTION}\n\nLena hat 5 Socken. Wie viele Socken hat Lena jetzt?"
     assert "<translation></translation>" in TAPO_INSTRUCTION and "\\boxed{}" in TAPO_INSTRUCTION
     assert len(TAPO_INSTRUCTION.split()) <= 25  # a tiny model sees it on every prompt
+
+
+# --- variant="conflict" (issue 17, item 3) ---------------------------------------------------
+# The distractor sentence of the English reference, written here independently of the
+# generator: "<Name>'s neighbor buys <d> <noun>." (names may have two words: "Wang Fang").
+NEIGHBOR_EN = re.compile(r"(?<= )(?:\w+ )?\w+'s neighbor buys (\d+) [a-z]+\. ")
+
+
+def sloppy_translation(question_en: str) -> tuple[str, int]:
+    """``question_en`` without its one distractor sentence, and the distractor's number."""
+    (match,) = NEIGHBOR_EN.finditer(question_en)
+    return question_en[: match.start()] + question_en[match.end() :], int(match.group(1))
+
+
+def completion(translation: str, answer: int) -> str:
+    return f"<translation>{translation}</translation>\nThe answer is \\boxed{{{answer}}}"
+
+
+def test_conflict_variant_hand_checked_rows():
+    rows = generate_tapo_problems(2, ["en", "de"], seed=0, variant="conflict").set_index("id")
+    en = rows.loc["tapo-en-00000"]
+    # The standard row of the pinned test, with the neighbor's sentence drawn after it.
+    assert en["question"] == (
+        "Tom brings 10 glasses to school. He gets seventeen glasses from the teacher. "
+        "Tom's neighbor buys four glasses. How many glasses does Tom have now?"
+    )
+    assert en["question_en"] == (
+        "Tom brings 10 glasses to school. He gets 17 glasses from the teacher. "
+        "Tom's neighbor buys 4 glasses. How many glasses does Tom have now?"
+    )
+    # The answer ignores the neighbor: 10 + 17 = 27; read literally, 10 + 17 + 4 = 31.
+    assert (en["answer"], en["reasoning_en"], en["n_operations"]) == ("27", "10 + 17 = 27.", 1)
+    assert solve_from_english(en["question_en"])[1] == 31
+    # The step after the neighbor's sentence names Jonas again ("Er" could be the neighbor).
+    de = rows.loc["tapo-de-00000"]
+    assert de["question"] == (
+        "Jonas hat 7 Tickets. Der Nachbar von Jonas kauft 17 Tickets. "
+        "Jonas bekommt neunzehn Tickets von einem Freund. Wie viele Tickets hat Jonas am Ende?"
+    )
+    assert (de["answer"], de["reasoning_en"]) == ("26", "7 + 19 = 26.")  # not 7 + 17 + 19
+
+
+def test_standard_variant_is_the_default_draw():
+    pd.testing.assert_frame_equal(
+        generate_tapo_problems(5, seed=2), generate_tapo_problems(5, seed=2, variant="standard")
+    )
+    assert not generate_tapo_problems(20, seed=2)["question_en"].str.contains("neighbor").any()
+
+
+@pytest.mark.parametrize("seed", [0, 7])
+def test_conflict_variant_keeps_the_arithmetic_and_adds_one_unused_number(seed):
+    frame = generate_tapo_problems(
+        25, ALL_LANGUAGES, seed=seed, variant="conflict", number_style_probs={"digits": 1.0}
+    )
+    for row in frame.itertuples():
+        sloppy, distractor = sloppy_translation(row.question_en)
+        totals, answer = solve_from_english(sloppy)
+        assert min(totals) >= 0 and int(row.answer) == answer
+        assert check_chain(row.reasoning_en, sloppy) == answer
+        assert len(totals) - 1 == row.n_operations
+        assert 2 <= distractor <= 20
+        # Read literally, the neighbor's purchase is one more step: a wrong answer.
+        assert solve_from_english(row.question_en)[1] == answer + distractor != answer
+        # Every language places it where the English reference does (digits: same numbers).
+        assert re.findall(r"\d+", row.question) == re.findall(r"\d+", row.question_en)
+
+
+def test_conflict_is_real_under_the_rewards():
+    # A faithful translation read literally vs a sloppy one that drops the neighbor's sentence:
+    # the first wins the translation reward, the second the reasoning reward.
+    frame = generate_tapo_problems(4, DEFAULT_LANGUAGES, seed=3, variant="conflict")
+    faithful, sloppy, references, answers = [], [], [], []
+    for row in frame.itertuples():
+        dropped, _ = sloppy_translation(row.question_en)
+        faithful.append(completion(row.question_en, solve_from_english(row.question_en)[1]))
+        sloppy.append(completion(dropped, solve_from_english(dropped)[1]))
+        references.append(row.question_en)
+        answers.append(row.answer)
+    trans_faithful = translation_reward(faithful, references)
+    trans_sloppy = translation_reward(sloppy, references)
+    assert trans_faithful == [1.0] * len(frame)
+    assert all(0.5 < s < 1.0 for s in trans_sloppy)
+    assert reasoning_reward(faithful, answers) == [0.0] * len(frame)
+    assert reasoning_reward(sloppy, answers) == [1.0] * len(frame)
+
+    # One group of G = 4, two of each kind (chrF++ c of the sloppy ones, c < 1):
+    # A_trans = (-, -, +, +) and A_reason = (+, +, -, -); the sum c + 1 > 1 + 0 ranks the
+    # sloppy ones first, so A_sum = (+, +, -, -): every translation segment (4 of the 8
+    # segments) has the wrong sign under GRPO-sum, every reasoning segment the right one.
+    c = trans_sloppy[0]
+    r_trans = torch.tensor([c, c, 1.0, 1.0])
+    assert sign_conflict_rate(r_trans, torch.tensor([1.0, 1.0, 0.0, 0.0]), 4) == 0.5
+    # The standard variant's case: the faithful translation solves too. A_reason = 0 leaves
+    # only translation segments, whose A_sum has A_trans's sign: no conflict.
+    assert sign_conflict_rate(r_trans, torch.ones(4), 4) == 0.0
+
+
+def test_generate_refuses_an_unknown_variant():
+    with pytest.raises(
+        ValueError, match=r"unknown variant 'hard'; valid: \['standard', 'conflict'\]"
+    ):
+        generate_tapo_problems(2, variant="hard")

@@ -43,7 +43,7 @@ from creditflow.rewards import REWARD_FUNCTIONS
 from creditflow.tasks.movielens import movielens_sessions
 from creditflow.tasks.reranking import ClickModel, LoggingRanker
 from creditflow.tasks.sources import SYNTHETIC
-from creditflow.tasks.tapo import ALL_LANGUAGES, OPERATIONS
+from creditflow.tasks.tapo import ALL_LANGUAGES, OPERATIONS, VARIANTS
 from creditflow.tasks.tor import TOR_KINDS
 from creditflow.training.config import ConfigError, GRPOConfig, checked_options
 from creditflow.training.expmodel import EXPMODEL_TRAINING, PFTOptions, preference_pairs
@@ -158,6 +158,7 @@ class TapoTasks(TaskSourceFields):
     n_eval_per_language: Count
     max_operand: Count
     operations: list[one_of(OPERATIONS, "operation")] = Field(min_length=1)
+    variant: one_of(VARIANTS, "variant") = "standard"
 
     @model_validator(mode="after")
     def _holdout_is_a_language(self) -> TapoTasks:

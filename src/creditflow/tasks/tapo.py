@@ -20,6 +20,17 @@ Conventions, chosen once here:
   the citation number words fit. Swahili nouns are all N-class, whose numbers take no prefix.
 - Subtraction never goes below zero: a problem whose running total would drop below the next
   subtrahend is redrawn (rejection sampling), so answers are integers >= 0.
+- ``variant="conflict"`` (issue 17, item 3) inserts one distractor sentence per problem, a
+  number the answer does not use: "Tom's neighbor buys 7 glasses." (same object, another
+  owner), at a random place after the intro. A faithful translation keeps it (``question_en``
+  does, so chrF++ rewards keeping it); reading the faithful translation literally, every
+  number a step, gives ``answer + distractor``, a wrong answer, while a sloppy translation
+  that drops the sentence loses chrF++ and reads off the right answer. Translation quality
+  and answer correctness then pull apart, the conflict TAPO's step-level advantages are for.
+  The step after a distractor names its actor again (a pronoun could mean the neighbor), and
+  ``question_en``'s numbers are then the used ones plus the distractor; ``reasoning_en``,
+  ``answer`` and ``n_operations`` still cover the steps only. ``"standard"`` draws exactly
+  the problems it drew before the variant existed.
 - ``n_problems`` is the number of problems *per language*. Rows are drawn independently per
   language (the same index in two languages is not the same problem), from a stream seeded by
   ``(seed, language)``: the rows of one language do not depend on which other languages were
@@ -31,7 +42,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 import pandas as pd
@@ -54,6 +65,7 @@ TAPO_COLUMNS = (
 )
 
 OPERATIONS = ("add", "sub")
+VARIANTS = ("standard", "conflict")
 NUMBER_STYLES = ("digits", "words")
 DEFAULT_NUMBER_STYLE_PROBS: Mapping[str, float] = MappingProxyType({"digits": 0.5, "words": 0.5})
 MIN_OPERAND = 2  # see module docstring: keeps every counted noun plural
@@ -91,6 +103,8 @@ class _Language:
     objects: Mapping[str, Mapping[str, str]]  # concept -> forms; "q" is the "how many" form
     count: Callable[[int, str, Mapping[str, str]], str]  # (n, n as text, forms) -> "5 pencils"
     templates: Mapping[str, _Template]  # scenario -> template
+    # variant="conflict": another owner's purchase, {name}/{name_gen} and the counted {d}.
+    distractor: str
     sentence_separator: str = " "
 
 
@@ -182,6 +196,7 @@ _EN = _Language(
             "How many {obj} does {name} have now?",
         ),
     },
+    distractor="{name}'s neighbor buys {d}.",
 )
 
 _DE = _Language(
@@ -236,6 +251,7 @@ _DE = _Language(
             "Wie viele {obj} hat {name} jetzt?",
         ),
     },
+    distractor="Der Nachbar von {name} kauft {d}.",
 )
 
 _ES_PLURALS = {
@@ -289,6 +305,7 @@ _ES = _Language(
             "¿{how} {obj} tiene {name} ahora?",
         ),
     },
+    distractor="El vecino de {name} compra {d}.",
 )
 
 _FR_PLURALS = {
@@ -345,6 +362,7 @@ _FR = _Language(
             "Combien {obj} {name} a-t-{pron} maintenant ?",
         ),
     },
+    distractor="Le voisin de {name} achète {d}.",
 )
 
 _IT_PLURALS = {
@@ -401,6 +419,7 @@ _IT = _Language(
             "{how} {obj} ha {name} adesso?",
         ),
     },
+    distractor="Il vicino di {name} compra {d}.",
 )
 
 _RU_FORMS = {  # nominative singular, genitive singular (2-4), genitive plural (5-20)
@@ -466,6 +485,7 @@ _RU = _Language(
             "Сколько {obj} теперь у {name_gen}?",
         ),
     },
+    distractor="Сосед {name_gen} покупает {d}.",
 )
 
 _ZH_FORMS = {  # measure word, noun
@@ -528,6 +548,7 @@ _ZH = _Language(
             "{name}现在有多少{obj}？",
         ),
     },
+    distractor="{name}的邻居买了{d}。",
     sentence_separator="",  # Chinese runs sentences together after the full-width stop
 )
 
@@ -599,6 +620,7 @@ _SW = _Language(
             "{name} ana {obj} ngapi sasa?",
         ),
     },
+    distractor="Jirani wa {name} ananunua {d}.",
 )
 
 _LANGUAGES: Mapping[str, _Language] = MappingProxyType(
@@ -617,6 +639,9 @@ class _Problem:
     start: int
     steps: tuple[tuple[str, int], ...]  # (operation, operand) in order
     words: tuple[bool, ...]  # per number (start first): spell it out in the question?
+    # variant="conflict": (slot, number, as words); the sentence follows the intro and the
+    # first `slot` steps. None: no distractor.
+    distractor: tuple[int, int, bool] | None = None
 
     @property
     def answer(self) -> int:
@@ -657,16 +682,28 @@ def _draw_problem(
     raise RuntimeError(f"no non-negative problem found in {_MAX_DRAWS} draws; raise max_operand")
 
 
+def _with_distractor(
+    rng: random.Random, problem: _Problem, *, max_operand: int, words_prob: float
+) -> _Problem:
+    """``problem`` with one distractor (variant="conflict"), drawn after the problem itself so
+    the standard variant's stream is untouched."""
+    slot = rng.randint(0, len(problem.steps))
+    number = rng.randint(MIN_OPERAND, max_operand)
+    return replace(problem, distractor=(slot, number, rng.random() < words_prob))
+
+
 def _render(language: _Language, problem: _Problem, name: _Name, english: bool) -> str:
     """Write ``problem`` in ``language``; ``english`` renders the reference (romanised name, digits)."""
     template = language.templates[problem.scenario]
     forms = language.objects[problem.concept]
     numbers = (problem.start, *(operand for _, operand in problem.steps))
 
-    def counted(position: int) -> str:
-        n = numbers[position]
-        as_words = problem.words[position] and not english and n < len(language.number_words)
+    def counted_number(n: int, words: bool) -> str:
+        as_words = words and not english and n < len(language.number_words)
         return language.count(n, language.number_words[n] if as_words else str(n), forms)
+
+    def counted(position: int) -> str:
+        return counted_number(numbers[position], problem.words[position])
 
     name_text = name.english if english else name.native
     pron_initial, pron_inline = language.pronouns[name.gender]
@@ -680,11 +717,18 @@ def _render(language: _Language, problem: _Problem, name: _Name, english: bool) 
     # The first step names the actor when the intro has not (the "box" story); then a pronoun.
     named = "{name" in template.intro
     sentences = [template.intro.format(**fields, a=counted(0))]
-    for position, (operation, _) in enumerate(problem.steps, start=1):
+    slot, number, words = problem.distractor or (None, 0, False)
+    neighbor = language.distractor.format(**fields, d=counted_number(number, words))
+    for k, (operation, _) in enumerate(problem.steps):
+        if k == slot:
+            sentences.append(neighbor)
+            named = False  # after the neighbor's sentence a pronoun would be ambiguous
         subject = pron_initial if named else name_text
         named = True
         step = template.add if operation == "add" else template.sub
-        sentences.append(step.format(**fields, Subj=subject, b=counted(position)))
+        sentences.append(step.format(**fields, Subj=subject, b=counted(k + 1)))
+    if slot == len(problem.steps):
+        sentences.append(neighbor)
     sentences.append(template.question.format(**fields))
     return language.sentence_separator.join(sentences)
 
@@ -729,6 +773,7 @@ def generate_tapo_problems(
     operations: Sequence[str] = OPERATIONS,
     number_style_probs: Mapping[str, float] = DEFAULT_NUMBER_STYLE_PROBS,
     operation_counts: Sequence[int] = (1, 2),
+    variant: str = "standard",
 ) -> pd.DataFrame:
     """Draw ``n_problems`` word problems per language, with English references and answers.
 
@@ -745,6 +790,8 @@ def generate_tapo_problems(
             "words" (drawn per number; numbers above 20 are always digits). ``question_en``
             always uses digits.
         operation_counts: numbers of steps to draw from, uniformly (SPEC'd tasks use 1 or 2).
+        variant: ``"standard"``, or ``"conflict"``: one distractor sentence per problem, which
+            a faithful translation keeps and the answer does not use (module docstring).
 
     Returns:
         DataFrame with columns ``TAPO_COLUMNS``: ``id`` (``tapo-{language}-{index:05d}``),
@@ -772,6 +819,8 @@ def generate_tapo_problems(
             f"with only 'sub', {max(operation_counts)} steps need max_operand >= "
             f"{MIN_OPERAND * max(operation_counts)} to stay non-negative; got {max_operand}"
         )
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}; valid: {list(VARIANTS)}")
     words_prob = _words_probability(number_style_probs)
 
     rows = []
@@ -787,6 +836,10 @@ def generate_tapo_problems(
                 words_prob=words_prob,
                 n_names=len(language.names),
             )
+            if variant == "conflict":
+                problem = _with_distractor(
+                    rng, problem, max_operand=max_operand, words_prob=words_prob
+                )
             name = language.names[problem.name_index]
             rows.append(
                 {

@@ -56,6 +56,22 @@ def _catalog(
     return DataCatalog(datasets)
 
 
+def test_the_conflict_variant_reaches_the_synthetic_tasks(tapo_params):
+    params = deep_update(tapo_params, {"tasks": {"variant": "conflict"}})
+    tasks = ("tapo_train_tasks", "tapo_eval_tasks")
+    catalog = DataCatalog(
+        {
+            **parameter_datasets("tapo", params),
+            "tapo_source_problems": MemoryDataset(None),
+            **{name: KeptMemoryDataset() for name in tasks},
+        }
+    )
+    SequentialRunner().run(create_pipeline().only_nodes("build_tapo_tasks"), catalog)
+    for name in tasks:
+        # One distractor per problem, in the English reference the translation reward reads.
+        assert catalog.load(name)["question_en"].str.count("'s neighbor buys ").eq(1).all(), name
+
+
 @pytest.mark.slow
 def test_tapo_pipeline_runs_end_to_end_and_resumes(tapo_params, shared_data, tmp_path):
     torch.set_num_threads(1)

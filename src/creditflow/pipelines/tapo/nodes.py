@@ -244,7 +244,11 @@ def compare_tapo_strategies(
 
 def _synthetic_tasks(params: dict[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame]:
     tasks = params["tasks"]
-    common = {"max_operand": tasks["max_operand"], "operations": tasks["operations"]}
+    common = {
+        "max_operand": tasks["max_operand"],
+        "operations": tasks["operations"],
+        "variant": tasks["variant"],
+    }
     train_all = generate_tapo_problems(
         tasks["n_train_per_language"], tasks["languages"], seed=params["seed"], **common
     )
