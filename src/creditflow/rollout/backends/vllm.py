@@ -177,9 +177,6 @@ def assemble_generation(
         # vLLM ends a row on its first stop id, so this only pads rows shorter than T.
         completion_ids = completion_ids.masked_fill(mask == 0, request.pad_id)
         sampler_logp = sampler_logp.masked_fill(mask == 0, 0.0)
-    lengths = torch.tensor([len(ids) for ids, _ in rows])
-    past_end = torch.arange(T).expand(B, T) >= lengths.unsqueeze(1)  # (B, T)
-    sampler_logp = sampler_logp.masked_fill(past_end, 0.0)
     device = request.prompt_ids.device
     return Generation(
         completion_ids=completion_ids.to(device),
@@ -305,7 +302,7 @@ class VLLMBackend:
         self._version: int | None = None  # the weights version the engine holds
         self._llm = None  # colocate: the vllm.LLM, built on first use
         self._config_dir: tempfile.TemporaryDirectory | None = None
-        self._sleeping = False
+        self._asleep: set[str] = set()  # colocate: the engine memory a sleep released
         self._weights_dropped = False  # a level-2 sleep discarded the engine's weights
         self._session = None  # server: a requests.Session, opened on first use
         self._served_model: str | None = None
@@ -353,9 +350,10 @@ class VLLMBackend:
         model = bare_model(module)
         if self.mode == "colocate":
             llm = self._colocated_engine(model)
-            if self._sleeping:
+            if "weights" in self._asleep:
                 # Map the weights' memory back before writing into it (TRL issue 5142).
                 llm.wake_up(tags=["weights"])
+                self._asleep.discard("weights")
             llm.collective_rpc(
                 "reload_weights", kwargs={"weights_iterator": checkpoint_weights(model)}
             )
@@ -475,9 +473,9 @@ class VLLMBackend:
         from vllm import SamplingParams
 
         llm = self._colocated_engine(model)
-        if self._sleeping:
-            llm.wake_up()
-            self._sleeping = False
+        if self._asleep:
+            llm.wake_up(tags=sorted(self._asleep))
+            self._asleep.clear()
         params = SamplingParams(
             **self._sampling_options(request, vocab_size(model)), detokenize=False
         )
@@ -491,7 +489,7 @@ class VLLMBackend:
                 rows.append((ids, logps))
         if self.enable_sleep_mode:
             llm.sleep(level=self.sleep_level)
-            self._sleeping = True
+            self._asleep = {"weights", "kv_cache"}
             self._weights_dropped = self.sleep_level == 2
         assert self._version is not None
         return rows, self._version
