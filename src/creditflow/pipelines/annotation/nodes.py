@@ -62,10 +62,7 @@ def generate_query_logs(
     if source == SYNTHETIC:
         sessions = generate_sessions(
             catalogue_items,
-            n_queries=logs["n_queries"],
-            n_sessions=logs["n_sessions"],
-            list_length=logs["list_length"],
-            seed=logs["seed"],
+            **{k: logs[k] for k in ("n_queries", "n_sessions", "list_length", "seed")},
             zipf_exponent=logs["zipf_exponent"],
             ranker=LoggingRanker(**params["logging_ranker"]),
             click_model=ClickModel.from_params(params["click_model"]),
@@ -75,12 +72,9 @@ def generate_query_logs(
             annotation_source_impressions, catalogue_items, source, logs["list_length"]
         )
     train, heldout = split_sessions(sessions, logs["heldout_fraction"], seed=logs["split_seed"])
-    logger.info(
-        "query logs: %d training and %d held-out sessions; held-out bands %s",
-        len(train),
-        len(heldout),
-        heldout["query_frequency_band"].value_counts().to_dict(),
-    )
+    bands = heldout["query_frequency_band"].value_counts().to_dict()
+    message = "query logs: %d training and %d held-out sessions; held-out bands %s"
+    logger.info(message, len(train), len(heldout), bands)
     return train, heldout
 
 
