@@ -46,6 +46,33 @@ class SamplingSettings:
     # cache expanded to the rows (rollout.shared_prefix, issue 14); exact, language policies only.
     shared_prefix: bool = True
 
+    def request(
+        self,
+        prompt_ids: torch.Tensor,
+        prompt_mask: torch.Tensor,
+        group_size: int,
+        stop_ids: list[int],
+        pad_id: int,
+        do_sample: bool = True,
+        suppressed_ids: tuple[int, ...] = (),
+        weights_version: int = 0,
+    ) -> GenerationRequest:
+        """The rollout backend's request for ``(N, P)`` prompts under these settings."""
+        return GenerationRequest(
+            prompt_ids=prompt_ids,
+            prompt_mask=prompt_mask,
+            group_size=group_size,
+            max_new_tokens=self.max_new_tokens,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            stop_ids=tuple(stop_ids),
+            pad_id=pad_id,
+            suppressed_ids=tuple(suppressed_ids),
+            do_sample=do_sample,
+            weights_version=weights_version,
+        )
+
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
@@ -228,20 +255,15 @@ class LanguagePolicy:
         """The backend's ``Generation`` for ``(N, P)`` prompts, G rows each; a backend with its
         own weights is brought up to ``weights_version`` first, and a sample drawn with other
         weights raises ``StaleWeightsError``."""
-        s = self.sampling
         if not self.backend.samples_module and self._backend_version != self.weights_version:
             self.backend.load_weights(self.module, self.weights_version)
             self._backend_version = self.weights_version
-        request = GenerationRequest(
-            prompt_ids=prompt_ids,
-            prompt_mask=prompt_mask,
-            group_size=group_size,
-            max_new_tokens=s.max_new_tokens,
-            temperature=s.temperature,
-            top_p=s.top_p,
-            top_k=s.top_k,
-            stop_ids=tuple(self.eos_ids),
-            pad_id=self.tokenizer.pad_token_id,
+        request = self.sampling.request(
+            prompt_ids,
+            prompt_mask,
+            group_size,
+            self.eos_ids,
+            self.tokenizer.pad_token_id,
             do_sample=do_sample,
             weights_version=self.weights_version,
         )

@@ -27,7 +27,6 @@ import torch
 from PIL import Image
 
 from creditflow.models.vision import sequence_forward_inputs, vision_token_ids, vl_prompt_inputs
-from creditflow.rollout.backends import GenerationRequest
 from creditflow.rollout.backends.hf import HFBackend
 from creditflow.rollout.batch import RolloutBatch, SamplesOwnModule
 from creditflow.rollout.language_policy import (
@@ -153,20 +152,15 @@ class VisionLanguagePolicy(SamplesOwnModule):
         ``model.generate``: the other rollout backends are text-only."""
         was_training = self.module.training
         self.module.eval()
-        s = self.sampling
         model_inputs = self._model_prompt_inputs(inputs)
-        request = GenerationRequest(
-            prompt_ids=model_inputs.pop("input_ids"),
-            prompt_mask=model_inputs.pop("attention_mask"),
+        request = self.sampling.request(
+            model_inputs.pop("input_ids"),
+            model_inputs.pop("attention_mask"),
             group_size=1,  # the rows are already repeated: each carries its own image
-            max_new_tokens=s.max_new_tokens,
-            temperature=s.temperature,
-            top_p=s.top_p,
-            top_k=s.top_k,
-            stop_ids=tuple(self.eos_ids),
+            stop_ids=self.eos_ids,
             pad_id=self.tokenizer.pad_token_id,
-            suppressed_ids=tuple(self.vision_ids),
             do_sample=do_sample,
+            suppressed_ids=tuple(self.vision_ids),
         )
         try:
             return HFBackend().generate(self.module, request, model_inputs).completion_ids
