@@ -11,12 +11,15 @@ per variant, each in its own scratch copy of the project (``seeds.py --scratch``
     done
     .venv/bin/python benchmarks/tapo_conflict.py --tables /tmp/tc/results
 
-and this script joins the ``<variant>_tapo.csv`` / ``<variant>_tapo_per_seed.csv`` tables
-seeds.py wrote into one markdown table: per variant and strategy the sign-conflict rate in
-training (mean over seeds of each run's mean over steps, with its 95 % t interval over seeds),
-the sampled evaluation reward's gain over the warm start and the difference to ``grpo_sum``
-on seen languages, each ``mean [95 % CI]`` as the comparison table computed them (paired by
-problem and seed, t over seeds; ``creditflow.reporting_stats``).
+More seeds can come in later batches from the same warm start (the scratch project keeps its
+SFT checkpoint): ``--params "...,tapo.grpo.seed=3" --out /tmp/tc/results/<variant>_b.md``
+trains GRPO seeds 3, 4, 5. This script reads every ``<variant>*_tapo_per_seed.csv`` seeds.py
+wrote (one file per batch) and writes one markdown table: per variant and strategy the
+sign-conflict rate in training (each run's mean over its steps), the sampled evaluation
+reward's gain over the warm start and its difference to ``grpo_sum`` on seen languages, each as
+mean over seeds and 95 % t interval over seeds (``creditflow.reporting_stats.t_interval``).
+A run's gain is its paired mean difference over the same evaluation problems and draws, so
+these are the comparison table's intervals with the batches pooled.
 """
 
 from __future__ import annotations
@@ -30,52 +33,70 @@ import pandas as pd
 from creditflow.reporting_stats import t_interval
 
 VARIANTS = ("standard", "conflict")
+BASELINE = "grpo_sum"
+WARM_START = "sft"
 CONFLICT = "train_sign_conflict_rate"
+GAIN = "eval_reward_gain_seen"
 
 
-def interval_cell(mean: float, low: float, high: float) -> str:
-    """``+0.024 [-0.003, +0.051]``; ``-`` without a mean.
+def interval_cell(values: list[float], signed: bool = True) -> str:
+    """``mean [low, high]`` of the 95 % t interval over ``values``.
 
-    >>> interval_cell(0.024, -0.003, 0.051)
-    '+0.024 [-0.003, +0.051]'
+    >>> interval_cell([1.0, 2.0, 3.0])  # t(2) = 4.3027, se = 0.5774
+    '+2.000 [-0.484, +4.484]'
     """
+    mean, _, low, high = t_interval(values)
+    form = "+.3f" if signed else ".3f"
     if pd.isna(mean):
         return "-"
-    if pd.isna(low) or pd.isna(high):
-        return f"{mean:+.3f} [no interval]"
-    return f"{mean:+.3f} [{low:+.3f}, {high:+.3f}]"
+    if pd.isna(low):
+        return f"{mean:{form}} [no interval]"
+    return f"{mean:{form}} [{low:{form}}, {high:{form}}]"
 
 
-def column(row: pd.Series, stem: str, split: str = "seen") -> str:
-    """An interval column of the comparison table (``<stem>_<split>`` and its bounds)."""
-    return interval_cell(
-        row.get(f"{stem}_{split}"),
-        row.get(f"{stem}_ci_low_{split}"),
-        row.get(f"{stem}_ci_high_{split}"),
+def pooled_per_seed(tables: Path, variant: str) -> pd.DataFrame:
+    """Every batch's per-seed rows of one variant, ``batch`` naming the file they came from."""
+    paths = sorted(tables.glob(f"{variant}*_tapo_per_seed.csv"))
+    if not paths:
+        raise FileNotFoundError(f"no {variant}*_tapo_per_seed.csv in {tables}: run seeds.py --out")
+    return pd.concat(
+        [pd.read_csv(path).assign(batch=path.name) for path in paths], ignore_index=True
     )
 
 
-def variant_rows(variant: str, table: pd.DataFrame, per_seed: pd.DataFrame) -> list[list[str]]:
-    """One markdown row per trained strategy of one variant's comparison tables."""
-    rows = []
-    for _, row in table[table["policy"] != "sft"].iterrows():
-        rates = per_seed.loc[per_seed["policy"] == row["policy"], CONFLICT].dropna()
-        mean, _, low, high = t_interval(rates.to_list())
-        conflict = "-" if pd.isna(mean) else f"{mean:.3f} [{low:.3f}, {high:.3f}]"
-
+def variant_rows(variant: str, per_seed: pd.DataFrame) -> list[list[str]]:
+    """The warm start's row, then one row per trained strategy of one variant."""
+    warm = per_seed[per_seed["policy"] == WARM_START]
+    rows = [[variant, "sft (warm start)", "-", "-", *_sampled(warm), "-", "-"]]
+    runs = per_seed[per_seed["policy"] != WARM_START].set_index(["policy", "batch", "seed"])
+    runs = runs.sort_index()
+    baseline = runs.loc[BASELINE, GAIN]
+    for policy in per_seed.loc[per_seed["policy"] != WARM_START, "policy"].unique():
+        run = runs.loc[policy]
+        vs = "-"
+        if policy != BASELINE:
+            # Paired by run: the same batch and seed index start from the same warm start.
+            vs = interval_cell((run[GAIN] - baseline).dropna().to_list())
         rows.append(
             [
                 variant,
-                str(row["policy"]),
-                str(int(row["n_seeds"])),
-                conflict,
-                f"{row['eval_reward_seen']:.3f}",
-                column(row, "eval_reward_gain"),
-                column(row, "eval_reward_vs_baseline"),
-                f"{row['accuracy_seen']:.3f}",
+                policy,
+                str(len(run)),
+                interval_cell(run[CONFLICT].to_list(), signed=False),
+                *_sampled(run),
+                interval_cell(run[GAIN].to_list()),
+                vs,
             ]
         )
     return rows
+
+
+def _sampled(rows: pd.DataFrame) -> list[str]:
+    """Means over seeds of the sampled evaluation: reward, and its chrF++ / accuracy."""
+    return [
+        f"{rows['eval_reward_seen'].mean():.3f}",
+        f"{rows['sampled_chrf_seen'].mean():.3f} / {rows['sampled_accuracy_seen'].mean():.3f}",
+    ]
 
 
 def conflict_table(tables: Path, variants: list[str]) -> str:
@@ -85,22 +106,14 @@ def conflict_table(tables: Path, variants: list[str]) -> str:
         "n seeds",
         "sign-conflict rate [95 % CI]",
         "eval reward, seen",
+        "its chrF++ / accuracy",
         "gain over warm start [95 % CI]",
-        "minus grpo_sum [95 % CI]",
-        "greedy accuracy, seen",
+        f"minus {BASELINE} [95 % CI]",
     ]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for variant in variants:
-        table = pd.read_csv(tables / f"{variant}_tapo.csv")
-        per_seed = pd.read_csv(tables / f"{variant}_tapo_per_seed.csv")
-        warm = table.loc[table["policy"] == "sft"].iloc[0]
-        lines.append(
-            f"| {variant} | sft (warm start) | - | - | {warm['eval_reward_seen']:.3f} | - | - "
-            f"| {warm['accuracy_seen']:.3f} |"
-        )
-        lines += [
-            "| " + " | ".join(cells) + " |" for cells in variant_rows(variant, table, per_seed)
-        ]
+        for cells in variant_rows(variant, pooled_per_seed(tables, variant)):
+            lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
