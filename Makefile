@@ -13,6 +13,9 @@ export HF_HUB_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
+# The chain's models are tiny: on a shared CPU extra intra-op threads spin, and a step takes
+# several times longer (an ExpModel SFT step: 0.73 s on one thread, 6.8 s on two at load 8).
+export OMP_NUM_THREADS ?= 1
 
 .PHONY: install install-dev run test test-fast lint format viz clean-data airflow
 

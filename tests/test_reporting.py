@@ -11,7 +11,10 @@ from hypothesis import strategies as st
 from matplotlib.figure import Figure
 from scipy.stats import kendalltau
 
+from creditflow.annotation.schema import DIMENSIONS
 from creditflow.reporting import (
+    EXPERIENCE_TARGETS,
+    evaluate_experience_scores,
     kendall_tau,
     metrics_frame,
     plot_metrics_by_band,
@@ -25,6 +28,7 @@ from creditflow.reporting import (
     training_reward_ends,
 )
 from creditflow.reporting_stats import PROBLEMS_BASIS, SEEDS_BASIS, t_interval
+from creditflow.training.expmodel import split_items
 
 
 def test_metrics_frame_makes_steps_integers():
@@ -323,3 +327,82 @@ def test_reward_curves_draw_the_seed_mean_and_a_band_named_in_the_legend():
     assert ax.get_legend().get_title().get_text() == "mean of 2 seeds, band ±1 s.e."
     single = plot_reward_curves(metrics[metrics["seed"] == 0], ["reward/total"]).axes[0]
     assert not single.collections and single.get_legend().get_title().get_text() == ""
+
+
+def _experience_world(seed: int = 0, n: int = 12):
+    """A catalogue with hidden truth, ok annotations, scores, a split and pairs, all random."""
+    rng = np.random.default_rng(seed)
+    ids = list(range(10, 10 + n))
+    truth = {f"true_{d}": rng.uniform(size=n) for d in DIMENSIONS}
+    catalogue = pd.DataFrame({"item_id": ids, "true_quality": rng.uniform(size=n), **truth})
+    annotations = pd.DataFrame(
+        {
+            "item_id": ids,
+            "status": ["ok"] * (n - 1) + ["failed"],
+            "overall": rng.uniform(1, 5, n).round(2),
+            **{d: rng.integers(1, 6, n) for d in DIMENSIONS},
+        }
+    )
+    scores = pd.DataFrame({"item_id": ids[::-1], "s_exp": rng.normal(size=n)})
+    pairs = pd.DataFrame({"pos_item": rng.choice(ids, 40), "neg_item": rng.choice(ids, 40)})
+    return catalogue, annotations, scores, split_items(ids, 0.5, seed), pairs
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_experience_evaluation_matches_a_loop_on_each_side_of_the_split(seed):
+    catalogue, annotations, scores, split, pairs = _experience_world(seed)
+    table = evaluate_experience_scores(catalogue, annotations, scores, split, pairs)
+    assert table["target"].tolist() == list(EXPERIENCE_TARGETS)
+    s_exp = dict(zip(scores["item_id"], scores["s_exp"], strict=True))
+    side = dict(zip(split["item_id"], split["split"], strict=True))
+    ok = annotations[annotations["status"] == "ok"]
+    for row in table.itertuples(index=False):
+        column = "true_quality" if row.target == "quality" else f"true_{row.target}"
+        annotated = "overall" if row.target == "quality" else row.target
+        truth = dict(zip(catalogue["item_id"], catalogue[column], strict=True))
+        for name, wanted in [("in_sample", "train"), ("unseen", "unseen")]:
+            ids = [i for i in s_exp if side[i] == wanted]
+            expected = kendalltau([s_exp[i] for i in ids], [truth[i] for i in ids]).statistic
+            assert getattr(row, f"kendall_tau_{name}") == pytest.approx(expected), name
+        ids = [i for i in ok["item_id"] if side[i] == "unseen"]
+        mine = dict(zip(ok["item_id"], ok[annotated], strict=True))
+        expected = kendalltau([mine[i] for i in ids], [truth[i] for i in ids]).statistic
+        assert row.kendall_tau_annotation_unseen == pytest.approx(expected)
+        assert row.unseen_items == len(split) // 2 and row.annotated_items == len(ok)
+    # Pair accuracy on the quality row only: pairs of two unseen items, ties half.
+    quality = table.iloc[0]
+    inside = [
+        (p, n)
+        for p, n in zip(pairs["pos_item"], pairs["neg_item"], strict=True)
+        if side[p] == side[n] == "unseen"
+    ]
+    right = [
+        1.0 if s_exp[p] > s_exp[n] else 0.5 if s_exp[p] == s_exp[n] else 0.0 for p, n in inside
+    ]
+    assert quality["pair_accuracy_unseen"] == pytest.approx(sum(right) / len(right))
+    assert table["pair_accuracy_unseen"].iloc[1:].isna().all()
+
+
+def test_experience_evaluation_by_hand():
+    # Items 1-4: train 1, 2; unseen 3, 4. s_exp orders 1 < 2 (true 1 < 2: tau +1) and 3 > 4
+    # (true 3 < 4: tau -1). Pairs (3 > 4) right, (4 > 3) wrong, (1 > 3) mixed: unseen 1/2.
+    catalogue = pd.DataFrame(
+        {"item_id": [1, 2, 3, 4], "true_quality": [0.1, 0.2, 0.3, 0.4]}
+        | {f"true_{d}": [0.1, 0.2, 0.3, 0.4] for d in DIMENSIONS}
+    )
+    annotations = pd.DataFrame(
+        {"item_id": [1, 2, 3, 4], "status": "ok", "overall": [1.0, 2.0, 3.0, 4.0]}
+        | {d: [1, 2, 3, 4] for d in DIMENSIONS}
+    )
+    scores = pd.DataFrame({"item_id": [1, 2, 3, 4], "s_exp": [0.0, 1.0, 3.0, 2.0]})
+    split = pd.DataFrame({"item_id": [1, 2, 3, 4], "split": ["train", "train", "unseen", "unseen"]})
+    pairs = pd.DataFrame({"pos_item": [3, 4, 1], "neg_item": [4, 3, 3]})
+    row = evaluate_experience_scores(catalogue, annotations, scores, split, pairs).iloc[0]
+    assert row["kendall_tau_in_sample"] == pytest.approx(1.0)
+    assert row["kendall_tau_unseen"] == pytest.approx(-1.0)
+    assert row["kendall_tau_s_exp"] == pytest.approx(4 / 6)  # 5 of 6 pairs concordant
+    assert row["kendall_tau_annotation_unseen"] == pytest.approx(1.0)
+    assert row["pair_accuracy_unseen"] == pytest.approx(0.5)
+    assert math.isnan(row["pair_accuracy_in_sample"])  # no pair of two train items
+    unknown = evaluate_experience_scores(catalogue[["item_id"]], annotations, scores, split, pairs)
+    assert unknown.filter(like="kendall_tau").isna().all(axis=None)

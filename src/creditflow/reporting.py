@@ -10,9 +10,19 @@ matplotlib.use("Agg")  # headless: figures are written to files, never shown
 
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+import torch  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from creditflow.annotation.schema import DIMENSIONS  # noqa: E402
 from creditflow.reporting_stats import comparison_intervals, interval_basis  # noqa: E402
+from creditflow.training.expmodel import (  # noqa: E402
+    TRAIN,
+    UNSEEN,
+    ok_annotations,
+    pair_accuracy,
+    pairs_within,
+    split_ids,
+)
 from creditflow.training.reranking import summarise_by_band  # noqa: E402
 
 SEED = "seed"  # the GRPO seed column of the seeded tables (pipelines.comparison.SEED)
@@ -340,6 +350,76 @@ def kendall_tau(x: Sequence[float], y: Sequence[float]) -> float:
     pairs = n * (n - 1) / 2
     denominator = np.sqrt((pairs - ties_x) * (pairs - ties_y))
     return float(score / denominator) if denominator > 0 else float("nan")
+
+
+EXPERIENCE_TARGETS = ("quality", *DIMENSIONS)  # rows of ``evaluate_experience_scores``
+
+
+def evaluate_experience_scores(
+    catalogue: pd.DataFrame,
+    annotations: pd.DataFrame,
+    scores: pd.DataFrame,
+    item_split: pd.DataFrame,
+    pairs: pd.DataFrame,
+) -> pd.DataFrame:
+    """How well ``s_exp`` ranks the items, on the ExpModel's training items and on unseen ones.
+
+    One row per target of ``EXPERIENCE_TARGETS``: ``quality`` (the hidden ``true_quality``;
+    the annotator's ``overall``) and each dimension ``d`` (``true_<d>``; the annotator's score
+    ``d``). Columns: ``kendall_tau_s_exp`` (every scored item), ``kendall_tau_in_sample``
+    (``TRAIN`` items of ``item_split``), ``kendall_tau_unseen`` (``UNSEEN`` items, which no
+    SFT or PFT step saw), the annotator's ``kendall_tau_annotation`` and
+    ``kendall_tau_annotation_unseen`` (its ok items; the teacher's ceiling), the item counts,
+    and on the ``quality`` row ``pair_accuracy_in_sample`` / ``pair_accuracy_unseen``: the
+    share of preference ``pairs`` (annotated A > B, ``preference_pairs``) with both items
+    train / unseen that ``s_exp`` orders the same way (ties half; NaN without such pairs).
+    Without a hidden truth (a catalogue of your own) the tau columns are NaN.
+    """
+    s_exp = scores.set_index("item_id")["s_exp"]
+    ok = ok_annotations(annotations).drop_duplicates("item_id").set_index("item_id")
+    truth = catalogue.set_index("item_id")
+    sides = {TRAIN: split_ids(item_split, TRAIN), UNSEEN: split_ids(item_split, UNSEEN)}
+
+    def tau(values: pd.Series, column: str, ids: set | None = None) -> float:
+        if column not in truth.columns:
+            return float("nan")
+        kept = values if ids is None else values[values.index.isin(ids)]
+        return kendall_tau(kept, truth.loc[kept.index, column])
+
+    def accuracy(ids: set) -> float:
+        inside = pairs_within(pairs, ids)
+        if inside.empty:
+            return float("nan")
+        return pair_accuracy(
+            torch.tensor(s_exp.loc[inside["pos_item"]].to_numpy()),
+            torch.tensor(s_exp.loc[inside["neg_item"]].to_numpy()),
+        )
+
+    rows = []
+    for target in EXPERIENCE_TARGETS:
+        column, annotated = (
+            ("true_quality", "overall") if target == "quality" else (f"true_{target}", target)
+        )
+        rows.append(
+            {
+                "target": target,
+                "items": len(s_exp),
+                "unseen_items": int(s_exp.index.isin(sides[UNSEEN]).sum()),
+                "kendall_tau_s_exp": tau(s_exp, column),
+                "kendall_tau_in_sample": tau(s_exp, column, sides[TRAIN]),
+                "kendall_tau_unseen": tau(s_exp, column, sides[UNSEEN]),
+                "annotated_items": len(ok),
+                "kendall_tau_annotation": tau(ok[annotated], column),
+                "kendall_tau_annotation_unseen": tau(ok[annotated], column, sides[UNSEEN]),
+                "pair_accuracy_in_sample": (
+                    accuracy(sides[TRAIN]) if target == "quality" else float("nan")
+                ),
+                "pair_accuracy_unseen": (
+                    accuracy(sides[UNSEEN]) if target == "quality" else float("nan")
+                ),
+            }
+        )
+    return pd.DataFrame(rows)
 
 
 def summarise_rankers_by_band(per_session: pd.DataFrame, group: str = "ranker") -> pd.DataFrame:

@@ -12,13 +12,19 @@ from scipy.stats import kendalltau
 from creditflow.annotation.heuristic import (
     HeuristicAnnotator,
     colourfulness,
+    glyph_share,
     laplacian_variance,
     measure_image,
     measure_title,
     noise_std,
 )
 from creditflow.annotation.schema import ANNOTATION_COLUMNS, DIMENSIONS, parse_annotation
-from creditflow.tasks.reranking import CATEGORY_VOCABULARY, DESCRIPTOR_WORDS, HIDDEN_COLUMNS
+from creditflow.tasks.reranking import (
+    CATEGORY_COLOURS,
+    CATEGORY_VOCABULARY,
+    DESCRIPTOR_WORDS,
+    HIDDEN_COLUMNS,
+)
 
 
 def png(pixels: np.ndarray) -> bytes:
@@ -130,7 +136,7 @@ def test_title_measures_hand_counted():
 
 def test_title_scores():
     image = png(checkerboard(4))
-    annotator = HeuristicAnnotator()
+    annotator = HeuristicAnnotator(colours={})  # no glyph colour known: the title alone
     good = annotator.annotate_one(image, "Sourdough baking tutorial with garlic roast", "cooking")
     bait = annotator.annotate_one(image, "WOW!!! THIS STUFF JUST HAPPENED!!!", "cooking")
     off_topic = annotator.annotate_one(image, "Guitar chords and piano tutorial", "cooking")
@@ -139,6 +145,36 @@ def test_title_scores():
     assert bait.scores["relevance"] == 3  # no topical word: no evidence either way
     assert off_topic.scores["relevance"] == 1
     assert "click-bait markers" in bait.analysis
+    # Click-bait markers take nothing off informativeness: 3 of 3 content words are specific.
+    loud = annotator.annotate_one(image, "WOW!!! PASTA RECIPE TUTORIAL!!!", "cooking")
+    assert loud.scores["title_informativeness"] == 5
+
+
+def test_relevance_reads_the_cover_too():
+    colour = CATEGORY_COLOURS["cooking"]
+    glyph = grey(128)
+    glyph[8:56, 8:56] = colour  # 48^2 / 64^2 = 56 % of the cover in the category's colour
+    assert glyph_share(glyph, colour) == pytest.approx(0.5625)
+    # An exposure shift moves the three channels alike: the chroma, so the share, stays.
+    assert glyph_share(np.clip(glyph.astype(int) + 40, 0, 255), colour) == pytest.approx(0.5625)
+    annotator = HeuristicAnnotator()
+    on_topic = "Sourdough baking tutorial with garlic roast"  # title grade 5
+    off_topic = "Guitar chords and piano tutorial"  # title grade 1
+    no_topic = "This stuff just happened"  # no evidence in the title
+    relevance = {
+        (cover, title): annotator.annotate_one(png(pixels), title, "cooking").scores["relevance"]
+        for cover, pixels in [("glyph", glyph), ("grey", grey(128))]
+        for title in (on_topic, off_topic, no_topic)
+    }
+    # The mean of the two grades, rounded half up: (5 + 5) / 2, (5 + 1) / 2, (1 + 5) / 2, ...
+    assert relevance == {
+        ("glyph", on_topic): 5,
+        ("glyph", off_topic): 3,
+        ("glyph", no_topic): 5,
+        ("grey", on_topic): 3,
+        ("grey", off_topic): 1,
+        ("grey", no_topic): 1,
+    }
 
 
 def test_hidden_columns_are_never_read(catalogue):

@@ -57,7 +57,11 @@ SMALLEST: dict[str, dict[str, Any]] = {
         },
         "training": {"steps": 2, "batch_size": 4},
     },
-    "expmodel_pft": {"pairs": {"max_pairs": 60}, "training": {"steps": 2, "batch_size": 4}},
+    "expmodel_pft": {
+        "pairs": {"max_pairs": 60},
+        "training": {"steps": 2, "batch_size": 4},
+        "pft": {"heldout_fraction": 0.2},  # the default is 0; the tests read the held-out metric
+    },
     "experience_scoring": {"batch_size": 16},
     "reranker_pretrain": {
         "model": {"d_model": 8, "n_heads": 2, "dim_feedforward": 16},

@@ -18,6 +18,8 @@ from creditflow.training.expmodel import (
     EXPMODEL_TRAINING,
     HELDOUT_SPLITS,
     PAIR_COLUMNS,
+    TRAIN,
+    UNSEEN,
     PFTOptions,
     collate_expmodel_sft,
     expmodel_prompt,
@@ -25,8 +27,11 @@ from creditflow.training.expmodel import (
     expmodel_sft_loss,
     expmodel_target,
     pair_accuracy,
+    pairs_within,
     preference_pairs,
     score_items,
+    split_ids,
+    split_items,
     train_expmodel_pft,
     train_expmodel_sft,
 )
@@ -310,8 +315,8 @@ def test_pair_accuracy_counts_ties_as_half():
 
 @pytest.fixture(scope="module")
 def pft_world():
-    """400 items, heuristic annotations and 400 sessions over 60 queries: 314 tail pairs with
-    an overall gap >= 1.4 over 193 items."""
+    """400 items, heuristic annotations and 400 sessions over 60 queries: 233 tail pairs with
+    an overall gap >= 1.4 over 164 items."""
     catalogue = generate_catalogue(400, seed=0, image_size=IMAGE_SIZE)
     annotations = HeuristicAnnotator().annotate(catalogue)
     sessions = generate_sessions(catalogue, n_queries=60, n_sessions=400, list_length=10, seed=0)
@@ -330,7 +335,7 @@ def test_pft_orders_pairs_of_unseen_items_above_chance(pft_world, tmp_path):
     0-7 with these settings: 0.75-0.87 (mean 0.82); with margin 1.0 (942 pairs) 0.59-0.83 over
     14 seeds. An untrained scorer gives every item 0, i.e. exactly 0.5."""
     catalogue, pairs, processor = pft_world
-    assert len(pairs) == 314
+    assert len(pairs) == 233
     scorer = ExpScorer.from_generator(make_model(processor, seed=0))
     untrained = score_items(scorer, processor, catalogue.iloc[:8], batch_size=8)
     assert (untrained["s_exp"] == 0).all()
@@ -475,3 +480,41 @@ def test_score_items_shapes_order_and_determinism(pft_world):
     np.testing.assert_allclose(one_by_one["s_exp"], scores["s_exp"], atol=1e-5)
     empty = score_items(scorer, processor, items.iloc[:0])
     assert empty.shape == (0, 2)
+
+
+# --- train / unseen items ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_split_items_is_seeded_and_holds_out_the_fraction(seed):
+    ids = list(range(100, 140))
+    split = split_items(ids, 0.25, seed)
+    assert split["item_id"].tolist() == ids
+    assert (split["split"] == UNSEEN).sum() == 10 and (split["split"] == TRAIN).sum() == 30
+    pd.testing.assert_frame_equal(split, split_items(ids, 0.25, seed))
+    assert split_ids(split, TRAIN) | split_ids(split, UNSEEN) == set(ids)
+    assert not split_ids(split, TRAIN) & split_ids(split, UNSEEN)
+    other = split_items(ids, 0.25, seed + 10)
+    assert split_ids(other, UNSEEN) != split_ids(split, UNSEEN)
+    assert (split_items(ids, 0.0, seed)["split"] == TRAIN).all()
+
+
+def test_split_items_rejects_bad_arguments():
+    with pytest.raises(ValueError, match=r"unseen_fraction must lie in \[0, 1\)"):
+        split_items([1, 2], 1.0, 0)
+    with pytest.raises(ValueError, match="repeats"):
+        split_items([1, 1, 2], 0.5, 0)
+    with pytest.raises(ValueError, match="leaves no training item"):
+        split_items([1], 0.6, 0)  # round(0.6) = 1 of 1 item
+    with pytest.raises(ValueError, match="unknown split 'test'"):
+        split_ids(split_items([1, 2], 0.5, 0), "test")
+
+
+def test_pairs_within_keeps_pairs_of_two_chosen_items():
+    pairs = pd.DataFrame(
+        {"pos_item": [1, 1, 3, 4], "neg_item": [2, 3, 4, 1], "session_id": [0, 0, 1, 2]}
+    )
+    # {1, 2, 4}: (1, 2) and (4, 1) are inside; (1, 3) and (3, 4) are mixed.
+    kept = pairs_within(pairs, {1, 2, 4})
+    assert kept[["pos_item", "neg_item"]].values.tolist() == [[1, 2], [4, 1]]
+    assert pairs_within(pairs, set()).empty

@@ -336,8 +336,15 @@ ExpmodelModel = _policy_block(
 )
 
 
+class ExpmodelItemSplit(Block):
+    unseen_fraction: Annotated[float, Field(ge=0.0, lt=1.0)]
+    seed: int
+
+
 class ExpmodelSFTParams(Block):
     RENAMED = {"sft": "training (and max_length)"}
+    torch_threads: Threads = None
+    item_split: ExpmodelItemSplit
     tokenizer: ExpmodelTokenizer | None = None  # the tiny model's; a checkpoint brings its own
     model: ExpmodelModel
     training: ExpmodelTraining
@@ -345,6 +352,7 @@ class ExpmodelSFTParams(Block):
 
 
 class ExpmodelPFTParams(Block):
+    torch_threads: Threads = None
     pairs: signature_block(
         preference_pairs, taken=("sessions_df", "annotations_df"), name="PreferencePairs"
     )

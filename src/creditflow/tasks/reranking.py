@@ -127,6 +127,11 @@ _PALETTE = (
     (200, 110, 150),
 )
 _GLYPHS = ("circle", "square", "triangle", "diamond", "star", "cross", "ring", "hexagon")
+# The glyph colour of each default category: what an annotator looks for on a cover to judge
+# relevance (annotation.heuristic), as CATEGORY_VOCABULARY is what it looks for in a title.
+CATEGORY_COLOURS: Mapping[str, tuple[int, int, int]] = MappingProxyType(
+    {c: _PALETTE[i % len(_PALETTE)] for i, c in enumerate(DEFAULT_CATEGORIES)}
+)
 
 
 def generate_catalogue(

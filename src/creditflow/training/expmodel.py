@@ -53,6 +53,8 @@ EXPMODEL_PROMPT = (
 ITEM_FIELDS = ("item_id", "category", "title", "image_png")
 PAIR_COLUMNS = ("pos_item", "neg_item", "session_id")
 SCORE_COLUMNS = ("item_id", "s_exp")
+ITEM_SPLIT_COLUMNS = ("item_id", "split")
+TRAIN, UNSEEN = "train", "unseen"  # the values of an item split's ``split`` column
 # Annotated overall scores are rounded to 2 decimals (0.2 steps for the heuristic annotator):
 # a difference meant to equal the margin must not fall below it by float rounding.
 _MARGIN_TOLERANCE = 1e-9
@@ -110,6 +112,63 @@ def ok_annotations(annotations_df: pd.DataFrame) -> pd.DataFrame:
     if missing:
         raise ValueError(f"annotations_df is missing columns {missing}")
     return annotations_df[annotations_df["status"] == "ok"]
+
+
+# --- train / unseen items -----------------------------------------------------------------------
+
+
+def split_items(item_ids: Sequence[Any], unseen_fraction: float, seed: int) -> pd.DataFrame:
+    """Seeded split of the catalogue into the items the ExpModel trains on and unseen ones.
+
+    SFT and PFT read only ``TRAIN`` items (``items_in_split``, ``pairs_within``); the
+    evaluation measures ``s_exp`` on the ``UNSEEN`` ones, which no training step has seen
+    (issue 15, section 2): what s_exp is for is scoring items nobody annotated or paired.
+
+    >>> split_items([10, 11, 12, 13], 0.5, seed=0)["split"].value_counts().to_dict()
+    {'train': 2, 'unseen': 2}
+
+    Returns:
+        ``ITEM_SPLIT_COLUMNS`` (``item_id``, ``split``) in ``item_ids`` order, exactly
+        ``round(unseen_fraction * n)`` of them ``UNSEEN``.
+
+    Raises:
+        ValueError: a fraction outside [0, 1), repeated ids, or no training item left.
+    """
+    ids = list(item_ids)
+    if type(unseen_fraction) not in (int, float) or not 0 <= unseen_fraction < 1:
+        raise ValueError(f"unseen_fraction must lie in [0, 1), got {unseen_fraction!r}")
+    if len(set(ids)) != len(ids):
+        raise ValueError("item_ids has repeats; one row per item is needed")
+    n_unseen = round(unseen_fraction * len(ids))
+    if ids and n_unseen == len(ids):
+        raise ValueError(f"unseen_fraction {unseen_fraction} leaves no training item; lower it")
+    unseen = np.zeros(len(ids), dtype=bool)
+    unseen[np.random.default_rng(seed).permutation(len(ids))[:n_unseen]] = True
+    return pd.DataFrame(
+        {"item_id": ids, "split": np.where(unseen, UNSEEN, TRAIN)}, columns=list(ITEM_SPLIT_COLUMNS)
+    )
+
+
+def split_ids(item_split: pd.DataFrame, split: str) -> set[Any]:
+    """The ids of ``item_split`` (``split_items`` output) in ``split`` (``TRAIN`` or ``UNSEEN``)."""
+    if split not in (TRAIN, UNSEEN):
+        raise ValueError(f"unknown split {split!r}; valid: {TRAIN}, {UNSEEN}")
+    missing = [c for c in ITEM_SPLIT_COLUMNS if c not in item_split.columns]
+    if missing:
+        raise ValueError(f"item_split is missing columns {missing}; build it with split_items")
+    return set(item_split.loc[item_split["split"] == split, "item_id"])
+
+
+def items_in_split(items_df: pd.DataFrame, item_split: pd.DataFrame, split: str) -> pd.DataFrame:
+    """The rows of ``items_df`` whose item is in ``split`` of ``item_split``."""
+    return items_df[items_df["item_id"].isin(split_ids(item_split, split))]
+
+
+def pairs_within(pairs_df: pd.DataFrame, item_ids: set[Any]) -> pd.DataFrame:
+    """The pairs whose two items are both in ``item_ids`` (a mixed pair would leak the other
+    side into training, or train on it in an evaluation)."""
+    inside = pairs_df["pos_item"].isin(item_ids) & pairs_df["neg_item"].isin(item_ids)
+    return pairs_df[inside].reset_index(drop=True)
 
 
 # --- stage I: SFT -------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from creditflow.reporting import metrics_frame
 from creditflow.training import CheckpointStore, expmodel
 from creditflow.training.config import checked_options
 from creditflow.training.supervised import SupervisedConfig
+from creditflow.training.threads import torch_threads
 
 logger = logging.getLogger(__name__)
 
@@ -45,10 +46,12 @@ def train_expmodel_pft(
     expmodel_processor,
     catalogue_items: pd.DataFrame,
     expmodel_preference_pairs: pd.DataFrame,
+    expmodel_item_split: pd.DataFrame,
     checkpoints: CheckpointStore,
     params: dict[str, Any],
 ) -> tuple[ExpScorer, pd.DataFrame]:
-    """SPEC 3.3: a scalar head on a copy of the SFT'd backbone, trained on the pairs with
+    """SPEC 3.3: a scalar head on a copy of the SFT'd backbone, trained on the pairs of two
+    train items (``expmodel_item_split``; the unseen ones are for the evaluation) with
     ``-log sigmoid(s+ - s-) + lambda (s+ + s-)^2``. The metrics table holds one row per step;
     its last row also holds the pair accuracy on the held-out pairs (``pft/heldout_accuracy``).
     A re-run of the same run resumes from (or loads) its checkpoint in ``checkpoints``."""
@@ -56,15 +59,18 @@ def train_expmodel_pft(
     options = expmodel.PFTOptions.from_params(params["pft"])
     # from_generator shares the backbone: the copy keeps the SFT model as it was saved.
     scorer = ExpScorer.from_generator(copy.deepcopy(expmodel_sft_model))
-    scorer, history, heldout_accuracy = expmodel.train_expmodel_pft(
-        scorer,
-        expmodel_processor,
-        catalogue_items,
-        expmodel_preference_pairs,
-        training=training,
-        options=options,
-        checkpoints=checkpoints,
-    )
+    train_items = expmodel.split_ids(expmodel_item_split, expmodel.TRAIN)
+    train_pairs = expmodel.pairs_within(expmodel_preference_pairs, train_items)
+    with torch_threads(params.get("torch_threads")):
+        scorer, history, heldout_accuracy = expmodel.train_expmodel_pft(
+            scorer,
+            expmodel_processor,
+            catalogue_items,
+            train_pairs,
+            training=training,
+            options=options,
+            checkpoints=checkpoints,
+        )
     metrics = metrics_frame(history)
     metrics[HELDOUT_ACCURACY] = float("nan")  # measured once, after training
     metrics.loc[metrics.index[-1], HELDOUT_ACCURACY] = heldout_accuracy

@@ -23,6 +23,7 @@ def create_pipeline(**kwargs) -> Pipeline:
                     "expmodel_processor",
                     "catalogue_items",
                     "expmodel_preference_pairs",
+                    "expmodel_item_split",
                     "expmodel_pft_checkpoints",
                     PARAMS,
                 ],

@@ -17,19 +17,37 @@ from creditflow.reporting import metrics_frame
 from creditflow.training import CheckpointStore, expmodel
 from creditflow.training.config import reject_moved_keys
 from creditflow.training.supervised import SupervisedConfig
+from creditflow.training.threads import torch_threads
+
+
+def split_expmodel_items(catalogue_items: pd.DataFrame, params: dict[str, Any]) -> pd.DataFrame:
+    """The seeded train / unseen split of the catalogue: SFT and PFT read only the train items,
+    ``expmodel_evaluation`` reports s_exp on the unseen ones too (issue 15, section 2)."""
+    split = params["item_split"]
+    return expmodel.split_items(
+        catalogue_items["item_id"].tolist(), split["unseen_fraction"], split["seed"]
+    )
 
 
 def build_expmodel_processor(
-    catalogue_items: pd.DataFrame, item_annotations: pd.DataFrame, params: dict[str, Any]
+    catalogue_items: pd.DataFrame,
+    item_annotations: pd.DataFrame,
+    expmodel_item_split: pd.DataFrame,
+    params: dict[str, Any],
 ):
-    """The ExpModel's processor: a BPE tokenizer trained on the prompts and annotation targets
-    plus the vision tokens, with the image processor (tiny model), or a checkpoint's own."""
+    """The ExpModel's processor: a BPE tokenizer trained on the train items' prompts and
+    annotation targets plus the vision tokens, with the image processor (tiny model), or a
+    checkpoint's own."""
     model = params["model"]
     if model["source"] != "tiny":
         processor = ImageOnlyQwen2_5_VLProcessor.from_pretrained(model["name_or_path"])
         processor.tokenizer.padding_side = "left"
         return processor
     settings = params["tokenizer"]
+    catalogue_items = expmodel.items_in_split(catalogue_items, expmodel_item_split, expmodel.TRAIN)
+    item_annotations = expmodel.items_in_split(
+        item_annotations, expmodel_item_split, expmodel.TRAIN
+    )
     prompts = [
         expmodel.expmodel_prompt(c, t)
         for c, t in zip(catalogue_items["category"], catalogue_items["title"], strict=True)
@@ -53,21 +71,23 @@ def train_expmodel_sft(
     expmodel_processor,
     catalogue_items: pd.DataFrame,
     item_annotations: pd.DataFrame,
+    expmodel_item_split: pd.DataFrame,
     checkpoints: CheckpointStore,
     params: dict[str, Any],
 ) -> tuple[Any, pd.DataFrame]:
-    """SPEC 3.2: SFT a copy of the initial model on the ok annotations (loss on the
-    annotation tokens only); returns it and the per-step metrics. A re-run of the same run
+    """SPEC 3.2: SFT a copy of the initial model on the train items' ok annotations (loss on
+    the annotation tokens only); returns it and the per-step metrics. A re-run of the same run
     resumes from (or, finished, loads) its checkpoint in ``checkpoints``."""
     reject_moved_keys(params, {"sft": "training (and max_length)"}, "expmodel_sft")
     training = SupervisedConfig.from_params(params["training"], **expmodel.EXPMODEL_TRAINING)
-    model, history = expmodel.train_expmodel_sft(
-        copy.deepcopy(expmodel_initial_model),
-        expmodel_processor,
-        catalogue_items,
-        item_annotations,
-        training=training,
-        max_length=params["max_length"],
-        checkpoints=checkpoints,
-    )
+    with torch_threads(params.get("torch_threads")):
+        model, history = expmodel.train_expmodel_sft(
+            copy.deepcopy(expmodel_initial_model),
+            expmodel_processor,
+            expmodel.items_in_split(catalogue_items, expmodel_item_split, expmodel.TRAIN),
+            item_annotations,
+            training=training,
+            max_length=params["max_length"],
+            checkpoints=checkpoints,
+        )
     return model, metrics_frame(history)

@@ -1,4 +1,4 @@
-"""``expmodel_sft``: processor -> initial tiny VL model -> SFT on item annotations (SPEC 3.2)."""
+"""``expmodel_sft``: train / unseen item split -> processor -> initial tiny VL model -> SFT on item annotations (SPEC 3.2)."""
 
 from kedro.pipeline import Node, Pipeline
 
@@ -11,8 +11,14 @@ def create_pipeline(**kwargs) -> Pipeline:
     return Pipeline(
         [
             Node(
+                nodes.split_expmodel_items,
+                ["catalogue_items", PARAMS],
+                "expmodel_item_split",
+                name="split_expmodel_items",
+            ),
+            Node(
                 nodes.build_expmodel_processor,
-                ["catalogue_items", "item_annotations", PARAMS],
+                ["catalogue_items", "item_annotations", "expmodel_item_split", PARAMS],
                 "expmodel_processor",
                 name="build_expmodel_processor",
             ),
@@ -29,6 +35,7 @@ def create_pipeline(**kwargs) -> Pipeline:
                     "expmodel_processor",
                     "catalogue_items",
                     "item_annotations",
+                    "expmodel_item_split",
                     "expmodel_sft_checkpoints",
                     PARAMS,
                 ],

@@ -12,13 +12,12 @@ from matplotlib.figure import Figure
 from creditflow.models.reranker import PointerReranker
 from creditflow.pipelines.expmodel_pft.nodes import HELDOUT_ACCURACY
 from creditflow.reporting import (
-    kendall_tau,
+    evaluate_experience_scores,
     plot_metrics_by_band,
     plot_sweep,
     summarise_rankers_by_band,
 )
 from creditflow.tasks.reranking import ClickModel
-from creditflow.training.expmodel import ok_annotations
 from creditflow.training.reranker_data import (
     evaluate_pages,
     pages_frame,
@@ -203,31 +202,28 @@ def evaluate_experience_model(
     catalogue_items: pd.DataFrame,
     item_annotations: pd.DataFrame,
     item_experience_scores: pd.DataFrame,
+    expmodel_item_split: pd.DataFrame,
+    expmodel_preference_pairs: pd.DataFrame,
     expmodel_pft_metrics: pd.DataFrame,
 ) -> pd.DataFrame:
-    """One row: Kendall's tau between s_exp and the hidden true quality over the catalogue,
-    the same for the annotator's overall score (the teacher's ceiling, over its ok items),
-    and the PFT pair accuracy on held-out pairs. Without a known quality the tau columns are
-    NaN."""
-    scores = item_experience_scores.set_index("item_id")["s_exp"]
-    annotated = ok_annotations(item_annotations).set_index("item_id")["overall"]
-    heldout = expmodel_pft_metrics[HELDOUT_ACCURACY].dropna()
-    if "true_quality" in catalogue_items.columns:
-        truth = catalogue_items.set_index("item_id")["true_quality"]
-        tau_s_exp = kendall_tau(scores, truth.loc[scores.index])
-        tau_annotation = kendall_tau(annotated, truth.loc[annotated.index])
-    else:
+    """Kendall's tau between s_exp and the hidden true quality and each of its dimensions, on
+    the ExpModel's training items and on the unseen ones, beside the annotator's (the teacher's
+    ceiling), the pair accuracy on preference pairs of train / unseen items, and PFT's own
+    held-out pair accuracy (``reporting.evaluate_experience_scores``). Without a known quality
+    the tau columns are NaN."""
+    if "true_quality" not in catalogue_items.columns:
         logger.info("no true_quality in the catalogue: the Kendall tau columns are left out")
-        tau_s_exp = tau_annotation = float("nan")
-    row = {
-        "items": len(scores),
-        "kendall_tau_s_exp": tau_s_exp,
-        "annotated_items": len(annotated),
-        "kendall_tau_annotation": tau_annotation,
-        "pft_heldout_pair_accuracy": float(heldout.iloc[-1]) if len(heldout) else float("nan"),
-    }
-    logger.info("experience model: %s", row)
-    return pd.DataFrame([row])
+    table = evaluate_experience_scores(
+        catalogue_items,
+        item_annotations,
+        item_experience_scores,
+        expmodel_item_split,
+        expmodel_preference_pairs,
+    )
+    heldout = expmodel_pft_metrics[HELDOUT_ACCURACY].dropna()
+    table["pft_heldout_pair_accuracy"] = float(heldout.iloc[-1]) if len(heldout) else float("nan")
+    logger.info("experience model:\n%s", table.to_string(index=False))
+    return table
 
 
 def has_truth(sessions: pd.DataFrame) -> bool:

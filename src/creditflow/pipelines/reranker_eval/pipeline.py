@@ -74,6 +74,8 @@ def create_pipeline(**kwargs) -> Pipeline:
                     "catalogue_items",
                     "item_annotations",
                     "item_experience_scores",
+                    "expmodel_item_split",
+                    "expmodel_preference_pairs",
                     "expmodel_pft_metrics",
                 ],
                 "expmodel_evaluation",
