@@ -13,6 +13,7 @@ from creditflow.models import (
     ImageOnlyQwen2_5_VLProcessor,
     build_tiny_processor,
     build_tiny_qwen2_5_vl,
+    freeze_vision_encoder,
     load_vl_policy,
     sequence_forward_inputs,
     text_only_prompt_inputs,
@@ -384,3 +385,15 @@ def test_processor_needs_the_vision_tokens_and_a_fitting_image_size(tokenizer, v
         build_tiny_processor(vl_tokenizer, image_size=100)
     with pytest.raises(ValueError, match="lacks the vision tokens"):
         build_tiny_qwen2_5_vl(tokenizer)
+
+
+def test_freeze_vision_encoder_keeps_the_merger_and_the_language_model_trainable(processor):
+    model = freeze_vision_encoder(build_tiny_qwen2_5_vl(processor))
+    frozen = {n for n, p in model.named_parameters() if not p.requires_grad}
+    assert frozen and all(".visual." in f".{n}" and ".merger." not in n for n in frozen)
+    assert "model.visual.patch_embed.proj.weight" in frozen
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert any(".merger." in n for n in trainable)
+    assert any(".language_model." in n for n in trainable)  # the head is tied to the embedding
+    with pytest.raises(ValueError, match="no vision tower"):
+        freeze_vision_encoder(torch.nn.Linear(2, 2))

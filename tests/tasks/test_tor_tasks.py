@@ -2,10 +2,12 @@
 
 import json
 import re
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import ndimage
@@ -39,10 +41,12 @@ def answer_from_spec(spec: dict) -> int:
         drawn = [(item["color"], item["shape"]) for item in spec["shapes"]]
         return sum(drawn.count(tuple(combo)) for combo in spec["asked"])
     if spec["kind"] == "bar_chart":
-        a, b = (spec["heights"]["ABCD".index(label)] for label in spec["bars"])
-        return a + b if spec["op"] == "plus" else a - b
+        read = [spec["heights"]["ABCD".index(label)] for label in spec["bars"]]
+        if spec["op"] == "read":
+            return read[0]
+        return read[0] + read[1] if spec["op"] == "plus" else read[0] - read[1]
     x, y = spec["numbers"]
-    return x + y if spec["op"] == "add" else abs(x - y)
+    return {"larger": max(x, y), "add": x + y, "subtract": abs(x - y)}[spec["op"]]
 
 
 def majority_baseline_accuracy(train: pd.DataFrame, test: pd.DataFrame) -> float:
@@ -81,8 +85,9 @@ def test_answers_follow_from_the_drawing_parameters(problems):
         spec = json.loads(row.spec)
         assert spec["kind"] == row.kind
         assert int(row.answer) == answer_from_spec(spec), row.id
-        # The gold chain ends with the answer: "... = 5." or "There are 5 red circles."
-        assert re.findall(r"\d+", row.reasoning)[-1 if "=" in row.reasoning else 0] == row.answer
+        # The gold chain ends with the answer: "... = 5.", "There are 5 red circles.",
+        # "Bar B is 5.", "... The larger is 5."
+        assert re.findall(r"\d+", row.reasoning)[-1] == row.answer
 
 
 def test_images_are_redrawn_exactly_from_the_spec(problems):
@@ -235,6 +240,12 @@ def test_frame_round_trips_through_parquet(problems, tmp_path):
         ({"n_problems": 3, "kinds": ("bar_chart", "bar_chart")}, "must not repeat"),
         ({"n_problems": 3, "image_size": 32}, "image_size must be >= 56"),
         ({"n_problems": 3, "max_number": 1}, "max_number must be >= 2"),
+        ({"n_problems": 3, "max_count": 0}, "max_count must be in 1..7"),
+        ({"n_problems": 3, "max_count": 8}, "max_count must be in 1..7"),
+        ({"n_problems": 3, "max_bar": 1}, "max_bar must be in 2..10"),
+        ({"n_problems": 3, "max_bar": 11}, "max_bar must be in 2..10"),
+        ({"n_problems": 3, "single_fraction": -0.1}, r"single_fraction must be in \[0, 1\]"),
+        ({"n_problems": 3, "single_fraction": 1.5}, r"single_fraction must be in \[0, 1\]"),
     ],
 )
 def test_invalid_arguments(kwargs, match):
@@ -245,3 +256,58 @@ def test_invalid_arguments(kwargs, match):
 def test_zero_problems_gives_an_empty_frame_with_the_columns():
     frame = generate_tor_problems(0)
     assert frame.empty and tuple(frame.columns) == TOR_COLUMNS
+
+
+def test_ranges_follow_the_knobs():
+    frame = generate_tor_problems(300, seed=5, max_number=5, max_count=2, max_bar=4)
+    for row in frame.itertuples():
+        spec = json.loads(row.spec)
+        if spec["kind"] == "count_shapes":
+            drawn = [(s["color"], s["shape"]) for s in spec["shapes"]]
+            assert all(drawn.count(tuple(combo)) <= 2 for combo in spec["asked"])
+        elif spec["kind"] == "bar_chart":
+            assert all(1 <= h <= 4 for h in spec["heights"])
+        else:
+            assert all(1 <= x <= 5 for x in spec["numbers"])
+    # Every value in range is drawn: the ranges are not narrower than asked.
+    bars = frame[frame["kind"] == "bar_chart"]["spec"].map(lambda s: json.loads(s)["heights"])
+    assert set(sum(bars, [])) == {1, 2, 3, 4}
+
+
+def is_single_read(spec: dict) -> bool:
+    if spec["kind"] == "count_shapes":
+        return len(spec["asked"]) == 1
+    return spec["op"] in ("read", "larger")
+
+
+@pytest.mark.parametrize("fraction", [0.0, 0.5, 1.0])
+def test_single_fraction_is_the_share_of_one_read_questions(fraction):
+    frame = generate_tor_problems(600, seed=2, single_fraction=fraction)
+    single = frame["spec"].map(lambda s: is_single_read(json.loads(s)))
+    # 600 draws: the share is within 0.07 of the probability (~3.4 standard errors at 0.5).
+    assert abs(single.mean() - fraction) < 0.07
+    for kind in TOR_KINDS:
+        assert abs(single[frame["kind"] == kind].mean() - fraction) < 0.12, kind
+
+
+def test_one_read_questions_hand_computed():
+    bars = {"kind": "bar_chart", "heights": [3, 7, 5], "op": "read", "bars": ["C"]}
+    assert describe_tor_spec(bars) == ("What is the height of bar C?", 5, "Bar C is 5.")
+    numbers = {"kind": "read_numbers", "numbers": [4, 9], "op": "larger", "offsets": [0, 1]}
+    assert describe_tor_spec(numbers) == (
+        "What is the larger number in the picture?",
+        9,
+        "The numbers are 4 and 9. The larger is 9.",
+    )
+
+
+def test_the_configured_world_is_not_answered_by_its_text():
+    """The world of conf/base/parameters_tor.yml: a text-only policy is near chance."""
+    tasks = yaml.safe_load(Path("conf/base/parameters_tor.yml").read_text())["tor"]["tasks"]
+    knobs = ("kinds", "max_number", "max_count", "max_bar", "single_fraction")
+    frame = generate_tor_problems(1200, seed=3, **{k: tasks[k] for k in knobs})
+    # Measured 0.18 over all kinds; per kind 0.24 (count_shapes: 6 answers), 0.18, 0.13.
+    assert majority_baseline_accuracy(frame.iloc[::2], frame.iloc[1::2]) < 0.25
+    for kind in tasks["kinds"]:
+        of_kind = frame[frame["kind"] == kind]
+        assert majority_baseline_accuracy(of_kind.iloc[::2], of_kind.iloc[1::2]) < 0.3, kind

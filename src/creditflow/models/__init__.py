@@ -27,6 +27,7 @@ from creditflow.models.vision import (
     ImageOnlyQwen2_5_VLProcessor,
     build_tiny_processor,
     build_tiny_qwen2_5_vl,
+    freeze_vision_encoder,
     load_vl_policy,
     sequence_forward_inputs,
     text_only_prompt_inputs,
@@ -59,6 +60,7 @@ __all__ = [
     "sequence_forward_inputs",
     "text_only_prompt_inputs",
     "train_vl_tokenizer",
+    "freeze_vision_encoder",
     "vision_token_ids",
     "vl_prompt_inputs",
 ]

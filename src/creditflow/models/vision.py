@@ -406,6 +406,29 @@ def _load_processor(name_or_path: str, model: PreTrainedModel, trust_remote_code
     return AutoProcessor.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
 
 
+def freeze_vision_encoder(model: torch.nn.Module) -> torch.nn.Module:
+    """``model`` (in place) with its vision encoder frozen: every parameter of the vision
+    tower (``...visual.*``, a peft wrapper's names included) except the patch merger, the
+    projector into the language model, stops requiring gradients; returns ``model``.
+
+    Why (README "The ToR world"): trained from scratch together with the language model, the
+    tiny policy's ViT collapses to an image-independent output within the SFT warm start
+    (measured: the SFT loss was the same, to 1e-7, with the pictures of other problems), so no
+    answer depends on the picture; its random initialisation keeps the pictures apart, and the
+    merger learns to read them, as LLaVA-style recipes train only the projector.
+
+    Raises:
+        ValueError: ``model`` has no ``visual`` parameters (not a vision-language model).
+    """
+    vision = [(n, p) for n, p in model.named_parameters() if ".visual." in f".{n}"]
+    if not vision:
+        raise ValueError(f"{type(model).__name__} has no vision tower (no 'visual.' parameters)")
+    for name, parameter in vision:
+        if ".merger." not in name:
+            parameter.requires_grad_(False)
+    return model
+
+
 def vision_token_ids(tokenizer: PreTrainedTokenizerBase) -> list[int]:
     """Ids of the ``VISION_TOKENS``, e.g. for ``generate(..., suppress_tokens=...)``.
 

@@ -210,7 +210,10 @@ class TorTasks(TaskSourceFields):
     n_eval: Count
     image_size: Annotated[int, Field(ge=28)]  # two 14-px patches a side at least
     kinds: list[one_of(TOR_KINDS, "problem kind")] = Field(min_length=1)
-    max_number: Count
+    max_number: Annotated[int, Field(ge=2)]
+    max_count: Annotated[int, Field(ge=1, le=7)]  # two asked kinds + a distractor in 16 cells
+    max_bar: Annotated[int, Field(ge=2, le=10)]  # the bar chart's axis runs 0..10
+    single_fraction: Annotated[float, Field(ge=0.0, le=1.0)]
 
 
 class TorTokenizer(Block):
@@ -228,6 +231,7 @@ class TorEvaluation(Block):
 class TorParams(Block):
     seed: int
     torch_threads: Threads = None
+    train_vision_encoder: bool
     tasks: TorTasks
     tokenizer: TorTokenizer
     policy: VisionPolicy

@@ -5,12 +5,20 @@ image is removed; these tasks make perception necessary. Three kinds, each drawn
 only on a white square:
 
 - ``count_shapes``: coloured circles, squares and triangles on a 4 x 4 grid (one shape per
-  cell, never touching). "How many red circles plus blue squares are there?"
-- ``bar_chart``: three or four bars A, B, C(, D) with integer heights 1..9 over grid lines at
-  every unit (labelled 0, 5, 10). "What is the height of bar B minus the height of bar A?"
-  (minus questions name the taller bar first, so answers are never negative).
-- ``read_numbers``: two numbers drawn large in the picture. "Add the two numbers in the
-  picture." / "Subtract the smaller number in the picture from the larger one."
+  cell, never touching), each asked kind 0..``max_count`` times. "How many red circles are
+  there?" (one read) / "How many red circles plus blue squares are there?" (two).
+- ``bar_chart``: three or four bars A, B, C(, D) with integer heights 1..``max_bar`` over grid
+  lines at every unit (labelled 0, 5, 10). "What is the height of bar B?" (one read) / "What
+  is the height of bar B minus the height of bar A?" (two; minus questions name the taller
+  bar first, so answers are never negative).
+- ``read_numbers``: two numbers in 1..``max_number`` drawn large in the picture. "What is the
+  larger number in the picture?" (one read) / "Add the two numbers in the picture." /
+  "Subtract the smaller number in the picture from the larger one." (two).
+
+Each problem asks for one quantity read off the picture with probability ``single_fraction``,
+else it combines two with + or -; the one-read problems are the easier half of the set (no
+arithmetic), so a weak policy solves some of them and some of its samples (README, "The
+ToR world").
 
 Conventions, chosen once here:
 
@@ -63,9 +71,8 @@ GRID_COLOR = (215, 215, 215)
 INK = (0, 0, 0)
 
 GRID_CELLS = 4  # count_shapes: a GRID_CELLS x GRID_CELLS board, one shape per cell at most
-MAX_ASKED_COUNT = 4  # count_shapes: each asked (colour, shape) appears 0..4 times
-MAX_BAR = 9  # bar_chart: heights 1..MAX_BAR on a 0..10 axis
-AXIS_TOP = 10
+AXIS_TOP = 10  # bar_chart: the axis runs 0..AXIS_TOP
+MAX_DISTRACTORS = 6  # count_shapes: 1..6 shapes of kinds not asked about
 MIN_IMAGE_SIZE = 56
 
 
@@ -76,6 +83,9 @@ def generate_tor_problems(
     kinds: Sequence[str] = TOR_KINDS,
     *,
     max_number: int = 20,
+    max_count: int = 4,
+    max_bar: int = 9,
+    single_fraction: float = 0.5,
 ) -> pd.DataFrame:
     """Draw ``n_problems`` visual arithmetic problems with their pictures as PNG bytes.
 
@@ -86,6 +96,11 @@ def generate_tor_problems(
         image_size: side of the square pictures in pixels (>= 56).
         kinds: names from ``TOR_KINDS``, no repeats.
         max_number: ``read_numbers`` draws numbers in ``[1, max_number]`` (>= 2).
+        max_count: ``count_shapes`` draws each asked (colour, shape) ``0..max_count`` times
+            (1..7: two asked kinds at most plus a distractor fit the 16 cells).
+        max_bar: ``bar_chart`` draws heights in ``[1, max_bar]`` (2..``AXIS_TOP``).
+        single_fraction: probability in [0, 1] that a problem asks for one quantity read off
+            the picture instead of two combined with + or -.
 
     Returns:
         DataFrame with columns ``TOR_COLUMNS``: ``id`` (``tor-{kind}-{index:05d}``),
@@ -104,13 +119,25 @@ def generate_tor_problems(
         raise ValueError(f"image_size must be >= {MIN_IMAGE_SIZE} pixels, got {image_size}")
     if max_number < 2:
         raise ValueError(f"max_number must be >= 2, got {max_number}")
+    if not 1 <= max_count <= (GRID_CELLS * GRID_CELLS - 1) // 2:
+        raise ValueError(f"max_count must be in 1..7 (the 4 x 4 grid), got {max_count}")
+    if not 2 <= max_bar <= AXIS_TOP:
+        raise ValueError(f"max_bar must be in 2..{AXIS_TOP} (the chart's axis), got {max_bar}")
+    if not 0.0 <= single_fraction <= 1.0:
+        raise ValueError(f"single_fraction must be in [0, 1], got {single_fraction}")
+    options = {
+        "max_number": max_number,
+        "max_count": max_count,
+        "max_bar": max_bar,
+        "single_fraction": single_fraction,
+    }
 
     streams = {kind: random.Random(f"tor:{seed}:{kind}") for kind in kinds}
     counters = dict.fromkeys(kinds, 0)
     rows = []
     for i in range(n_problems):
         kind = kinds[i % len(kinds)]
-        spec = _DRAWERS[kind](streams[kind], max_number=max_number)
+        spec = _DRAWERS[kind](streams[kind], **options)
         question, answer, reasoning = describe_tor_spec(spec)
         rows.append(
             {
@@ -131,15 +158,17 @@ def generate_tor_problems(
 # --- drawing parameters -------------------------------------------------------------------
 
 
-def _draw_count_shapes(rng: random.Random, **_: Any) -> dict[str, Any]:
+def _draw_count_shapes(
+    rng: random.Random, *, max_count: int, single_fraction: float, **_: Any
+) -> dict[str, Any]:
     combos = [(color, shape) for color in COLORS for shape in SHAPES]
-    asked = rng.sample(combos, rng.choice((1, 2)))
-    counts = [rng.randint(0, MAX_ASKED_COUNT) for _ in asked]
+    asked = rng.sample(combos, 1 if rng.random() < single_fraction else 2)
+    counts = [rng.randint(0, max_count) for _ in asked]
     if not any(counts):  # at least one asked shape, so "0" is not the typical answer
-        counts[rng.randrange(len(counts))] = rng.randint(1, MAX_ASKED_COUNT)
+        counts[rng.randrange(len(counts))] = rng.randint(1, max_count)
     others = [combo for combo in combos if combo not in asked]
     n_cells = GRID_CELLS * GRID_CELLS
-    n_distractors = rng.randint(1, min(6, n_cells - sum(counts)))
+    n_distractors = rng.randint(1, min(MAX_DISTRACTORS, n_cells - sum(counts)))
     items = [combo for combo, count in zip(asked, counts, strict=True) for _ in range(count)]
     items += [rng.choice(others) for _ in range(n_distractors)]
     cells = rng.sample(range(n_cells), len(items))
@@ -155,9 +184,15 @@ def _draw_count_shapes(rng: random.Random, **_: Any) -> dict[str, Any]:
     }
 
 
-def _draw_bar_chart(rng: random.Random, **_: Any) -> dict[str, Any]:
+def _draw_bar_chart(
+    rng: random.Random, *, max_bar: int, single_fraction: float, **_: Any
+) -> dict[str, Any]:
+    single = rng.random() < single_fraction
     n_bars = rng.choice((3, 4))
-    heights = [rng.randint(1, MAX_BAR) for _ in range(n_bars)]
+    heights = [rng.randint(1, max_bar) for _ in range(n_bars)]
+    if single:
+        label = BAR_LABELS[rng.randrange(n_bars)]
+        return {"kind": "bar_chart", "heights": heights, "op": "read", "bars": [label]}
     first, second = rng.sample(range(n_bars), 2)
     op = rng.choice(("plus", "minus"))
     if op == "minus" and heights[first] < heights[second]:
@@ -170,11 +205,14 @@ def _draw_bar_chart(rng: random.Random, **_: Any) -> dict[str, Any]:
     }
 
 
-def _draw_read_numbers(rng: random.Random, *, max_number: int, **_: Any) -> dict[str, Any]:
+def _draw_read_numbers(
+    rng: random.Random, *, max_number: int, single_fraction: float, **_: Any
+) -> dict[str, Any]:
+    single = rng.random() < single_fraction
     return {
         "kind": "read_numbers",
         "numbers": [rng.randint(1, max_number), rng.randint(1, max_number)],
-        "op": rng.choice(("add", "subtract")),
+        "op": "larger" if single else rng.choice(("add", "subtract")),
         # Vertical placement of each number as a fraction of the free height.
         "offsets": [round(rng.random(), 3), round(rng.random(), 3)],
     }
@@ -223,6 +261,10 @@ def _describe_count_shapes(spec: Mapping[str, Any]) -> tuple[str, int, str]:
 
 
 def _describe_bar_chart(spec: Mapping[str, Any]) -> tuple[str, int, str]:
+    if spec["op"] == "read":
+        (label,) = spec["bars"]
+        height = spec["heights"][BAR_LABELS.index(label)]
+        return f"What is the height of bar {label}?", height, f"Bar {label} is {height}."
     first, second = spec["bars"]
     a, b = (spec["heights"][BAR_LABELS.index(label)] for label in (first, second))
     read = f"Bar {first} is {a} and bar {second} is {b}."
@@ -236,9 +278,11 @@ def _describe_bar_chart(spec: Mapping[str, Any]) -> tuple[str, int, str]:
 def _describe_read_numbers(spec: Mapping[str, Any]) -> tuple[str, int, str]:
     x, y = spec["numbers"]
     read = f"The numbers are {x} and {y}."
+    high, low = max(x, y), min(x, y)
+    if spec["op"] == "larger":
+        return "What is the larger number in the picture?", high, f"{read} The larger is {high}."
     if spec["op"] == "add":
         return "Add the two numbers in the picture.", x + y, f"{read} {x} + {y} = {x + y}."
-    high, low = max(x, y), min(x, y)
     question = "Subtract the smaller number in the picture from the larger one."
     return question, high - low, f"{read} {high} - {low} = {high - low}."
 

@@ -218,6 +218,11 @@ def state_fingerprint(module: torch.nn.Module, *extra: object) -> str:
         digest.update(
             tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes()
         )
+    # Which weights train is part of the run (a frozen vision encoder, LoRA's frozen base);
+    # added only when some are frozen, so fully trainable runs keep their fingerprints.
+    frozen = [name for name, p in module.named_parameters() if not p.requires_grad]
+    if frozen:
+        digest.update(json.dumps({"frozen": frozen}).encode())
     digest.update(json.dumps(extra, sort_keys=True, default=str).encode())
     return digest.hexdigest()[:16]
 

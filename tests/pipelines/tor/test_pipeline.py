@@ -133,6 +133,15 @@ def test_tor_pipeline_runs_end_to_end(tor_params, shared_data, tmp_path):
     # Each strategy trains its own copy from the same warm start.
     sft_model = catalog.load("tor_sft_policy")
     assert all(catalog.load(f"tor_policies_{s}")[0] is not sft_model for s in STRATEGIES)
+    # train_vision_encoder: false: SFT and GRPO leave the ViT at its initial weights and
+    # train the patch merger (and the language model).
+    initial = dict(catalog.load("tor_initial_policy").named_parameters())
+    for model in (sft_model, catalog.load("tor_policies_uniform")[0]):
+        weights = dict(model.named_parameters())
+        patch = "model.visual.patch_embed.proj.weight"
+        merger = "model.visual.merger.mlp.0.weight"
+        torch.testing.assert_close(weights[patch], initial[patch], rtol=0, atol=0)
+        assert not torch.equal(weights[merger], initial[merger])
     checkpoints = sorted((tmp_path / "ckpt" / "tor").glob("*/step-*"))
     assert [p.name for p in checkpoints] == ["step-000001", "step-000002"]
 

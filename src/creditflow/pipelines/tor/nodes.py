@@ -17,6 +17,7 @@ from creditflow.models import (
     ImageOnlyQwen2_5_VLProcessor,
     build_tiny_processor,
     explain_missing_checkpoint,
+    freeze_vision_encoder,
     load_vl_policy,
     to_policy_device,
     train_vl_tokenizer,
@@ -100,7 +101,7 @@ def sft_warmstart_tor(
     resumes from ``checkpoints`` (a finished run with the same inputs is loaded)."""
     with torch_threads(params["torch_threads"]):
         model, metrics = run_vl_sft(
-            to_policy_device(tor_initial_policy, params["policy"]),
+            _trainable_policy(tor_initial_policy, params),
             tor_processor,
             _train_prompts(tor_train_tasks),
             _sft_targets(tor_train_tasks),
@@ -159,7 +160,7 @@ def train_tor_policy(
         raise ConfigError("tor.grpo.distributed: the vision-language GRPO runs in one process")
     with torch_threads(params["torch_threads"]):
         model, result = run_vl_grpo(
-            to_policy_device(tor_sft_policy, params["policy"]),
+            _trainable_policy(tor_sft_policy, params),
             tor_processor,
             _train_prompts(tor_train_tasks),
             list(tor_train_tasks["question"]),
@@ -295,13 +296,17 @@ def _task_images(tasks: pd.DataFrame) -> list[bytes | Image.Image]:
     return [_image(path) for path in tasks["image_path"]]
 
 
+def _trainable_policy(model, params: dict[str, Any]):
+    """The policy on its device, its vision encoder frozen unless ``train_vision_encoder``
+    (the catalog loads every weight trainable, so each training node sets it again)."""
+    model = to_policy_device(model, params["policy"])
+    return model if params["train_vision_encoder"] else freeze_vision_encoder(model)
+
+
 def _synthetic_tasks(params: dict[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame]:
     tasks = params["tasks"]
-    common = {
-        "image_size": tasks["image_size"],
-        "kinds": tasks["kinds"],
-        "max_number": tasks["max_number"],
-    }
+    knobs = ("image_size", "kinds", "max_number", "max_count", "max_bar", "single_fraction")
+    common = {knob: tasks[knob] for knob in knobs}
     train = generate_tor_problems(tasks["n_train"], seed=params["seed"], **common)
     evaluation = generate_tor_problems(tasks["n_eval"], seed=params["seed"] + 10_000, **common)
     evaluation = evaluation[~evaluation["spec"].isin(set(train["spec"]))]
