@@ -118,7 +118,7 @@ def test_registered_and_loads_lazily(processor, items):
 def test_uncached_checkpoint_fails_with_what_to_do(items):
     annotator = build_annotator("hf", model_name_or_path="creditflow-test/not-a-model")
     assert annotator.model is None
-    with pytest.raises(OSError, match="not in the Hugging Face cache.*hf download"):
+    with pytest.raises(OSError, match="not in the local Hugging Face cache.*hf download"):
         annotator.annotate(items)
 
 

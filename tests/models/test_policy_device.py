@@ -87,7 +87,13 @@ def test_a_node_puts_the_policy_it_reads_on_the_spec_device(monkeypatch, module,
     moved = []
     monkeypatch.setattr(nodes, "to_policy_device", lambda m, spec: moved.append(spec) or m)
     spec = {"source": "tiny", "device": "cpu"}
-    params = {"policy": spec, "sft": {"steps": 0}, "torch_threads": None}
+    # train_vision_encoder (tor): the stand-in Linear has no vision encoder to freeze.
+    params = {
+        "policy": spec,
+        "sft": {"steps": 0},
+        "torch_threads": None,
+        "train_vision_encoder": True,
+    }
     tasks = pd.DataFrame(columns=["question", "question_en", "answer", "reasoning_en"])
     tasks["reasoning"], tasks["image_png"] = [], []
     model, _ = getattr(nodes, node)(torch.nn.Linear(1, 1), None, tasks, None, params)
