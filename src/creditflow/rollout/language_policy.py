@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.distributed.fsdp import FSDPModule
 
 from creditflow.algorithms import token_logprobs
 from creditflow.rollout.backends import (
@@ -155,12 +156,18 @@ def output_head_inputs(module: torch.nn.Module, **inputs: Any) -> torch.Tensor:
 
     handle = output_head(module).register_forward_pre_hook(keep_input)
     try:
-        module(**inputs)
+        out = module(**inputs)
     finally:
         handle.remove()
     if len(captured) != 1:
         raise RuntimeError(f"the output head ran {len(captured)} times in one forward, not once")
-    return captured[0]
+    hidden = captured[0]
+    if isinstance(module, FSDPModule) and out.logits.requires_grad:
+        # FSDP2 starts its backward (and queues the gradients' reduce-scatter) from hooks on
+        # the module's outputs; the loss reaches the parameters through the head's input
+        # instead, so the (empty) logits are tied into the graph: a zero that runs the hooks.
+        hidden = hidden + out.logits.sum() * 0
+    return hidden
 
 
 def score_completions(

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
+from torch.distributed.fsdp import FSDPModule
+from torch.distributed.tensor import DTensor
 from tqdm.auto import tqdm
 from transformers import get_cosine_schedule_with_warmup
 
@@ -94,9 +96,11 @@ class GRPOTrainer:
             ``config.beta > 0`` and none is given (``reference.frozen_reference``: a LoRA
             policy's is its base, adapters disabled), never loaded when ``beta == 0``.
         progress: show a progress bar (main process only).
-        accelerator: an ``accelerate.Accelerator`` for multi-process data parallelism (DDP);
-            None runs in this process alone. ``config.prompts_per_step`` and
-            ``config.minibatch_size`` stay global counts, split evenly across processes.
+        accelerator: an ``accelerate.Accelerator`` for multi-process data parallelism (DDP,
+            or FSDP2 sharding when it was made with an ``fsdp`` plugin: see
+            ``_check_fsdp`` for what that does not support yet); None runs in this process
+            alone. ``config.prompts_per_step`` and ``config.minibatch_size`` stay global
+            counts, split evenly across processes.
         reward_metrics: per-step diagnostics of the rewards to report beside the ones the
             advantage strategy reports itself (e.g. ``strategies.SignConflictRate`` for every
             strategy a comparison runs).
@@ -231,10 +235,13 @@ class GRPOTrainer:
     def _prepare_distributed(self) -> None:
         """Wrap the model in DDP and the optimizer for the accelerator (after resuming, so every
         process starts from the same loaded state). ``policy.module`` stays the bare model:
-        ``generate`` and saving need it; only the update's forward runs through the wrapper."""
+        ``generate`` and saving need it; only the update's forward runs through the wrapper.
+        FSDP2 shards ``policy.module`` in place instead (the wrapper is the module itself)."""
         self._train_module = self.policy.module
         if self.accelerator is None:
             return
+        if self.accelerator.is_fsdp2:
+            self._check_fsdp()
         # The scheduler stays unprepared: accelerate's scheduler wrapper steps once per process
         # per call (it assumes a sharded dataloader), which would compress the schedule.
         self._train_module, self.optimizer = self.accelerator.prepare(
@@ -242,6 +249,22 @@ class GRPOTrainer:
         )
         if self.reference is not None:
             self.reference.module.to(self.accelerator.device)
+
+    def _check_fsdp(self) -> None:
+        """What FSDP2 sharding (``prepare`` shards ``policy.module`` in place) cannot run yet.
+        Generation works: the model's own forward gathers each group's parameters."""
+        backend = getattr(self.policy, "backend", None)
+        if backend is not None and backend.name == "lean":
+            raise ConfigError(
+                "rollout 'lean' reads the module's parameters directly, which FSDP holds as "
+                "shards; set rollout: {name: hf} with fsdp"
+            )
+        if self.checkpoints is not None:
+            raise ConfigError(
+                "checkpoints are not written under FSDP yet (the weights and optimizer state "
+                "are sharded; saving needs their full state dicts, issue 13): pass "
+                "checkpoints=None or train without fsdp"
+            )
 
     # ------------------------------------------------------------------ train
     def train(self) -> GRPOResult:
@@ -485,9 +508,12 @@ class GRPOTrainer:
                 self.policy.module.parameters(), c.max_grad_norm
             )
         else:
+            self._reshard()
             grad_norm = self.accelerator.clip_grad_norm_(
                 self.policy.module.parameters(), c.max_grad_norm
             )
+            if isinstance(grad_norm, DTensor):  # FSDP2: the norm of every shard's gradients
+                grad_norm = grad_norm.full_tensor()
         self.optimizer.step()
         self.policy.weights_updated()  # an engine with its own weights reloads before sampling
         self.scheduler.step()
@@ -538,6 +564,18 @@ class GRPOTrainer:
         if sync or self.accelerator is None:
             return nullcontext()
         return self.accelerator.no_sync(self._train_module)
+
+    def _reshard(self) -> None:
+        """Under FSDP2, register every module's DTensor shards again (the optimizer's
+        parameters, which hold the reduced gradients): the root module keeps the unsharded
+        parameters its forward gathered (``reshard_after_forward`` is False for the root, and
+        for the head accelerate groups with it), so ``module.parameters()`` would otherwise
+        be those full local copies with this process's unreduced gradients."""
+        if self.accelerator is None or not self.accelerator.is_fsdp2:
+            return
+        for module in self.policy.module.modules():
+            if isinstance(module, FSDPModule):
+                module.reshard()
 
     @contextmanager
     def _ddp_forward(self) -> Iterator[None]:

@@ -57,18 +57,54 @@ def accelerator_arguments() -> tuple[str, ...]:
 def make_accelerator(accelerate_config: Mapping[str, Any] | None = None) -> Accelerator:
     """An ``Accelerator`` for this process, from a plain (YAML-able) mapping.
 
-    ``{"fsdp": {...}}`` becomes ``fsdp_plugin=FullyShardedDataParallelPlugin(**{...})``; every
-    other key is passed as it is (``mixed_precision: bf16``...). ``cpu`` defaults to True when
-    no CUDA device is visible: accelerate forms a gloo group of CPU processes only when asked.
+    ``{"fsdp": {...}}`` becomes ``fsdp_plugin=FullyShardedDataParallelPlugin(**{...})`` (it
+    must say ``fsdp_version: 2``); every other key is passed as it is (``mixed_precision:
+    bf16``...). ``cpu`` defaults to True when no CUDA device is visible: accelerate forms a
+    gloo group of CPU processes only when asked.
     """
     from accelerate import Accelerator, FullyShardedDataParallelPlugin  # noqa: PLC0415
 
     kwargs = dict(accelerate_config or {})
     _check_keys(kwargs)
+    plugin = None
     if "fsdp" in kwargs:
-        kwargs["fsdp_plugin"] = FullyShardedDataParallelPlugin(**kwargs.pop("fsdp"))
+        plugin = FullyShardedDataParallelPlugin(**kwargs.pop("fsdp"))
+        if plugin.fsdp_version != 2:
+            raise ValueError(
+                f"fsdp.fsdp_version must be 2 (FSDP2, torch's fully_shard), got "
+                f"{plugin.fsdp_version}: GRPOTrainer generates with the sharded module itself "
+                f"(FSDP2's forward gathers each group's parameters), which FSDP1's wrapper "
+                f"does not allow; set fsdp_version: 2"
+            )
+        kwargs["fsdp_plugin"] = plugin
     kwargs.setdefault("cpu", not torch.cuda.is_available())
-    return Accelerator(**kwargs)
+    accelerator = Accelerator(**kwargs)
+    if plugin is not None and accelerator.num_processes > 1 and not accelerator.is_fsdp2:
+        _use_fsdp_on_cpu(accelerator, plugin)
+    return accelerator
+
+
+def _use_fsdp_on_cpu(accelerator: Accelerator, plugin: Any) -> None:
+    """Make a gloo group of CPU processes shard with FSDP2, as a GPU group would.
+
+    accelerate 1.15 keeps the FSDP plugin only for accelerator devices: with ``cpu`` it drops
+    it and wraps the model in DDP instead, silently. torch's ``fully_shard`` itself runs on
+    CPU tensors over gloo, so the state is switched to FSDP by hand; ``prepare`` then takes
+    the same FSDP2 path as on GPUs (tests/training/test_fsdp.py).
+    """
+    from accelerate.state import PartialState  # noqa: PLC0415
+    from accelerate.utils import DistributedType  # noqa: PLC0415
+
+    if accelerator.distributed_type != DistributedType.MULTI_CPU:
+        raise ValueError(
+            f"accelerate did not enable FSDP for distributed type "
+            f"{accelerator.distributed_type}; FSDP runs on CUDA or on CPU (gloo) processes"
+        )
+    accelerator.state.distributed_type = DistributedType.FSDP
+    accelerator.state.fsdp_plugin = plugin
+    # What AcceleratorState.__init__ does for GPUs: a later PartialState() (accelerate's
+    # gather, reduce, ...) reads the type from there.
+    PartialState._shared_state["distributed_type"] = DistributedType.FSDP
 
 
 def launcher_world_size() -> int:
@@ -101,8 +137,10 @@ def run_data_parallel(
             worker loads its own copy (``torch.save``/``torch.load`` through a temporary
             file, never shared memory), so the caller's objects are never modified.
         accelerate_config: ``Accelerator`` arguments (``mixed_precision``, ``cpu``, ...) and
-            ``fsdp``: a mapping of ``FullyShardedDataParallelPlugin`` arguments. Unknown keys
-            raise ValueError. ``cpu`` defaults to True without CUDA (gloo) and False with it.
+            ``fsdp``: a mapping of ``FullyShardedDataParallelPlugin`` arguments, with
+            ``fsdp_version: 2`` (FSDP2 sharding, also on CPU processes: see
+            ``make_accelerator``). Unknown keys raise ValueError. ``cpu`` defaults to True
+            without CUDA (gloo) and False with it.
         timeout_s: kill the workers and raise TimeoutError after this long; None waits.
 
     Under a launcher (``WORLD_SIZE`` > 1 in the environment, e.g. ``torchrun``)
