@@ -15,6 +15,7 @@ from torch.distributed.tensor import DTensor
 
 from creditflow.training import CheckpointStore
 from creditflow.training.config import ConfigError
+from creditflow.training.grpo_runs import run_grpo
 from creditflow.training.launch import run_data_parallel
 from tests.training.helpers import length_reward, make_trainer
 
@@ -158,3 +159,10 @@ def test_fsdp_trains_two_grpo_steps_and_refuses_what_it_cannot_do(
     assert all(row["actor/grad_norm"] > 0 for row in run["history"])
     assert len(run["samples"]) == 4
     assert all(not torch.equal(run["params"][k], run["initial"][k]) for k in run["initial"])
+
+
+def test_run_grpo_refuses_fsdp_before_starting_processes():
+    """The node's entry point returns rank 0's model, which FSDP would hand back as shards."""
+    distributed = {"num_processes": 2, "accelerate": FSDP}
+    with pytest.raises(ConfigError, match="FSDP holds as shards"):
+        run_grpo(None, None, [], [], [], None, [], None, distributed=distributed)

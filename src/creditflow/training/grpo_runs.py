@@ -210,6 +210,12 @@ def run_grpo(
             f"unknown 'distributed' key(s) {unknown}; valid: ['accelerate', 'num_processes']"
         )
     num_processes = int(distributed.get("num_processes", 1))
+    if num_processes > 1 and "fsdp" in (distributed.get("accelerate") or {}):
+        raise ConfigError(
+            "run_grpo returns rank 0's trained model, which FSDP holds as shards (gathering "
+            "it is not written yet, issue 13; docs/scale_out.md): drop distributed.accelerate."
+            "fsdp for this node"
+        )
     model = copy.deepcopy(model)
     if checkpoints is not None:
         # Several processes sample differently, so their runs must not resume each other.
