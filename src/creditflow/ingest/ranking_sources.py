@@ -49,15 +49,13 @@ from creditflow.ingest.schemas import (
     RANKING_IMPRESSIONS_SCHEMA,
     RANKING_ITEMS_OPTIONAL,
     RANKING_ITEMS_SCHEMA,
-    Column,
-    TableSchema,
 )
 from creditflow.ingest.task_sources import (
     TaskSourceError,
     _check_image,
     _is_missing,
     _text_column,
-    as_frame,
+    checked_frame,
 )
 from creditflow.tasks.reranking import (
     LABEL_CLICKED,
@@ -86,7 +84,9 @@ def ranking_items(data: Any, dataset: str) -> pd.DataFrame:
             image is missing or unreadable, an ``item_id`` repeats, ``true_quality`` is blank
             on some rows only, or ``true_clickbait`` comes without ``true_quality``.
     """
-    frame = _checked_frame(data, dataset, RANKING_ITEMS_SCHEMA, RANKING_ITEMS_OPTIONAL)
+    frame = checked_frame(
+        data, dataset, RANKING_ITEMS_SCHEMA, [c.name for c in RANKING_ITEMS_OPTIONAL]
+    )
     ids = _text_column(frame, "item_id", dataset)
     _require_unique_values(ids, dataset, "item_id", "give each item its own id")
     paths = _text_column(frame, "image_path", dataset)
@@ -145,7 +145,9 @@ def ranking_sessions(
             queries, a repeated position or item within a session, or no session of ``L``
             impressions at all.
     """
-    frame = _checked_frame(data, dataset, RANKING_IMPRESSIONS_SCHEMA, RANKING_IMPRESSIONS_OPTIONAL)
+    frame = checked_frame(
+        data, dataset, RANKING_IMPRESSIONS_SCHEMA, [c.name for c in RANKING_IMPRESSIONS_OPTIONAL]
+    )
     sessions = _text_column(frame, "session_id", dataset)
     queries = _text_column(frame, "query", dataset)
     row_of_item = dict(zip(items["source_item_id"], items["item_id"], strict=True))
@@ -244,23 +246,6 @@ def ranking_sessions(
 
 
 # ------------------------------------------------------------------ cells and checks
-def _checked_frame(
-    data: Any, dataset: str, schema: TableSchema, optional: Sequence[Column]
-) -> pd.DataFrame:
-    frame = as_frame(data, dataset)
-    missing = [name for name in schema.names if name not in frame.columns]
-    if missing:
-        raise TaskSourceError(
-            dataset,
-            f"missing column(s) {missing}; it has {[str(c) for c in frame.columns]}",
-            f"the {schema.name} schema needs {schema.names} (optional: "
-            f"{[c.name for c in optional]}); rename or add the columns",
-        )
-    if frame.empty:
-        raise TaskSourceError(dataset, "has no rows", "point the entry at a non-empty table")
-    return frame.reset_index(drop=True)
-
-
 def _optional(frame: pd.DataFrame, column: str) -> list[Any]:
     return frame[column].tolist() if column in frame.columns else [None] * len(frame)
 

@@ -59,7 +59,7 @@ def math_text_problems(data: Any, dataset: str) -> pd.DataFrame:
         TaskSourceError: a column is missing, a cell is not text (see the module docstring),
             ``question_en`` holds translation tags, or ``(id, language)`` repeats.
     """
-    frame = _checked_frame(data, dataset, MATH_TEXT_SCHEMA)
+    frame = checked_frame(data, dataset, MATH_TEXT_SCHEMA, REASONING_COLUMNS[MATH_TEXT_SCHEMA.name])
     out = pd.DataFrame(
         {name: _text_column(frame, name, dataset) for name in MATH_TEXT_SCHEMA.names}
     )
@@ -87,7 +87,7 @@ def visual_problems(data: Any, dataset: str) -> pd.DataFrame:
         TaskSourceError: a column is missing, a cell is not text, ``choices`` is not a list
             of strings, an image is missing or unreadable, or an ``id`` repeats.
     """
-    frame = _checked_frame(data, dataset, VISUAL_SCHEMA)
+    frame = checked_frame(data, dataset, VISUAL_SCHEMA, REASONING_COLUMNS[VISUAL_SCHEMA.name])
     text = [name for name in VISUAL_SCHEMA.names if name != "choices"]
     out = pd.DataFrame({name: _text_column(frame, name, dataset) for name in text}).astype("str")
     out["choices"] = [
@@ -119,7 +119,9 @@ def as_frame(data: Any, dataset: str) -> pd.DataFrame:
     )
 
 
-def _checked_frame(data: Any, dataset: str, schema: TableSchema) -> pd.DataFrame:
+def checked_frame(data: Any, dataset: str, schema: TableSchema, optional: Any) -> pd.DataFrame:
+    """``data`` as a non-empty frame holding every column of ``schema`` (``optional``: the
+    schema's optional columns, as the error names them), else a ``TaskSourceError``."""
     frame = as_frame(data, dataset)
     missing = [name for name in schema.names if name not in frame.columns]
     if missing:
@@ -127,7 +129,7 @@ def _checked_frame(data: Any, dataset: str, schema: TableSchema) -> pd.DataFrame
             dataset,
             f"missing column(s) {missing}; it has {[str(c) for c in frame.columns]}",
             f"the {schema.name} schema needs {schema.names} (optional: "
-            f"{REASONING_COLUMNS[schema.name]}); rename or add the columns",
+            f"{optional}); rename or add the columns",
         )
     if frame.empty:
         raise TaskSourceError(dataset, "has no rows", "point the entry at a non-empty table")
