@@ -1,5 +1,7 @@
 """Small builders shared by the engine tests."""
 
+import copy
+
 import torch
 
 from creditflow.rollout import LanguagePolicy
@@ -49,6 +51,37 @@ def make_trainer(
         progress=False,
         accelerator=accelerator,
     )
+
+
+# The fixed update the 1- and 2-process tests compare: B = 4 prompts x 2 = 8 rows.
+TWO_PROCESS_UPDATE = {
+    "prompts_per_step": 4,
+    "group_size": 2,
+    "max_new_tokens": 8,
+    "max_grad_norm": 0.5,
+}
+
+
+def fixed_global_update(model, tokenizer, prompts):
+    """The fixed global batch (4 prompts x 2, sampled with seed 0) and seeded advantages, and
+    one 1-process optimizer step on all of it: ``(inputs, single_model, single_metrics)``, with
+    ``inputs`` the model, tokenizer, prompts, batch and advantages a multi-process run gets."""
+    sampler = make_trainer(model, tokenizer, prompts, **TWO_PROCESS_UPDATE)
+    torch.manual_seed(0)
+    batch = sampler.policy.sample(prompts[:4], group_size=2)
+    g = torch.Generator().manual_seed(1)
+    advantages = torch.randn(batch.completion_ids.shape, generator=g) * batch.completion_mask
+    inputs = {
+        "model": model,
+        "tokenizer": tokenizer,
+        "prompts": prompts,
+        "batch": batch,
+        "advantages": advantages,
+    }
+    single_model = copy.deepcopy(model).train()
+    single = make_trainer(single_model, tokenizer, prompts, **TWO_PROCESS_UPDATE)
+    metrics = single.optimizer_step(batch, advantages, batch.completion_mask, None)
+    return inputs, single_model, metrics
 
 
 def spy(monkeypatch, obj, name: str) -> list[tuple]:

@@ -18,12 +18,17 @@ import torch.multiprocessing as mp
 
 from creditflow.training import CheckpointStore
 from creditflow.training.grpo import step_seed
-from tests.training.helpers import length_reward, make_trainer
+from tests.training.helpers import (
+    TWO_PROCESS_UPDATE,
+    fixed_global_update,
+    length_reward,
+    make_trainer,
+)
 
 WORLD_SIZE = 2
 TIMEOUT_S = 120
 # Shared by the 1- and 2-process trainers: B = 4 prompts x 2 = 8 rows for the fixed update.
-UPDATE = {"prompts_per_step": 4, "group_size": 2, "max_new_tokens": 8, "max_grad_norm": 0.5}
+UPDATE = TWO_PROCESS_UPDATE
 # The 2-step run: 2 prompts x 4 per step (one prompt per process), 2 optimizer steps each.
 RUN = {
     "steps": 2,
@@ -138,28 +143,13 @@ def _spawn(workdir: Path) -> None:
 def test_two_processes_train_in_lockstep_and_match_one(
     make_model, tapo_tokenizer, tapo_prompts, tmp_path
 ):
-    model = make_model()
-    prompts = tapo_prompts[:10]
-    # The fixed global batch and advantages that both runs update on.
-    sampler = make_trainer(model, tapo_tokenizer, prompts, **UPDATE)
-    torch.manual_seed(0)
-    batch = sampler.policy.sample(prompts[:4], group_size=2)
-    g = torch.Generator().manual_seed(1)
-    advantages = torch.randn(batch.completion_ids.shape, generator=g) * batch.completion_mask
-    torch.save(
-        {
-            "model": model,
-            "tokenizer": tapo_tokenizer,
-            "prompts": prompts,
-            "batch": batch,
-            "advantages": advantages,
-        },
-        tmp_path / "inputs.pt",
+    # The fixed global batch and advantages that both runs update on, and the 1-process step
+    # on the whole of it.
+    inputs, single_model, single_metrics = fixed_global_update(
+        make_model(), tapo_tokenizer, tapo_prompts[:10]
     )
-    # One process, the whole global batch.
-    single_model = copy.deepcopy(model).train()
-    single = make_trainer(single_model, tapo_tokenizer, prompts, **UPDATE)
-    single_metrics = single.optimizer_step(batch, advantages, batch.completion_mask, None)
+    model, prompts = inputs["model"], inputs["prompts"]
+    torch.save(inputs, tmp_path / "inputs.pt")
 
     _spawn(tmp_path)
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(WORLD_SIZE)]

@@ -6,8 +6,6 @@ step on its half of a fixed global batch, as in the DDP test (test_distributed.p
 workers return the full (all-gathered) parameters and gradients for the comparison.
 """
 
-import copy
-
 import pytest
 import torch
 from torch.distributed.fsdp import FSDPModule
@@ -17,13 +15,18 @@ from creditflow.training import CheckpointStore
 from creditflow.training.config import ConfigError
 from creditflow.training.grpo_runs import run_grpo
 from creditflow.training.launch import run_data_parallel
-from tests.training.helpers import length_reward, make_trainer
+from tests.training.helpers import (
+    TWO_PROCESS_UPDATE,
+    fixed_global_update,
+    length_reward,
+    make_trainer,
+)
 
 WORLD_SIZE = 2
 TIMEOUT_S = 180
 FSDP = {"fsdp": {"fsdp_version": 2}}
-# B = 4 prompts x 2 = 8 rows for the fixed update, 4 per process.
-UPDATE = {"prompts_per_step": 4, "group_size": 2, "max_new_tokens": 8, "max_grad_norm": 0.5}
+# B = 8 rows for the fixed update, 4 per process.
+UPDATE = TWO_PROCESS_UPDATE
 
 
 def _full(tensor: torch.Tensor) -> torch.Tensor:
@@ -91,24 +94,7 @@ def _sharded_update(accelerator, inputs: dict, settings: dict) -> dict:
 @pytest.fixture
 def fixed_update(make_model, tapo_tokenizer, tapo_prompts):
     """The model, the fixed global batch and advantages, and the 1-process step on them."""
-    model = make_model()
-    prompts = tapo_prompts[:10]
-    sampler = make_trainer(model, tapo_tokenizer, prompts, **UPDATE)
-    torch.manual_seed(0)
-    batch = sampler.policy.sample(prompts[:4], group_size=2)
-    g = torch.Generator().manual_seed(1)
-    advantages = torch.randn(batch.completion_ids.shape, generator=g) * batch.completion_mask
-    inputs = {
-        "model": model,
-        "tokenizer": tapo_tokenizer,
-        "prompts": prompts,
-        "batch": batch,
-        "advantages": advantages,
-    }
-    single_model = copy.deepcopy(model).train()
-    single = make_trainer(single_model, tapo_tokenizer, prompts, **UPDATE)
-    metrics = single.optimizer_step(batch, advantages, batch.completion_mask, None)
-    return inputs, single_model, metrics
+    return fixed_global_update(make_model(), tapo_tokenizer, tapo_prompts[:10])
 
 
 def _assert_matches_one_process(sharded: dict, single_model, single_metrics) -> None:
