@@ -216,3 +216,12 @@ def test_importance_sampling_needs_an_engine_that_is_not_the_module(
 ):
     with pytest.raises(ConfigError, match="importance_sampling_cap corrects a rollout engine"):
         make_trainer(make_model(), tapo_tokenizer, tapo_prompts[:4], importance_sampling_cap=2.0)
+
+
+def test_importance_sampling_on_a_backend_that_samples_the_module_fails_in_the_config():
+    """Checked from the backend's class when the config is built (before any node runs)."""
+    params = {"importance_sampling_cap": 2.0, "rewards": {"length": 1.0}}
+    with pytest.raises(ConfigError, match="rollout 'lean' samples the module itself"):
+        build_grpo_config(params, ["length"])
+    config = build_grpo_config({**params, "rollout": {"name": "vllm"}}, ["length"])
+    assert config.importance_sampling_cap == 2.0

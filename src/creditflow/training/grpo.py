@@ -34,6 +34,7 @@ from tqdm.auto import tqdm
 from transformers import get_cosine_schedule_with_warmup
 
 from creditflow.algorithms import micro_batch_share, policy_loss, truncated_importance_weights
+from creditflow.rollout.backends import check_importance_sampling
 from creditflow.rollout.batch import Policy, RolloutBatch
 from creditflow.tracking import StepCallback, active_step_logger
 from creditflow.training.checkpoint import CheckpointStore
@@ -131,13 +132,9 @@ class GRPOTrainer:
         self.num_processes = 1 if accelerator is None else accelerator.num_processes
         self.process_index = 0 if accelerator is None else accelerator.process_index
         _check_divisible_across_processes(config, self.num_processes)
-        if config.importance_sampling_cap is not None and policy.samples_module:
-            raise ConfigError(
-                "importance_sampling_cap corrects a rollout engine whose sampler is not the "
-                f"trained module (e.g. rollout: {{name: vllm}}); rollout "
-                f"{config.rollout.get('name')!r} samples the module itself: set "
-                "importance_sampling_cap to null"
-            )
+        check_importance_sampling(
+            config.importance_sampling_cap, policy.samples_module, config.rollout.get("name")
+        )
         self.policy = policy
         self.prompts = list(prompts)
         self.reward_fn = reward_fn

@@ -24,7 +24,13 @@ from creditflow.rollout import (
     VisionLanguagePolicy,
     as_visual_prompt,
 )
-from creditflow.rollout.backends import FALLBACK_BACKEND, check_rollout_spec, rollout_backend
+from creditflow.rollout.backends import (
+    FALLBACK_BACKEND,
+    backend_class,
+    check_importance_sampling,
+    check_rollout_spec,
+    rollout_backend,
+)
 from creditflow.training.checkpoint import (
     CheckpointStore,
     content_digest,
@@ -63,6 +69,11 @@ def build_grpo_config(grpo_params: dict[str, Any], reward_names: Sequence[str]) 
         check_rollout_spec(config.rollout)
     except ConfigError as error:
         raise ConfigError(f"rollout: {error}") from error
+    # GRPOTrainer checks it again on the policy it gets; this fails before any node runs.
+    rollout_name = config.rollout.get("name", FALLBACK_BACKEND)
+    check_importance_sampling(
+        config.importance_sampling_cap, backend_class(rollout_name).samples_module, rollout_name
+    )
     unknown = sorted(set(config.rewards) - set(reward_names))
     if unknown:
         raise ConfigError(
