@@ -265,3 +265,15 @@ def reject_moved_keys(params: Mapping[str, Any], moved: Mapping[str, str], group
     if stale:
         hints = "; ".join(f"{group}.{old} is now {group}.{new}" for old, new in stale.items())
         raise ConfigError(f"{hints}: move those settings in your parameters")
+
+
+def check_importance_sampling(cap: float | None, samples_module: bool, rollout: str) -> None:
+    """ConfigError when truncated importance sampling (``importance_sampling_cap``) is asked
+    of a rollout backend that samples the trained module itself: there is no sampler /
+    trainer mismatch to correct."""
+    if cap is not None and samples_module:
+        raise ConfigError(
+            "importance_sampling_cap corrects a rollout engine whose sampler is not the "
+            f"trained module (e.g. rollout: {{name: vllm}}); rollout {rollout!r} samples the "
+            "module itself: set importance_sampling_cap to null"
+        )

@@ -34,11 +34,10 @@ from tqdm.auto import tqdm
 from transformers import get_cosine_schedule_with_warmup
 
 from creditflow.algorithms import micro_batch_share, policy_loss, truncated_importance_weights
-from creditflow.rollout.backends import check_importance_sampling
 from creditflow.rollout.batch import Policy, RolloutBatch
 from creditflow.tracking import StepCallback, active_step_logger
 from creditflow.training.checkpoint import CheckpointStore
-from creditflow.training.config import ConfigError, GRPOConfig
+from creditflow.training.config import ConfigError, GRPOConfig, check_importance_sampling
 from creditflow.training.reference import frozen_reference
 from creditflow.training.strategies import (
     RewardMetric,
@@ -132,9 +131,10 @@ class GRPOTrainer:
         self.num_processes = 1 if accelerator is None else accelerator.num_processes
         self.process_index = 0 if accelerator is None else accelerator.process_index
         _check_divisible_across_processes(config, self.num_processes)
-        check_importance_sampling(
-            config.importance_sampling_cap, policy.samples_module, config.rollout.get("name")
-        )
+        if config.importance_sampling_cap is not None:
+            check_importance_sampling(
+                config.importance_sampling_cap, policy.samples_module, config.rollout.get("name")
+            )
         self.policy = policy
         self.prompts = list(prompts)
         self.reward_fn = reward_fn

@@ -27,7 +27,6 @@ from creditflow.rollout import (
 from creditflow.rollout.backends import (
     FALLBACK_BACKEND,
     backend_class,
-    check_importance_sampling,
     check_rollout_spec,
     rollout_backend,
 )
@@ -37,7 +36,12 @@ from creditflow.training.checkpoint import (
     run_store,
     tokenizer_digest,
 )
-from creditflow.training.config import DEFAULT_ROLLOUT_BACKEND, ConfigError, GRPOConfig
+from creditflow.training.config import (
+    DEFAULT_ROLLOUT_BACKEND,
+    ConfigError,
+    GRPOConfig,
+    check_importance_sampling,
+)
 from creditflow.training.evaluation import TextRewards
 from creditflow.training.grpo import GRPOResult, GRPOTrainer
 from creditflow.training.launch import run_data_parallel

@@ -73,18 +73,6 @@ def check_rollout_spec(spec: Mapping[str, Any] | None) -> None:
         raise ConfigError(str(error)) from error
 
 
-def check_importance_sampling(cap: float | None, samples_module: bool, rollout: str) -> None:
-    """ConfigError when truncated importance sampling (``importance_sampling_cap``) is asked
-    of a rollout backend that samples the trained module itself: there is no sampler /
-    trainer mismatch to correct."""
-    if cap is not None and samples_module:
-        raise ConfigError(
-            "importance_sampling_cap corrects a rollout engine whose sampler is not the "
-            f"trained module (e.g. rollout: {{name: vllm}}); rollout {rollout!r} samples the "
-            "module itself: set importance_sampling_cap to null"
-        )
-
-
 def rollout_backend(
     spec: Mapping[str, Any] | None, module: torch.nn.Module | None = None
 ) -> RolloutBackend:
@@ -117,7 +105,6 @@ __all__ = [
     "RolloutBackend",
     "StaleWeightsError",
     "backend_class",
-    "check_importance_sampling",
     "check_rollout_spec",
     "completion_mask_from_eos",
     "finish_reasons",
