@@ -102,9 +102,9 @@ def _worker(rank: int, port: int, workdir: str) -> None:
     store = CheckpointStore(workdir / "checkpoints")
     saved, save = [], store.save
 
-    def recording_save(step, *args):
+    def recording_save(step, *args, **kwargs):
         saved.append(step)
-        return save(step, *args)
+        return save(step, *args, **kwargs)
 
     store.save = recording_save
     rewards = []

@@ -123,16 +123,29 @@ class CheckpointStore:
         done = self.completed()
         return done[-1] if done else None
 
-    def save(self, step: int, module: torch.nn.Module, state: dict[str, Any]) -> Path:
-        """Write weights and ``state`` (optimizer, scheduler, history, ...) for ``step``."""
+    def save(
+        self,
+        step: int,
+        module: torch.nn.Module,
+        state: dict[str, Any],
+        weights: dict[str, torch.Tensor] | None = None,
+    ) -> Path:
+        """Write weights and ``state`` (optimizer, scheduler, history, ...) for ``step``.
+
+        ``weights``: the model's whole state dict when ``module`` cannot give it (FSDP shards,
+        gathered by ``creditflow.training.fsdp.full_state_dicts``); ``module`` then only says
+        which names are tied to one parameter."""
         path = self.directory / f"{_PREFIX}{step:06d}"
         if path.exists():
             shutil.rmtree(path)
         path.mkdir(parents=True)
-        weights = _save_weights(module, path)
+        if weights is None:
+            weights_file = _save_weights(module, path)
+        else:
+            weights_file = _save_gathered_weights(weights, module, path)
         torch.save({"step": step, **state}, path / "trainer_state.pt")
         # COMPLETE may reach the disk only after what it vouches for.
-        for written in (weights, path / "trainer_state.pt"):
+        for written in (weights_file, path / "trainer_state.pt"):
             _fsync(written)
         _fsync(path)
         (path / "COMPLETE").write_text(str(step))
@@ -194,6 +207,31 @@ def _save_weights(module: torch.nn.Module, path: Path) -> Path:
         # save_model handles tied weights (shared tensors) that save_file refuses.
         save_model(module, str(weights))
     return weights
+
+
+def tied_aliases(module: torch.nn.Module) -> dict[str, str]:
+    """``{alias: kept name}`` for each parameter of ``module`` registered under several names
+    (a tied head: ``lm_head.weight`` -> ``model.embed_tokens.weight``)."""
+    first_name: dict[int, str] = {}
+    aliases = {}
+    for name, parameter in module.named_parameters(remove_duplicate=False):
+        if id(parameter) in first_name:
+            aliases[name] = first_name[id(parameter)]
+        else:
+            first_name[id(parameter)] = name
+    return aliases
+
+
+def _save_gathered_weights(
+    weights: dict[str, torch.Tensor], module: torch.nn.Module, path: Path
+) -> Path:
+    """``weights`` (a whole state dict of ``module``) into checkpoint folder ``path`` as
+    ``save_model`` writes them: one name per parameter, the dropped aliases in the metadata,
+    so ``load_model`` and ``from_pretrained`` tie them again."""
+    aliases = tied_aliases(module)
+    kept = {name: t.contiguous() for name, t in weights.items() if name not in aliases}
+    save_file(kept, str(path / MODEL_WEIGHTS), metadata={"format": "pt", **aliases})
+    return path / MODEL_WEIGHTS
 
 
 def _fsync(path: Path) -> None:

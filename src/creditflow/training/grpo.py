@@ -34,10 +34,16 @@ from tqdm.auto import tqdm
 from transformers import get_cosine_schedule_with_warmup
 
 from creditflow.algorithms import micro_batch_share, policy_loss, truncated_importance_weights
+from creditflow.models.lora import is_lora_model
 from creditflow.rollout.batch import Policy, RolloutBatch
 from creditflow.tracking import StepCallback, active_step_logger
 from creditflow.training.checkpoint import CheckpointStore
 from creditflow.training.config import ConfigError, GRPOConfig, check_importance_sampling
+from creditflow.training.fsdp import (
+    FULL_OPTIMIZER_LAYOUT,
+    full_state_dicts,
+    load_full_optimizer_state,
+)
 from creditflow.training.reference import frozen_reference
 from creditflow.training.strategies import (
     RewardMetric,
@@ -151,10 +157,15 @@ class GRPOTrainer:
         self.reward_metrics = [*reward_metrics, *self.advantage.reward_metrics(config.advantage)]
         self.result = GRPOResult()
         self.start_step = 0
+        self._sharded_optimizer_state: dict[str, Any] | None = None  # loaded after sharding
         self._setup_memory()
         self._setup_optimizer()
         self._resume()
         self._prepare_distributed()
+
+    @property
+    def _fsdp(self) -> bool:
+        return self.accelerator is not None and self.accelerator.is_fsdp2
 
     @property
     def is_main_process(self) -> bool:
@@ -224,7 +235,20 @@ class GRPOTrainer:
         state = self.checkpoints.load_latest(self.policy.module)
         if state is None:
             return
-        self.optimizer.load_state_dict(state["optimizer"])
+        saved_layout = state.get("optimizer_layout", "torch")
+        layout = FULL_OPTIMIZER_LAYOUT if self._fsdp else "torch"
+        if saved_layout != layout:
+            raise ConfigError(
+                f"the checkpoint's optimizer state is in the {saved_layout!r} layout, this run "
+                f"needs {layout!r} (written with and without FSDP); resume it as it was "
+                f"written, or start in another checkpoint folder"
+            )
+        if self._fsdp:
+            # The whole (unsharded) state, keyed by parameter name: shards exist only after
+            # prepare, so _prepare_distributed loads it then.
+            self._sharded_optimizer_state = state["optimizer"]
+        else:
+            self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.result = GRPOResult(history=state["history"], samples=state["samples"])
         self.start_step = state["step"]
@@ -244,6 +268,11 @@ class GRPOTrainer:
         self._train_module, self.optimizer = self.accelerator.prepare(
             self.policy.module, self.optimizer
         )
+        if self._sharded_optimizer_state is not None:
+            load_full_optimizer_state(
+                self._train_module, self.optimizer, self._sharded_optimizer_state
+            )
+            self._sharded_optimizer_state = None
         if self.reference is not None:
             self.reference.module.to(self.accelerator.device)
 
@@ -256,11 +285,11 @@ class GRPOTrainer:
                 "rollout 'lean' reads the module's parameters directly, which FSDP holds as "
                 "shards; set rollout: {name: hf} with fsdp"
             )
-        if self.checkpoints is not None:
+        if is_lora_model(self.policy.module):
             raise ConfigError(
-                "checkpoints are not written under FSDP yet (the weights and optimizer state "
-                "are sharded; saving needs their full state dicts, issue 13): pass "
-                "checkpoints=None or train without fsdp"
+                "lora with fsdp is not supported yet (its checkpoints and the adapter-disabled "
+                "KL reference are written for a whole model): drop one of policy.lora and "
+                "distributed.accelerate.fsdp"
             )
 
     # ------------------------------------------------------------------ train
@@ -621,18 +650,29 @@ class GRPOTrainer:
     # ------------------------------------------------------------------ save
     def save(self, step: int) -> None:
         """Write a checkpoint from the main process (every process holds the same weights and
-        optimizer state); the others wait until it is complete."""
+        optimizer state; under FSDP each holds shards, gathered whole onto the main process
+        first, so the checkpoint loads into any number of processes); the others wait until
+        it is complete."""
+        weights, optimizer_state, layout = None, None, "torch"
+        if self._fsdp:
+            self._reshard()
+            weights, optimizer_state = full_state_dicts(self._train_module, self.optimizer)
+            layout = FULL_OPTIMIZER_LAYOUT
         if self.is_main_process:
             self.checkpoints.save(
                 step,
                 self.policy.module,
                 {
-                    "optimizer": self.optimizer.state_dict(),
+                    "optimizer": self.optimizer.state_dict()
+                    if optimizer_state is None
+                    else optimizer_state,
+                    "optimizer_layout": layout,
                     "scheduler": self.scheduler.state_dict(),
                     "history": self.result.history,
                     "samples": self.result.samples,
                     "config": self.config.to_dict(),
                 },
+                weights=weights,
             )
         if self.accelerator is not None:
             self.accelerator.wait_for_everyone()

@@ -43,6 +43,7 @@ from creditflow.training.config import (
     check_importance_sampling,
 )
 from creditflow.training.evaluation import TextRewards
+from creditflow.training.fsdp import unsharded_copy
 from creditflow.training.grpo import GRPOResult, GRPOTrainer
 from creditflow.training.launch import run_data_parallel
 from creditflow.training.sft import SFTConfig
@@ -114,7 +115,39 @@ def strategy_config(
     not a GRPOConfig field), None when unset."""
     grpo_params = merge_overrides(params["grpo"], strategy)
     distributed = grpo_params.pop("distributed", None)
-    return build_grpo_config(grpo_params, params["reward_functions"]), distributed
+    config = build_grpo_config(grpo_params, params["reward_functions"])
+    return config, (None if distributed is None else check_distributed(distributed, config))
+
+
+def check_distributed(distributed: dict[str, Any] | None, config: GRPOConfig) -> dict[str, Any]:
+    """``distributed`` (``{"num_processes": N, "accelerate": {...}}``, or None) checked
+    against ``config`` before any process starts; returns it as a dict.
+
+    Raises:
+        ConfigError: an unknown key, a bad process count, or FSDP with the ``lean`` rollout
+            (it reads whole parameters; under FSDP each process holds shards).
+    """
+    distributed = dict(distributed or {})
+    unknown = sorted(set(distributed) - {"num_processes", "accelerate"})
+    if unknown:
+        raise ConfigError(
+            f"unknown 'distributed' key(s) {unknown}; valid: ['accelerate', 'num_processes']"
+        )
+    num_processes = distributed.get("num_processes", 1)
+    if isinstance(num_processes, bool) or not isinstance(num_processes, int) or num_processes < 1:
+        raise ConfigError(
+            f"distributed.num_processes must be an integer >= 1, got {num_processes!r}"
+        )
+    accelerate = distributed.get("accelerate") or {}
+    if not isinstance(accelerate, dict):
+        raise ConfigError(f"distributed.accelerate must be a mapping, got {accelerate!r}")
+    rollout = config.rollout.get("name", DEFAULT_ROLLOUT_BACKEND)
+    if "fsdp" in accelerate and rollout == "lean":
+        raise ConfigError(
+            "distributed.accelerate.fsdp shards every parameter, and rollout 'lean' (the "
+            "default) reads whole ones: set grpo.rollout: {name: hf} with fsdp"
+        )
+    return distributed
 
 
 def check_comparison_params(
@@ -194,6 +227,8 @@ def train_grpo_process(
         reward_metrics=reward_metrics,
     )
     result = trainer.train()
+    if accelerator is not None and accelerator.is_fsdp2:
+        return unsharded_copy(model).eval(), result  # rank 0's shards alone are not a model
     if accelerator is not None:
         model = accelerator.unwrap_model(model, keep_fp32_wrapper=False)
     return model.eval(), result
@@ -218,23 +253,15 @@ def run_grpo(
     the training data-parallel in N processes (``creditflow.training.launch``); None or N = 1
     trains in this process. ``reward_metrics``: see ``GRPOTrainer``.
     """
-    distributed = dict(distributed or {})
-    unknown = sorted(set(distributed) - {"num_processes", "accelerate"})
-    if unknown:
-        raise ConfigError(
-            f"unknown 'distributed' key(s) {unknown}; valid: ['accelerate', 'num_processes']"
-        )
+    distributed = check_distributed(distributed, config)
     num_processes = int(distributed.get("num_processes", 1))
-    if num_processes > 1 and "fsdp" in (distributed.get("accelerate") or {}):
-        raise ConfigError(
-            "run_grpo returns rank 0's trained model, which FSDP holds as shards (gathering "
-            "it is not written yet, issue 13; docs/scale_out.md): drop distributed.accelerate."
-            "fsdp for this node"
-        )
     model = copy.deepcopy(model)
     if checkpoints is not None:
-        # Several processes sample differently, so their runs must not resume each other.
+        # Several processes sample differently, so their runs must not resume each other; a
+        # sharded run's optimizer state is kept in another layout (training.fsdp).
         extra = {"num_processes": num_processes} if num_processes > 1 else {}
+        if "fsdp" in (distributed.get("accelerate") or {}):
+            extra["fsdp"] = True
         checkpoints = run_store(
             checkpoints,
             model,

@@ -227,3 +227,39 @@ def test_mgsm_as_the_source_is_its_own_evaluation_with_rows_per_language(
     per_language = table[table["language"] != "all"]
     assert per_language["train_sign_conflict_rate"].isna().all()
     assert overall.loc[list(STRATEGIES), "train_sign_conflict_rate"].notna().all()
+
+
+# Two FSDP2 processes (gloo on CPU) for every GRPO node; hf generation (lean reads whole
+# parameters). docs/scale_out.md.
+FSDP_DISTRIBUTED = {"num_processes": 2, "accelerate": {"fsdp": {"fsdp_version": 2}}}
+
+
+@pytest.mark.slow
+def test_a_grpo_node_trains_sharded_and_hands_on_a_whole_model(tapo_params, shared_data, tmp_path):
+    """``tapo.grpo.distributed`` with FSDP through the ``tapo`` strategy's nodes: the trained
+    policy the evaluation node reads is a plain model, and its checkpoints hold whole weights
+    that a second run finds and does not retrain."""
+    torch.set_num_threads(1)
+    params = deep_update(tapo_params, {"grpo": {"rollout": {"name": "hf"}}})
+    params["grpo"]["distributed"] = FSDP_DISTRIBUTED  # over the YAML's accelerate: null
+    mgsm = load_mgsm(shared_data / "mgsm", ["en"], max_rows=1)
+    pipeline = create_pipeline().to_outputs("tapo_results_tapo")
+    catalog = _catalog(pipeline, params, mgsm, tmp_path / "ckpt")
+    SequentialRunner().run(pipeline, catalog)
+
+    (trained,) = catalog.load("tapo_policies_tapo").values()
+    assert not any(type(p).__name__ == "DTensor" for p in trained.parameters())
+    assert type(trained) is type(catalog.load("tapo_sft_policy"))
+    assert len(catalog.load("tapo_results_tapo")) > 0
+    (run,) = (tmp_path / "ckpt" / "tapo").glob("*/")
+    assert [p.parent.name for p in sorted(run.glob("step-*/model.safetensors"))] == [
+        "step-000001",
+        "step-000002",
+    ]
+    written = {p: p.stat().st_mtime_ns for p in run.glob("step-*/COMPLETE")}
+    rerun = _catalog(pipeline, params, mgsm, tmp_path / "ckpt")
+    SequentialRunner().run(pipeline.to_outputs("tapo_policies_tapo"), rerun)
+    assert {p: p.stat().st_mtime_ns for p in run.glob("step-*/COMPLETE")} == written
+    (again,) = rerun.load("tapo_policies_tapo").values()
+    retrained = again.state_dict()
+    assert all(torch.equal(v, retrained[k]) for k, v in trained.state_dict().items())
