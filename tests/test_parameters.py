@@ -121,6 +121,11 @@ PROBES = [
     ("expmodel_sft.bogus", 1, r"expmodel_sft: unknown key `bogus`"),
     ("expmodel_sft.sft", {}, r"expmodel_sft: `sft` is now `training \(and max_length\)`"),
     ("expmodel_sft.training.lr", 0.1, r"expmodel_sft.training: `lr` is now `learning_rate`"),
+    (
+        "expmodel_sft.score_mode",
+        "session",
+        r"expmodel_sft.score_mode: unknown score_mode 'session'; valid: item, query",
+    ),
     ("expmodel_pft.bogus", 1, r"expmodel_pft: unknown key `bogus`"),
     ("expmodel_pft.pairs.margn", 1.0, r"expmodel_pft.pairs: unknown key `margn` \(did you mean"),
     ("expmodel_pft.pft.lam", -1.0, r"expmodel_pft.pft: lam must be a number >= 0"),

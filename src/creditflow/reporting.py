@@ -10,16 +10,17 @@ matplotlib.use("Agg")  # headless: figures are written to files, never shown
 
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
-import torch  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from creditflow.annotation.schema import DIMENSIONS  # noqa: E402
+from creditflow.annotation.schema import DIMENSIONS, QUERY_COLUMN  # noqa: E402
 from creditflow.reporting_stats import comparison_intervals, interval_basis  # noqa: E402
 from creditflow.training.expmodel import (  # noqa: E402
     TRAIN,
     UNSEEN,
+    is_per_query,
     ok_annotations,
     pair_accuracy,
+    pair_scores,
     pairs_within,
     split_ids,
 )
@@ -352,15 +353,18 @@ def kendall_tau(x: Sequence[float], y: Sequence[float]) -> float:
     return float(score / denominator) if denominator > 0 else float("nan")
 
 
-EXPERIENCE_TARGETS = ("quality", *DIMENSIONS)  # rows of ``evaluate_experience_scores``
+EXPERIENCE_TARGETS = ("quality", *DIMENSIONS)  # per-item rows of ``evaluate_experience_scores``
+QUERY_TARGET = "query_quality"  # its per-(query, item) row
 
 
-def evaluate_experience_scores(
+def evaluate_experience_scores(  # noqa: PLR0913 - the scores, the truths and the splits
     catalogue: pd.DataFrame,
     annotations: pd.DataFrame,
     scores: pd.DataFrame,
     item_split: pd.DataFrame,
     pairs: pd.DataFrame,
+    sessions: pd.DataFrame | None = None,
+    query_annotations: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """How well ``s_exp`` ranks the items, on the ExpModel's training items and on unseen ones.
 
@@ -370,12 +374,26 @@ def evaluate_experience_scores(
     (``TRAIN`` items of ``item_split``), ``kendall_tau_unseen`` (``UNSEEN`` items, which no
     SFT or PFT step saw), the annotator's ``kendall_tau_annotation`` and
     ``kendall_tau_annotation_unseen`` (its ok items; the teacher's ceiling), the item counts,
-    and on the ``quality`` row ``pair_accuracy_in_sample`` / ``pair_accuracy_unseen``: the
-    share of preference ``pairs`` (annotated A > B, ``preference_pairs``) with both items
-    train / unseen that ``s_exp`` orders the same way (ties half; NaN without such pairs).
-    Without a hidden truth (a catalogue of your own) the tau columns are NaN.
+    and ``pair_accuracy_in_sample`` / ``pair_accuracy_unseen``: the share of preference
+    ``pairs`` (annotated A > B, ``preference_pairs``) with both items train / unseen that
+    ``s_exp`` orders the same way (ties half; NaN without such pairs), on the ``quality`` row
+    for per-item pairs and on the ``QUERY_TARGET`` row for per-query ones.
+
+    Scores per (query, item) (``expmodel_sft.score_mode: query``) enter the per-item rows as
+    each item's mean s_{q,v} over the queries it was scored for: a summary, since a query-aware
+    score also carries relevance to the query.
+
+    With ``sessions`` (the logs, with their hidden per-candidate ``true_quality``: relevance to
+    the query times the item's quality) one more row, ``QUERY_TARGET``, is what y_aug and page
+    GRPO use, the order *within* a query: the mean over queries of Kendall tau(s, truth) over
+    the query's distinct candidates (train / unseen: the candidates of that split; queries
+    with fewer than two such are skipped), with per-item scores read as the same score under
+    every query. Its annotator columns use ``query_annotations`` (per (query, item), or per
+    item: ``annotations``) on the annotated pairs. Its ``items`` / ``unseen_items`` count
+    (query, item) pairs. Without a hidden truth (a catalogue of your own) the tau columns are
+    NaN.
     """
-    s_exp = scores.set_index("item_id")["s_exp"]
+    s_exp = item_level_scores(scores)
     ok = ok_annotations(annotations).drop_duplicates("item_id").set_index("item_id")
     truth = catalogue.set_index("item_id")
     sides = {TRAIN: split_ids(item_split, TRAIN), UNSEEN: split_ids(item_split, UNSEEN)}
@@ -390,16 +408,15 @@ def evaluate_experience_scores(
         inside = pairs_within(pairs, ids)
         if inside.empty:
             return float("nan")
-        return pair_accuracy(
-            torch.tensor(s_exp.loc[inside["pos_item"]].to_numpy()),
-            torch.tensor(s_exp.loc[inside["neg_item"]].to_numpy()),
-        )
+        return pair_accuracy(*pair_scores(inside, scores))
 
+    per_query_pairs = is_per_query(pairs)
     rows = []
     for target in EXPERIENCE_TARGETS:
         column, annotated = (
             ("true_quality", "overall") if target == "quality" else (f"true_{target}", target)
         )
+        with_pairs = target == "quality" and not per_query_pairs
         rows.append(
             {
                 "target": target,
@@ -411,15 +428,106 @@ def evaluate_experience_scores(
                 "annotated_items": len(ok),
                 "kendall_tau_annotation": tau(ok[annotated], column),
                 "kendall_tau_annotation_unseen": tau(ok[annotated], column, sides[UNSEEN]),
-                "pair_accuracy_in_sample": (
-                    accuracy(sides[TRAIN]) if target == "quality" else float("nan")
-                ),
-                "pair_accuracy_unseen": (
-                    accuracy(sides[UNSEEN]) if target == "quality" else float("nan")
-                ),
+                "pair_accuracy_in_sample": accuracy(sides[TRAIN]) if with_pairs else float("nan"),
+                "pair_accuracy_unseen": accuracy(sides[UNSEEN]) if with_pairs else float("nan"),
             }
         )
+    if sessions is not None:
+        judged = annotations if query_annotations is None else query_annotations
+        row = _query_row(scores, judged, sessions, sides)
+        row["pair_accuracy_in_sample"] = accuracy(sides[TRAIN]) if per_query_pairs else np.nan
+        row["pair_accuracy_unseen"] = accuracy(sides[UNSEEN]) if per_query_pairs else np.nan
+        rows.append(row)
     return pd.DataFrame(rows)
+
+
+def item_level_scores(scores: pd.DataFrame) -> pd.Series:
+    """``s_exp`` by ``item_id``: the scores as they are, or each item's mean s_{q,v} over its
+    queries for per-query scores."""
+    if is_per_query(scores):
+        return scores.groupby("item_id", sort=True)["s_exp"].mean()
+    return scores.set_index("item_id")["s_exp"]
+
+
+def query_truth(sessions: pd.DataFrame) -> pd.DataFrame:
+    """``query_text, item_id, true_quality``: the hidden per-(query, candidate) quality of the
+    sessions (relevance to the query times the item's quality, fixed per pair), once per pair;
+    empty without a ``true_quality`` column.
+
+    >>> logs = pd.DataFrame(
+    ...     {
+    ...         "query_text": ["a", "a"],
+    ...         "candidates": [[1, 2], [2, 3]],
+    ...         "true_quality": [[0.5, 0.1], [0.1, 0.9]],
+    ...     }
+    ... )
+    >>> query_truth(logs).values.tolist()
+    [['a', 1, 0.5], ['a', 2, 0.1], ['a', 3, 0.9]]
+    """
+    columns = [QUERY_COLUMN, "item_id", "true_quality"]
+    if "true_quality" not in sessions.columns:
+        return pd.DataFrame(columns=columns)
+    rows = [
+        (query, item, float(value))
+        for query, items, values in zip(
+            sessions[QUERY_COLUMN], sessions["candidates"], sessions["true_quality"], strict=True
+        )
+        for item, value in zip(items, values, strict=True)
+    ]
+    return pd.DataFrame(rows, columns=columns).drop_duplicates([QUERY_COLUMN, "item_id"])
+
+
+def mean_query_tau(frame: pd.DataFrame, score: str, truth: str) -> float:
+    """Mean over the queries of ``frame`` (``QUERY_COLUMN`` and the two columns) of Kendall
+    tau(``score``, ``truth``) within the query; NaN taus (under two candidates, constant
+    columns) are skipped, NaN when none is left.
+
+    >>> frame = pd.DataFrame(
+    ...     {"query_text": ["a", "a", "a", "b", "b"], "s": [1, 2, 3, 1, 2], "t": [1, 3, 2, 2, 1]}
+    ... )
+    >>> mean_query_tau(frame, "s", "t")  # a: 1/3, b: -1
+    -0.33333333333333337
+    """
+    taus = [
+        kendall_tau(part[score].to_numpy(), part[truth].to_numpy())
+        for _, part in frame.groupby(QUERY_COLUMN, sort=True)
+        if len(part) >= 2
+    ]
+    taus = [t for t in taus if not np.isnan(t)]
+    return float(np.mean(taus)) if taus else float("nan")
+
+
+def _query_row(
+    scores: pd.DataFrame,
+    annotations: pd.DataFrame,
+    sessions: pd.DataFrame,
+    sides: Mapping[str, set],
+) -> dict[str, object]:
+    """The ``QUERY_TARGET`` row of ``evaluate_experience_scores`` (its pair accuracies aside)."""
+    truth = query_truth(sessions)
+    if is_per_query(scores):
+        truth = truth.merge(scores, on=[QUERY_COLUMN, "item_id"], how="inner")
+    else:
+        truth = truth.merge(scores, on="item_id", how="inner")
+    ok = ok_annotations(annotations)
+    keys = [QUERY_COLUMN, "item_id"] if is_per_query(ok) else ["item_id"]
+    judged = truth.merge(ok.drop_duplicates(keys)[[*keys, "overall"]], on=keys, how="inner")
+
+    def tau(frame: pd.DataFrame, column: str, ids: set | None = None) -> float:
+        kept = frame if ids is None else frame[frame["item_id"].isin(ids)]
+        return mean_query_tau(kept, column, "true_quality")
+
+    return {
+        "target": QUERY_TARGET,
+        "items": len(truth),
+        "unseen_items": int(truth["item_id"].isin(sides[UNSEEN]).sum()),
+        "kendall_tau_s_exp": tau(truth, "s_exp"),
+        "kendall_tau_in_sample": tau(truth, "s_exp", sides[TRAIN]),
+        "kendall_tau_unseen": tau(truth, "s_exp", sides[UNSEEN]),
+        "annotated_items": len(judged),
+        "kendall_tau_annotation": tau(judged, "overall"),
+        "kendall_tau_annotation_unseen": tau(judged, "overall", sides[UNSEEN]),
+    }
 
 
 def summarise_rankers_by_band(per_session: pd.DataFrame, group: str = "ranker") -> pd.DataFrame:

@@ -27,6 +27,14 @@ Measurements (``G`` the grayscale cover, ``0.299 R + 0.587 G + 0.114 B``, in gre
   the colour's; an exposure shift moves the three channels alike, so it leaves chroma as it
   is, clipping aside). The score is the mean of the two grades, rounded half up; either alone
   where the other gives no evidence (no topical word, a category without a known colour).
+- an item judged for a search query (a ``query_text``, issue 15 section 2; ``for_query``):
+  relevance is the same two shares measured against the query's topic instead of the item's
+  own category (the topic: the category whose vocabulary holds most of the query's words,
+  ``query_topic``; a query naming no known topic is judged against the item's own category),
+  and ``overall`` is the item's own overall scaled by that relevance,
+  ``1 + (overall - 1) (relevance - 1) / 4``: an item off the query's topic is worth 1 to the
+  searcher however good it is, a fully relevant one keeps its own. The other four scores do
+  not depend on the query.
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ from creditflow.annotation.schema import (
     DIMENSIONS,
     Annotation,
     annotations_frame,
+    item_query,
     ok_row,
     visible_items,
 )
@@ -211,6 +220,19 @@ def measure_title(
     )
 
 
+def query_topic(query: str, vocabulary: Mapping[str, Sequence[str]]) -> str | None:
+    """The category whose vocabulary holds most words of ``query`` (the first such in
+    ``vocabulary`` order on a tie), None when it holds none.
+
+    >>> query_topic("pasta recipe for a puppy", {"cooking": ["pasta", "recipe"], "pets": ["puppy"]})
+    'cooking'
+    """
+    words = [w.lower() for w in _WORD.findall(query)]
+    counts = {topic: sum(w in set(ws) for w in words) for topic, ws in vocabulary.items()}
+    best = max(counts, key=counts.get, default=None)
+    return best if best is not None and counts[best] > 0 else None
+
+
 def _grade(value: float, cuts: Sequence[float], higher_is_better: bool) -> int:
     """1-5 score of ``value`` against 4 ascending cut points (a value on a cut goes up)."""
     above = int(np.searchsorted(cuts, value, side="right"))
@@ -254,6 +276,44 @@ def score_item(
         scores=scores,
         overall=round(overall, 2),
         analysis=_analysis(scores, image, title, round(overall, 2), cover_share),
+    )
+
+
+def for_query(
+    own: Annotation, query: str, topic: str, title: TitleMeasures, cover_share: float | None
+) -> Annotation:
+    """The item's ``own`` annotation judged for ``query``: relevance from the title and cover
+    measured against the query's ``topic`` (``title``, ``cover_share``), ``overall`` the own
+    overall scaled by it, ``1 + (overall - 1) (relevance - 1) / 4``; the analysis adds why.
+
+    >>> own = Annotation(
+    ...     {"sharpness": 5, "exposure": 5, "noise": 5, "title_informativeness": 5, "relevance": 5},
+    ...     5.0,
+    ...     "Fine.",
+    ... )
+    >>> off_topic = TitleMeasures(4, 3, 3, 0, ())
+    >>> judged = for_query(own, "pasta recipe", "cooking", off_topic, cover_share=0.0)
+    >>> judged.scores["relevance"], judged.overall
+    (1, 1.0)
+    """
+    relevance = _relevance(title, cover_share)
+    overall = round(1 + (own.overall - 1) * (relevance - 1) / 4, 2)
+    words = (
+        f"{title.n_on_topic} of {title.n_topical} topical words are on its topic ({topic})"
+        if title.n_topical
+        else "the title names no topic"
+    )
+    colour = (
+        f"its colour covers {100 * cover_share:.0f}% of the cover"
+        if cover_share is not None
+        else "its colour is not known"
+    )
+    analysis = (
+        f"{own.analysis} For the query {query!r}: {words} and {colour}. Relevance to the "
+        f"query {relevance}. Overall for the query {overall:.2f} / 5."
+    )
+    return Annotation(
+        scores={**own.scores, "relevance": relevance}, overall=overall, analysis=analysis
     )
 
 
@@ -340,22 +400,51 @@ class HeuristicAnnotator:
         """Score every item; always ``status == "ok"`` with ``attempts == 1``.
 
         Args:
-            items: frame with at least ``ITEM_COLUMNS``; other columns are dropped unread.
+            items: frame with at least ``ITEM_COLUMNS``, and optionally ``QUERY_COLUMN`` (one
+                row per query and item: relevance judged for the query); other columns are
+                dropped unread.
 
         Returns:
-            One row per item, in input order, with ``ANNOTATION_COLUMNS``; ``raw_text`` is the
-            annotation's JSON.
+            One row per item, in input order, with ``ANNOTATION_COLUMNS`` (and the query);
+            ``raw_text`` is the annotation's JSON.
         """
         rows = []
-        for item in visible_items(items).itertuples(index=False):
-            annotation = self.annotate_one(item.image_png, item.title, item.category)
-            rows.append(ok_row(item.item_id, annotation, annotation.to_json(), attempts=1))
+        measured: dict[object, tuple[np.ndarray, ImageMeasures]] = {}  # an item's cover, once
+        for record in visible_items(items).to_dict("records"):
+            item_id, query = record["item_id"], item_query(record)
+            if item_id not in measured:
+                pixels = decode_png(record["image_png"])
+                measured[item_id] = (pixels, measure_image(pixels))
+            annotation = self._judge(*measured[item_id], record["title"], record["category"], query)
+            rows.append(ok_row(item_id, annotation, annotation.to_json(), 1, query))
         return annotations_frame(rows)
 
-    def annotate_one(self, image_png: bytes, title: str, category: str) -> Annotation:
-        """Annotation of one item from its PNG cover, title and category."""
+    def annotate_one(
+        self, image_png: bytes, title: str, category: str, query: str | None = None
+    ) -> Annotation:
+        """Annotation of one item from its PNG cover, title and category (for ``query``)."""
         pixels = decode_png(image_png)
-        title_measures = measure_title(title, category, self.vocabulary, self.descriptors)
-        colour = self.colours.get(category)
-        cover_share = None if colour is None else glyph_share(pixels, colour)
-        return score_item(measure_image(pixels), title_measures, self.weights, cover_share)
+        return self._judge(pixels, measure_image(pixels), title, category, query)
+
+    def _judge(
+        self,
+        pixels: np.ndarray,
+        image: ImageMeasures,
+        title: str,
+        category: str,
+        query: str | None,
+    ) -> Annotation:
+        own_title, own_share = self._topic_measures(pixels, title, category)
+        own = score_item(image, own_title, self.weights, own_share)
+        if query is None:
+            return own
+        topic = query_topic(query, self.vocabulary) or category
+        return for_query(own, query, topic, *self._topic_measures(pixels, title, topic))
+
+    def _topic_measures(
+        self, pixels: np.ndarray, title: str, topic: str
+    ) -> tuple[TitleMeasures, float | None]:
+        """The title's words and the cover's share of ``topic``'s colour, against ``topic``."""
+        title_measures = measure_title(title, topic, self.vocabulary, self.descriptors)
+        colour = self.colours.get(topic)
+        return title_measures, None if colour is None else glyph_share(pixels, colour)

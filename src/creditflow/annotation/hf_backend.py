@@ -57,8 +57,10 @@ from creditflow.annotation.schema import (
     AnnotationParseError,
     annotations_frame,
     failed_row,
+    item_query,
     ok_row,
     parse_annotation,
+    query_prompt,
     visible_items,
 )
 from creditflow.models.vision import load_vl_policy, vision_token_ids, vl_prompt_inputs
@@ -174,20 +176,27 @@ class HFAnnotator:
             return str(self.spec.get("name_or_path", self.spec.get("source")))
         return type(self.model).__name__
 
-    def prompt(self, title: str, category: str) -> str:
-        """The text part of an item's turn (the image comes first)."""
-        return self.prompt_template.format(
+    def prompt(self, title: str, category: str, query: str | None = None) -> str:
+        """The text part of an item's turn (the image comes first), judged for ``query`` when
+        given."""
+        text = self.prompt_template.format(
             title=title, category=category, schema=SCHEMA_DESCRIPTION
         )
+        return query_prompt(text, query)
+
+    def _item_prompt(self, item: Mapping[str, Any]) -> str:
+        return self.prompt(item["title"], item["category"], item_query(item))
 
     def annotate(self, items: pd.DataFrame) -> pd.DataFrame:
         """Annotate every item not in the cache, loading the model first if any is missing.
 
         Args:
-            items: frame with at least ``ITEM_COLUMNS``; other columns are dropped unread.
+            items: frame with at least ``ITEM_COLUMNS``, and optionally ``QUERY_COLUMN`` (each
+                row then judged for its query, ``schema.QUERY_PROMPT``); other columns are
+                dropped unread.
 
         Returns:
-            One row per item, in input order, with ``ANNOTATION_COLUMNS``. ``attempts`` counts
+            One row per item, in input order, with ``ANNOTATION_COLUMNS`` (and the query). ``attempts`` counts
             the generations of the item in this call (0 when served from the cache or when its
             cover could not be decoded).
 
@@ -204,7 +213,9 @@ class HFAnnotator:
             if cached is None:
                 missing.append(i)
             else:
-                rows[i] = ok_row(record["item_id"], parse_annotation(cached), cached, attempts=0)
+                rows[i] = ok_row(
+                    record["item_id"], parse_annotation(cached), cached, 0, item_query(record)
+                )
         if missing:
             self._load()
         todo = [records[i] for i in missing]
@@ -230,7 +241,7 @@ class HFAnnotator:
 
     def cache_key(self, item: Mapping[str, Any]) -> str:
         """The cache key of an item: cover, title, prompt, model and decoding settings."""
-        prompt = self.prompt(item["title"], item["category"])
+        prompt = self._item_prompt(item)
         return AnnotationCache.key(item["image_png"], item["title"], prompt, self._model_part())
 
     def _model_part(self) -> str:
@@ -273,7 +284,8 @@ class HFAnnotator:
             try:
                 images[i] = _decode_image(item["image_png"])
             except Exception as exc:  # bytes PIL cannot read, None, ...: this item only
-                rows[i] = failed_row(item["item_id"], None, 0, f"cover image unreadable: {exc!r}")
+                error = f"cover image unreadable: {exc!r}"
+                rows[i] = failed_row(item["item_id"], None, 0, error, item_query(item))
         pending = sorted(images)
         raw_text: dict[int, str] = {}
         errors: dict[int, str] = {}
@@ -282,7 +294,7 @@ class HFAnnotator:
                 break
             try:
                 texts = self._generate(
-                    [self.prompt(batch[i]["title"], batch[i]["category"]) for i in pending],
+                    [self._item_prompt(batch[i]) for i in pending],
                     [images[i] for i in pending],
                     sample_seed=None if attempt == 0 else self._retry_seed(batch_index, attempt),
                 )
@@ -296,6 +308,7 @@ class HFAnnotator:
                         raw_text.get(i),
                         attempt + 1,
                         f"generation failed: {exc!r}",
+                        item_query(batch[i]),
                     )
                 return rows
             still_pending = []
@@ -307,10 +320,17 @@ class HFAnnotator:
                     errors[i] = f"unparsable output: {exc}"
                     still_pending.append(i)
                 else:
-                    rows[i] = ok_row(batch[i]["item_id"], annotation, text, attempt + 1)
+                    query = item_query(batch[i])
+                    rows[i] = ok_row(batch[i]["item_id"], annotation, text, attempt + 1, query)
             pending = still_pending
         for i in pending:
-            rows[i] = failed_row(batch[i]["item_id"], raw_text[i], self.max_retries + 1, errors[i])
+            rows[i] = failed_row(
+                batch[i]["item_id"],
+                raw_text[i],
+                self.max_retries + 1,
+                errors[i],
+                item_query(batch[i]),
+            )
         return rows
 
     def _retry_seed(self, batch_index: int, attempt: int) -> int:

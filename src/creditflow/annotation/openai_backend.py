@@ -52,8 +52,10 @@ from creditflow.annotation.schema import (
     annotation_json_schema,
     annotations_frame,
     failed_row,
+    item_query,
     ok_row,
     parse_annotation,
+    query_prompt,
     visible_items,
 )
 from creditflow.redaction import scrub
@@ -161,10 +163,12 @@ class OpenAIAnnotator:
         """Annotate every item, reading the cache first.
 
         Args:
-            items: frame with at least ``ITEM_COLUMNS``; other columns are dropped unread.
+            items: frame with at least ``ITEM_COLUMNS``, and optionally ``QUERY_COLUMN`` (each
+                row then judged for its query, ``schema.QUERY_PROMPT``); other columns are
+                dropped unread.
 
         Returns:
-            One row per item, in input order, with ``ANNOTATION_COLUMNS``. ``attempts`` counts
+            One row per item, in input order, with ``ANNOTATION_COLUMNS`` (and the query). ``attempts`` counts
             the HTTP requests made in this call (0 for an item served from the cache).
         """
         visible = visible_items(items)
@@ -176,15 +180,14 @@ class OpenAIAnnotator:
             )
         rows = []
         for record, outcome in zip(records, outcomes, strict=True):
+            item_id, query = record["item_id"], item_query(record)
             if outcome.annotation is not None:
                 rows.append(
-                    ok_row(
-                        record["item_id"], outcome.annotation, outcome.raw_text, outcome.attempts
-                    )
+                    ok_row(item_id, outcome.annotation, outcome.raw_text, outcome.attempts, query)
                 )
             else:
                 rows.append(
-                    failed_row(record["item_id"], outcome.raw_text, outcome.attempts, outcome.error)
+                    failed_row(item_id, outcome.raw_text, outcome.attempts, outcome.error, query)
                 )
         n_failed = sum(o.annotation is None for o in outcomes)
         n_cached = sum(o.annotation is not None and o.attempts == 0 for o in outcomes)
@@ -197,11 +200,12 @@ class OpenAIAnnotator:
         )
         return annotations_frame(rows)
 
-    def prompt(self, title: str, category: str) -> str:
-        """The text part of an item's request."""
-        return self.prompt_template.format(
+    def prompt(self, title: str, category: str, query: str | None = None) -> str:
+        """The text part of an item's request (judged for ``query`` when given)."""
+        text = self.prompt_template.format(
             title=title, category=category, schema=SCHEMA_DESCRIPTION
         )
+        return query_prompt(text, query)
 
     def cache_key(self, image_png: bytes, title: str, prompt: str) -> str:
         """The cache key of an item's request: image, title, prompt, model and the settings
@@ -250,7 +254,7 @@ class OpenAIAnnotator:
             return _Outcome(None, None, attempts, self._scrub(f"unexpected error: {exc!r}"))
 
     def _annotate_item(self, item: dict[str, Any]) -> _Outcome:
-        prompt = self.prompt(item["title"], item["category"])
+        prompt = self.prompt(item["title"], item["category"], item_query(item))
         key = self.cache_key(item["image_png"], item["title"], prompt)
         cached = self.cache.get(key) if self.cache is not None else None
         if cached is not None:

@@ -19,6 +19,11 @@ The same JSON is what an annotator writes, what the ExpModel learns to generate 
 
 This module also fixes the frame every annotator returns (``ANNOTATION_COLUMNS``) and the item
 fields an annotator may read (``ITEM_COLUMNS``).
+
+An item may come with a search query (a ``QUERY_COLUMN`` column, one row per query and item):
+the annotator then judges the item *for that query* (relevance to the query, not only to the
+item's own category) and its rows carry the query too, so the experience model can learn the
+query-aware score s_{q,v} of SPEC 3.3 (``expmodel_sft.score_mode: query``).
 """
 
 from __future__ import annotations
@@ -40,6 +45,9 @@ STATUSES = ("ok", "failed")
 # An annotator sees only these fields; the hidden true_* columns of the synthetic catalogue
 # (creditflow.tasks.reranking) never reach it.
 ITEM_COLUMNS = ("item_id", "category", "title", "image_png")
+# The optional search query an item is judged for; annotations of (query, item) pairs carry it
+# right after ``item_id``.
+QUERY_COLUMN = "query_text"
 ANNOTATION_COLUMNS = (
     "item_id",
     "status",
@@ -61,12 +69,33 @@ DIMENSION_MEANINGS: Mapping[str, str] = MappingProxyType(
         "relevance": "does the item stay on its topic (5) or mix in unrelated content (1)",
     }
 )
+# Put before a served annotator's prompt when an item is judged for a query.
+QUERY_PROMPT = (
+    "Search query: {query}\n"
+    "Judge relevance by how well the item answers this query (an item on another topic is "
+    "not relevant, however good it is).\n"
+)
 SCHEMA_DESCRIPTION = (
     "Answer with one JSON object and nothing else, with these keys:\n"
     + "".join(f'- "{d}": integer 1-5, {DIMENSION_MEANINGS[d]}\n' for d in DIMENSIONS)
     + '- "overall": number 1-5, the overall viewing experience\n'
     + '- "analysis": a few sentences explaining the scores\n'
 )
+
+
+def query_prompt(prompt: str, query: str | None) -> str:
+    """``prompt`` for an item judged for ``query`` (``QUERY_PROMPT`` first); as is for None.
+
+    >>> query_prompt("Rate it.", "pasta recipe").splitlines()[0]
+    'Search query: pasta recipe'
+    """
+    return prompt if query is None else QUERY_PROMPT.format(query=query) + prompt
+
+
+def item_query(record: Mapping[str, Any]) -> str | None:
+    """The query a ``visible_items`` record is judged for (None: the item alone)."""
+    query = record.get(QUERY_COLUMN)
+    return None if query is None or (isinstance(query, float) and math.isnan(query)) else query
 
 
 def annotation_json_schema() -> dict[str, Any]:
@@ -204,18 +233,23 @@ def _validate_fields(payload: Mapping[str, Any]) -> None:
 
 
 def visible_items(items: pd.DataFrame) -> pd.DataFrame:
-    """Keep only ``ITEM_COLUMNS`` (a copy), so no annotator can read hidden columns."""
+    """Keep only ``ITEM_COLUMNS`` and, when there, ``QUERY_COLUMN`` (a copy), so no annotator
+    can read hidden columns."""
     missing = [c for c in ITEM_COLUMNS if c not in items.columns]
     if missing:
         raise ValueError(
             f"items is missing columns {missing}; an annotator needs {list(ITEM_COLUMNS)}"
         )
-    return items.loc[:, list(ITEM_COLUMNS)].reset_index(drop=True).copy()
+    kept = [*ITEM_COLUMNS, QUERY_COLUMN] if QUERY_COLUMN in items.columns else list(ITEM_COLUMNS)
+    return items.loc[:, kept].reset_index(drop=True).copy()
 
 
-def ok_row(item_id: Any, annotation: Annotation, raw_text: str, attempts: int) -> dict[str, Any]:
-    """Row of an annotated item."""
+def ok_row(
+    item_id: Any, annotation: Annotation, raw_text: str, attempts: int, query: str | None = None
+) -> dict[str, Any]:
+    """Row of an annotated item (judged for ``query`` when given)."""
     return {
+        **_query_part(query),
         "item_id": item_id,
         "status": "ok",
         "overall": annotation.overall,
@@ -227,9 +261,12 @@ def ok_row(item_id: Any, annotation: Annotation, raw_text: str, attempts: int) -
     }
 
 
-def failed_row(item_id: Any, raw_text: str | None, attempts: int, error: str) -> dict[str, Any]:
+def failed_row(
+    item_id: Any, raw_text: str | None, attempts: int, error: str, query: str | None = None
+) -> dict[str, Any]:
     """Row of an item no attempt could annotate: no scores are invented, they stay missing."""
     return {
+        **_query_part(query),
         "item_id": item_id,
         "status": "failed",
         "overall": math.nan,
@@ -241,9 +278,17 @@ def failed_row(item_id: Any, raw_text: str | None, attempts: int, error: str) ->
     }
 
 
+def _query_part(query: str | None) -> dict[str, str]:
+    return {} if query is None else {QUERY_COLUMN: query}
+
+
 def annotations_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
-    """Rows -> frame with ``ANNOTATION_COLUMNS``; scores nullable ``Int64``, ``overall`` float."""
-    frame = pd.DataFrame(rows, columns=list(ANNOTATION_COLUMNS))
+    """Rows -> frame with ``ANNOTATION_COLUMNS`` (``QUERY_COLUMN`` after ``item_id`` when the
+    rows were judged for queries); scores nullable ``Int64``, ``overall`` float."""
+    columns = list(ANNOTATION_COLUMNS)
+    if any(QUERY_COLUMN in row for row in rows):
+        columns.insert(1, QUERY_COLUMN)
+    frame = pd.DataFrame(rows, columns=columns)
     frame["overall"] = frame["overall"].astype("float64")
     for dim in DIMENSIONS:
         frame[dim] = frame[dim].astype("Int64")

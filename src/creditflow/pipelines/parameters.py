@@ -46,7 +46,12 @@ from creditflow.tasks.sources import SYNTHETIC
 from creditflow.tasks.tapo import ALL_LANGUAGES, OPERATIONS, VARIANTS
 from creditflow.tasks.tor import TOR_KINDS
 from creditflow.training.config import ConfigError, GRPOConfig, checked_options
-from creditflow.training.expmodel import EXPMODEL_TRAINING, PFTOptions, preference_pairs
+from creditflow.training.expmodel import (
+    EXPMODEL_TRAINING,
+    SCORE_MODES,
+    PFTOptions,
+    preference_pairs,
+)
 from creditflow.training.reranking import FEATURE_NAMES, PRETRAIN_TRAINING
 from creditflow.training.sft import SFTConfig
 from creditflow.training.simulated_ab import AB_METHODS
@@ -348,6 +353,7 @@ class ExpmodelItemSplit(Block):
 class ExpmodelSFTParams(Block):
     RENAMED = {"sft": "training (and max_length)"}
     torch_threads: Threads = None
+    score_mode: one_of(SCORE_MODES, "score_mode")
     item_split: ExpmodelItemSplit
     tokenizer: ExpmodelTokenizer | None = None  # the tiny model's; a checkpoint brings its own
     model: ExpmodelModel

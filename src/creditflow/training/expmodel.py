@@ -9,7 +9,12 @@ and trains it on ordered pairs (A > B) of candidates of long-tail queries with
 
 The prompt x is one user turn: the cover image, then ``EXPMODEL_PROMPT`` filled with the item's
 category and title (the annotator judges relevance against the category, so the model sees it
-too). The target y is the annotation as compact JSON with the analysis *first*, then the five
+too). ``SCORE_MODES`` says what is scored: ``"query"`` scores an item *for a search query*,
+s_{q,v} as SPEC 3.3 writes it: the query text closes the prompt (``QUERY_PROMPT``), SFT learns
+the annotation of the (query, item) pair (relevance judged for the query), and PFT pairs are
+formed per query from those annotations; ``"item"`` scores the item alone, for catalogues
+without queries. A frame of annotations, pairs or scores is per (query, item) when it has the
+``QUERY_COLUMN`` column, per item otherwise. The target y is the annotation as compact JSON with the analysis *first*, then the five
 dimension scores and ``overall`` (``expmodel_target``): the reasoning precedes the verdict, so a
 generated score is conditioned on the generated analysis; ``parse_annotation`` reads it back.
 
@@ -35,7 +40,7 @@ import torch.nn.functional as F
 from PIL import Image
 
 from creditflow.algorithms import pairwise_preference_loss
-from creditflow.annotation import DIMENSIONS
+from creditflow.annotation import DIMENSIONS, QUERY_COLUMN
 from creditflow.models.scorer import ExpScorer
 from creditflow.models.vision import vl_prompt_inputs
 from creditflow.tasks.reranking import FREQUENCY_BANDS
@@ -50,9 +55,13 @@ EXPMODEL_PROMPT = (
     "Rate this item's cover and title for the viewing experience: write an analysis, then "
     "1-5 scores, as JSON.\nCategory: {category}\nTitle: {title}"
 )
+QUERY_PROMPT = "\nQuery: {query}"  # closes the prompt of an item scored for a query
 ITEM_FIELDS = ("item_id", "category", "title", "image_png")
-PAIR_COLUMNS = ("pos_item", "neg_item", "session_id")
-SCORE_COLUMNS = ("item_id", "s_exp")
+PAIR_COLUMNS = ("pos_item", "neg_item", "session_id")  # per query: QUERY_COLUMN first
+SCORE_COLUMNS = ("item_id", "s_exp")  # per query: QUERY_COLUMN first
+# What the ExpModel scores (expmodel_sft.score_mode): an item for a query, or an item alone.
+QUERY_MODE, ITEM_MODE = "query", "item"
+SCORE_MODES = (QUERY_MODE, ITEM_MODE)
 ITEM_SPLIT_COLUMNS = ("item_id", "split")
 TRAIN, UNSEEN = "train", "unseen"  # the values of an item split's ``split`` column
 # Annotated overall scores are rounded to 2 decimals (0.2 steps for the heuristic annotator):
@@ -67,9 +76,52 @@ EXPMODEL_TRAINING = {"schedule": "constant", "weight_decay": 0.0, "max_grad_norm
 # --- prompts and targets ----------------------------------------------------------------------
 
 
-def expmodel_prompt(category: str, title: str) -> str:
-    """The text part of the ExpModel's user turn (the image comes before it)."""
-    return EXPMODEL_PROMPT.format(category=category, title=title)
+def expmodel_prompt(category: str, title: str, query: str | None = None) -> str:
+    """The text part of the ExpModel's user turn (the image comes before it); for an item
+    scored for ``query``, the query closes it.
+
+    >>> expmodel_prompt("cooking", "Pasta tutorial", "pasta recipe").splitlines()[-2:]
+    ['Title: Pasta tutorial', 'Query: pasta recipe']
+    """
+    text = EXPMODEL_PROMPT.format(category=category, title=title)
+    return text if query is None else text + QUERY_PROMPT.format(query=query)
+
+
+def check_score_mode(score_mode: str) -> str:
+    """``score_mode`` if it is one of ``SCORE_MODES``, else a ValueError listing them."""
+    if score_mode not in SCORE_MODES:
+        raise ValueError(f"unknown score_mode {score_mode!r}; valid: {', '.join(SCORE_MODES)}")
+    return score_mode
+
+
+def is_per_query(frame: pd.DataFrame) -> bool:
+    """Whether annotations, pairs or scores are per (query, item) (a ``QUERY_COLUMN``)."""
+    return QUERY_COLUMN in frame.columns
+
+
+def query_candidates(sessions: pd.DataFrame) -> pd.DataFrame:
+    """``QUERY_COLUMN, item_id``: every distinct (query, candidate) of ``sessions``, in order
+    of first appearance: what query mode annotates and scores.
+
+    >>> frame = pd.DataFrame({"query_text": ["a", "b", "a"], "candidates": [[1, 2], [2], [2, 3]]})
+    >>> query_candidates(frame).values.tolist()
+    [['a', 1], ['a', 2], ['b', 2], ['a', 3]]
+    """
+    missing = [c for c in (QUERY_COLUMN, "candidates") if c not in sessions.columns]
+    if missing:
+        raise ValueError(f"sessions are missing columns {missing}; query mode needs the queries")
+    if sessions[QUERY_COLUMN].isna().any():
+        raise ValueError(
+            "some sessions have no query text: score them per item (expmodel_sft.score_mode: item)"
+        )
+    rows = [
+        (query, item)
+        for query, candidates in zip(sessions[QUERY_COLUMN], sessions["candidates"], strict=True)
+        for item in candidates
+    ]
+    return pd.DataFrame(list(dict.fromkeys(rows)), columns=[QUERY_COLUMN, "item_id"]).reset_index(
+        drop=True
+    )
 
 
 def expmodel_target(annotation: pd.Series | dict) -> str:
@@ -194,7 +246,10 @@ def expmodel_sft_examples(
     annotations_df: pd.DataFrame,
     max_length: int | None = None,
 ) -> list[VLExample]:
-    """SFT examples of every item with an ``ok`` annotation, in ``items_df`` order.
+    """SFT examples of every item with an ``ok`` annotation, in ``items_df`` order; with
+    annotations per (query, item), one example per annotated pair whose item is in
+    ``items_df`` (items in ``items_df`` order, each item's queries in annotation order), the
+    query closing its prompt.
 
     Each example is the chat-formatted prompt (image placeholder expanded to its image tokens,
     then the text, then the assistant header) followed by ``expmodel_target`` + eos. Labels are
@@ -213,18 +268,22 @@ def expmodel_sft_examples(
         ValueError: no example is left, or a prompt alone reaches ``max_length``.
     """
     _check_items(items_df)
-    annotations = ok_annotations(annotations_df).drop_duplicates("item_id").set_index("item_id")
-    items = items_df[items_df["item_id"].isin(annotations.index)]
-    n_skipped = len(items_df) - len(items)
+    annotations = _annotated_units(items_df, annotations_df)
+    n_skipped = len(items_df) - annotations["item_id"].nunique()
     if n_skipped:
         logger.info("SFT skips %d items without an ok annotation", n_skipped)
-    if items.empty:
+    if annotations.empty:
         raise ValueError("no item has an ok annotation: nothing to fine-tune on")
+    items = items_df.set_index("item_id", drop=False)
     tokenizer = processor.tokenizer
     examples = []
-    for item in items.itertuples(index=False):
+    for annotation in annotations.to_dict("records"):
+        item = items.loc[annotation["item_id"]]
+        query = annotation.get(QUERY_COLUMN)
         prompt = vl_prompt_inputs(
-            processor, [expmodel_prompt(item.category, item.title)], [_decode_image(item.image_png)]
+            processor,
+            [expmodel_prompt(item["category"], item["title"], query)],
+            [_decode_image(item["image_png"])],
         )
         prompt_ids = prompt["input_ids"][0].tolist()
         if max_length is not None and len(prompt_ids) >= max_length:
@@ -233,7 +292,7 @@ def expmodel_sft_examples(
                 f"item {item.item_id}: the prompt alone has {len(prompt_ids)} tokens, so "
                 f"max_length={max_length} leaves no target token; raise max_length"
             )
-        target = expmodel_target(annotations.loc[item.item_id])
+        target = expmodel_target(annotation)
         target_ids = tokenizer(target, add_special_tokens=False)["input_ids"]
         target_ids = target_ids + [tokenizer.eos_token_id]
         if max_length is not None:
@@ -249,6 +308,29 @@ def expmodel_sft_examples(
             )
         )
     return examples
+
+
+def _annotated_units(items_df: pd.DataFrame, annotations_df: pd.DataFrame) -> pd.DataFrame:
+    """The ok annotations of ``items_df``'s items, one per item (or per (query, item)), in
+    ``items_df`` order."""
+    keys = [QUERY_COLUMN, "item_id"] if is_per_query(annotations_df) else ["item_id"]
+    ok = ok_annotations(annotations_df).drop_duplicates(keys)
+    rank = pd.Series(np.arange(len(items_df)), index=items_df["item_id"].to_numpy())
+    ok = ok[ok["item_id"].isin(rank.index)]
+    order = np.argsort(rank.loc[ok["item_id"]].to_numpy(), kind="stable")
+    return ok.iloc[order].reset_index(drop=True)
+
+
+def expmodel_prompts(items_df: pd.DataFrame, annotations_df: pd.DataFrame) -> list[str]:
+    """The prompt texts of the SFT examples (``expmodel_sft_examples`` order): what the
+    ExpModel's tokenizer is trained on beside the targets."""
+    fields = items_df.set_index("item_id")[["category", "title"]]
+    units = _annotated_units(items_df, annotations_df)
+    queries = units[QUERY_COLUMN] if is_per_query(units) else [None] * len(units)
+    return [
+        expmodel_prompt(*fields.loc[item], query)
+        for item, query in zip(units["item_id"], queries, strict=True)
+    ]
 
 
 def collate_expmodel_sft(examples: Sequence[VLExample], pad_id: int) -> dict[str, torch.Tensor]:
@@ -376,18 +458,25 @@ def preference_pairs(
     ``(pos_item=A, neg_item=B)``. A pair met in several sessions is kept once, with its first
     ``session_id``. Above ``max_pairs`` a seeded uniform sample is kept.
 
+    With annotations per (query, item) (a ``QUERY_COLUMN``), ``overall`` is the session's
+    query's annotation of each candidate, so A > B holds *for that query*: the pairs carry the
+    query, and the same two items may pair one way under one query and the other way (or not at
+    all) under another. A pair is then kept once per query.
+
     Args:
         sessions_df: ``generate_sessions`` frame (reads ``session_id``,
-            ``query_frequency_band``, ``candidates``).
-        annotations_df: annotator output; failed rows are ignored.
+            ``query_frequency_band``, ``candidates``, and ``query_text`` for per-query
+            annotations).
+        annotations_df: annotator output, per item or per (query, item); failed rows are
+            ignored.
         margin: least gap of annotated ``overall`` (1-5 scale), > 0 so ties never pair.
         bands: which query bands to take pairs from, a subset of ``FREQUENCY_BANDS``.
         max_pairs: cap on the number of pairs (None: all).
         seed: seed of the sample.
 
     Returns:
-        ``PAIR_COLUMNS`` (``pos_item, neg_item, session_id``), sorted by session, then
-        ``pos_item``, then ``neg_item``.
+        ``PAIR_COLUMNS`` (``pos_item, neg_item, session_id``; ``QUERY_COLUMN`` first with
+        per-query annotations), sorted by session, then ``pos_item``, then ``neg_item``.
     """
     unknown = sorted(set(bands) - set(FREQUENCY_BANDS))
     if unknown or not bands:
@@ -396,21 +485,31 @@ def preference_pairs(
         raise ValueError(f"margin must be > 0 (0 would pair ties both ways), got {margin}")
     if max_pairs is not None and max_pairs < 1:
         raise ValueError(f"max_pairs must be >= 1 or None, got {max_pairs}")
-    overall = ok_annotations(annotations_df).drop_duplicates("item_id")
-    overall = dict(zip(overall["item_id"], overall["overall"], strict=True))
+    per_query = is_per_query(annotations_df)
+    if per_query and QUERY_COLUMN not in sessions_df.columns:
+        raise ValueError(f"per-query annotations need sessions with {QUERY_COLUMN!r}")
+    keys = [QUERY_COLUMN, "item_id"] if per_query else ["item_id"]
+    ok = ok_annotations(annotations_df).drop_duplicates(keys)
+    # (query, item) -> overall; the query is None for per-item annotations.
+    queries = ok[QUERY_COLUMN] if per_query else [None] * len(ok)
+    overall = dict(zip(zip(queries, ok["item_id"], strict=True), ok["overall"], strict=True))
     selected = sessions_df[sessions_df["query_frequency_band"].isin(bands)]
-    seen: set[tuple[Any, Any]] = set()
+    seen: set[tuple[Any, Any, Any]] = set()
     rows = []
-    for session in selected.sort_values("session_id").itertuples(index=False):
-        candidates = [c for c in dict.fromkeys(session.candidates) if c in overall]
-        scores = np.array([overall[c] for c in candidates], dtype=np.float64)  # (L',)
+    for session in selected.sort_values("session_id").to_dict("records"):
+        query = session[QUERY_COLUMN] if per_query else None
+        candidates = [c for c in dict.fromkeys(session["candidates"]) if (query, c) in overall]
+        scores = np.array([overall[query, c] for c in candidates], dtype=np.float64)  # (L',)
         better = scores[:, None] - scores[None, :] >= margin - _MARGIN_TOLERANCE  # (L', L')
         for i, j in zip(*np.nonzero(better), strict=True):
-            pair = (candidates[i], candidates[j])
+            pair = (query, candidates[i], candidates[j])
             if pair not in seen:
                 seen.add(pair)
-                rows.append((*pair, session.session_id))
-    pairs = pd.DataFrame(rows, columns=list(PAIR_COLUMNS))
+                rows.append((*pair, session["session_id"]))
+    columns = [QUERY_COLUMN, *PAIR_COLUMNS]
+    pairs = pd.DataFrame(rows, columns=columns)
+    if not per_query:
+        pairs = pairs.drop(columns=QUERY_COLUMN)
     if max_pairs is not None and len(pairs) > max_pairs:
         keep = np.random.default_rng(seed).choice(len(pairs), size=max_pairs, replace=False)
         pairs = pairs.iloc[np.sort(keep)]
@@ -499,7 +598,8 @@ def train_expmodel_pft(
         scorer: ``ExpScorer`` on the SFT'd backbone.
         processor: the ExpModel's processor.
         items_df: ``item_id, category, title, image_png`` of every item in ``pairs_df``.
-        pairs_df: ``preference_pairs`` output (``pos_item``, ``neg_item``).
+        pairs_df: ``preference_pairs`` output (``pos_item``, ``neg_item``, and the
+            ``QUERY_COLUMN`` both items are scored for when the pairs are per query).
         training: steps, pairs per step, AdamW and clipping (the chain's settings:
             ``EXPMODEL_TRAINING``); its ``seed`` also draws the held-out split.
         options: ``PFTOptions`` (None: its defaults). Either way of ``train_backbone``, parameters the caller set
@@ -530,17 +630,22 @@ def train_expmodel_pft(
     device = next(scorer.parameters()).device
     pos_items = train_pairs["pos_item"].tolist()
     neg_items = train_pairs["neg_item"].tolist()
+    queries = _queries_of(train_pairs)
 
     def batch_fn(rows: list[int]) -> dict[str, torch.Tensor]:
         batch_items = [pos_items[i] for i in rows] + [neg_items[i] for i in rows]
-        return {k: v.to(device) for k, v in prompts.inputs(processor, batch_items).items()}
+        batch_queries = [queries[i] for i in rows] * 2
+        inputs = prompts.inputs(processor, batch_items, batch_queries)
+        return {k: v.to(device) for k, v in inputs.items()}
 
+    # Per-item pairs keep the key they always had, so their finished runs still load.
+    pair_lists = [pos_items, neg_items] + ([queries] if is_per_query(train_pairs) else [])
     store = run_store(
         checkpoints,
         scorer,
         training.run_key(),
         {"lam": lam, "train_backbone": train_backbone},
-        [pos_items, neg_items],
+        pair_lists,
         _items_digest(items_df, set(pos_items) | set(neg_items)),
     )
     trainer = SupervisedTrainer(
@@ -562,13 +667,13 @@ def train_expmodel_pft(
     if not heldout_pairs.empty:
         needed = pd.unique(heldout_pairs[["pos_item", "neg_item"]].to_numpy().ravel())
         scores = score_items(
-            scorer, processor, prompts.frame(needed), batch_size=2 * training.batch_size
+            scorer,
+            processor,
+            prompts.frame(needed),
+            batch_size=2 * training.batch_size,
+            units=pair_units(heldout_pairs) if is_per_query(heldout_pairs) else None,
         )
-        s_exp = scores.set_index("item_id")["s_exp"]
-        heldout_accuracy = pair_accuracy(
-            torch.tensor(s_exp.loc[heldout_pairs["pos_item"]].to_numpy()),
-            torch.tensor(s_exp.loc[heldout_pairs["neg_item"]].to_numpy()),
-        )
+        heldout_accuracy = pair_accuracy(*pair_scores(heldout_pairs, scores))
     logger.info(
         "ExpModel PFT: %d steps on %d pairs, final loss %.4f, held-out accuracy %.3f (%d pairs)",
         training.steps,
@@ -635,52 +740,116 @@ def split_pairs(
 
 @torch.inference_mode()
 def score_items(
-    scorer: ExpScorer, processor: Any, items_df: pd.DataFrame, batch_size: int = 32
+    scorer: ExpScorer,
+    processor: Any,
+    items_df: pd.DataFrame,
+    batch_size: int = 32,
+    units: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """The experience score of every item: ``SCORE_COLUMNS`` (``item_id``, ``s_exp``) in
-    ``items_df`` order. Runs in eval mode (restored afterwards); batches are left-padded, and
-    the scorer pools the last real token, so a score does not depend on its batch beyond float
-    rounding."""
+    ``items_df`` order; with ``units`` (``QUERY_COLUMN, item_id``, e.g. ``query_candidates``),
+    s_{q,v} of every (query, item) of it instead, in its order, the query first. Runs in eval
+    mode (restored afterwards); batches are left-padded, and the scorer pools the last real
+    token, so a score does not depend on its batch beyond float rounding.
+
+    Raises:
+        ValueError: a unit names an item missing from ``items_df``.
+    """
     _check_positive(batch_size=batch_size)
     prompts = _ItemPrompts(items_df)
+    item_ids = prompts.ids if units is None else units["item_id"].tolist()
+    queries = [None] * len(item_ids) if units is None else units[QUERY_COLUMN].tolist()
+    unknown = sorted(set(item_ids) - set(prompts.ids))
+    if unknown:
+        raise ValueError(f"units name items missing from items_df: {unknown[:10]}")
     device = next(scorer.parameters()).device
     was_training = scorer.training
     scorer.eval()
     scores = []
     try:
-        for start in range(0, len(prompts.ids), batch_size):
-            chunk = prompts.ids[start : start + batch_size]
-            inputs = {k: v.to(device) for k, v in prompts.inputs(processor, chunk).items()}
+        for start in range(0, len(item_ids), batch_size):
+            chunk = slice(start, start + batch_size)
+            inputs = prompts.inputs(processor, item_ids[chunk], queries[chunk])
+            inputs = {k: v.to(device) for k, v in inputs.items()}
             scores.append(scorer(**inputs).float().cpu())  # (b,)
     finally:
         scorer.train(was_training)
     values = torch.cat(scores).numpy() if scores else np.zeros(0, dtype=np.float32)
-    return pd.DataFrame({"item_id": prompts.ids, "s_exp": values}, columns=list(SCORE_COLUMNS))
+    frame = pd.DataFrame({"item_id": item_ids, "s_exp": values}, columns=list(SCORE_COLUMNS))
+    return (
+        frame
+        if units is None
+        else frame.assign(**{QUERY_COLUMN: queries})[[QUERY_COLUMN, *SCORE_COLUMNS]]
+    )
+
+
+def pair_units(pairs_df: pd.DataFrame) -> pd.DataFrame:
+    """``QUERY_COLUMN, item_id``: the distinct (query, item) of per-query pairs, both sides."""
+    sides = [
+        pairs_df[[QUERY_COLUMN, side]].set_axis([QUERY_COLUMN, "item_id"], axis=1)
+        for side in ("pos_item", "neg_item")
+    ]
+    return pd.concat(sides).drop_duplicates().reset_index(drop=True)
+
+
+def unit_scores(
+    scores: pd.DataFrame, item_ids: Sequence[Any], queries: Sequence[Any]
+) -> np.ndarray:
+    """``(n,)`` s_exp of each (query, item) from ``score_items`` output: s_{q,v} when the
+    scores are per query, the item's own score otherwise (then ``queries`` is not read).
+
+    Raises:
+        KeyError: a (query, item) or item without a score.
+    """
+    if is_per_query(scores):
+        lookup = scores.set_index([QUERY_COLUMN, "item_id"])["s_exp"]
+        return lookup.loc[list(zip(queries, item_ids, strict=True))].to_numpy()
+    return scores.set_index("item_id")["s_exp"].loc[list(item_ids)].to_numpy()
+
+
+def pair_scores(pairs_df: pd.DataFrame, scores: pd.DataFrame) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(s+ (P,), s- (P,))`` of the pairs (per query or per item) under ``scores``."""
+    queries = _queries_of(pairs_df)
+    return tuple(
+        torch.tensor(unit_scores(scores, pairs_df[side].tolist(), queries))
+        for side in ("pos_item", "neg_item")
+    )
 
 
 # --- helpers ------------------------------------------------------------------------------------
 
 
+def _queries_of(pairs_df: pd.DataFrame) -> list[Any]:
+    """The query of each pair (None for per-item pairs)."""
+    if is_per_query(pairs_df):
+        return pairs_df[QUERY_COLUMN].tolist()
+    return [None] * len(pairs_df)
+
+
 class _ItemPrompts:
-    """Decoded covers and prompt texts of ``items_df``, by ``item_id`` (decoded once)."""
+    """Decoded covers and the category and title of ``items_df``, by ``item_id`` (decoded once)."""
 
     def __init__(self, items_df: pd.DataFrame):
         _check_items(items_df)
         self._items = items_df.set_index("item_id", drop=False)
         self.ids = items_df["item_id"].tolist()
-        self._texts = {
-            row.item_id: expmodel_prompt(row.category, row.title)
-            for row in items_df.itertuples(index=False)
+        self._fields = {
+            row.item_id: (row.category, row.title) for row in items_df.itertuples(index=False)
         }
         self._images = {
             row.item_id: _decode_image(row.image_png) for row in items_df.itertuples(index=False)
         }
 
-    def inputs(self, processor: Any, item_ids: Sequence[Any]) -> dict[str, torch.Tensor]:
-        """Left-padded ``vl_prompt_inputs`` of ``item_ids`` (repeats allowed)."""
-        return vl_prompt_inputs(
-            processor, [self._texts[i] for i in item_ids], [self._images[i] for i in item_ids]
-        )
+    def inputs(
+        self, processor: Any, item_ids: Sequence[Any], queries: Sequence[Any] | None = None
+    ) -> dict[str, torch.Tensor]:
+        """Left-padded ``vl_prompt_inputs`` of ``item_ids`` (repeats allowed), each scored for
+        its entry of ``queries`` (None: the item alone)."""
+        queries = [None] * len(item_ids) if queries is None else queries
+        texts = [
+            expmodel_prompt(*self._fields[i], q) for i, q in zip(item_ids, queries, strict=True)
+        ]
+        return vl_prompt_inputs(processor, texts, [self._images[i] for i in item_ids])
 
     def frame(self, item_ids: Sequence[Any]) -> pd.DataFrame:
         return self._items.loc[list(item_ids)].reset_index(drop=True)

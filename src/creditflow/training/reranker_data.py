@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from creditflow.annotation import QUERY_COLUMN
 from creditflow.models.reranker import PointerReranker
 from creditflow.rollout.reranker_policy import greedy_rankings
 from creditflow.training.reranking import (
@@ -60,24 +61,39 @@ def split_sessions(
 
 
 def session_exp_scores(sessions: pd.DataFrame, item_scores: pd.DataFrame) -> torch.Tensor:
-    """``(N, L)`` float32 ``s_exp`` of each session's candidates (``item_scores``: ``item_id``,
-    ``s_exp``), right-padded with 0 like ``training.reranking.session_features``.
+    """``(N, L)`` float32 ``s_exp`` of each session's candidates, right-padded with 0 like
+    ``training.reranking.session_features``. ``item_scores`` is ``item_id, s_exp`` (one score
+    per item) or, with a ``query_text`` column, s_{q,v} per (query, item)
+    (``expmodel_sft.score_mode: query``): each candidate then gets its score for the
+    session's query.
 
     Raises:
-        ValueError: a candidate has no score (the scores come from another catalogue).
+        ValueError: a candidate has no score (the scores come from another catalogue, or
+            another query's sessions).
     """
-    lookup = dict(zip(item_scores["item_id"], item_scores["s_exp"], strict=True))
+    per_query = QUERY_COLUMN in item_scores.columns
+    keys = (
+        zip(item_scores[QUERY_COLUMN], item_scores["item_id"], strict=True)
+        if per_query
+        else item_scores["item_id"]
+    )
+    lookup = dict(zip(keys, item_scores["s_exp"], strict=True))
     candidates = [list(c) for c in sessions["candidates"]]
-    missing = sorted({i for c in candidates for i in c} - set(lookup))
+    queries = sessions[QUERY_COLUMN] if per_query else [None] * len(candidates)
+    wanted = [
+        [(query, i) if per_query else i for i in items]
+        for query, items in zip(queries, candidates, strict=True)
+    ]
+    missing = sorted({key for keys in wanted for key in keys} - set(lookup), key=str)
     if missing:
         raise ValueError(
-            f"{len(missing)} candidate item(s) have no experience score, e.g. {missing[:5]}; "
-            "score the catalogue the sessions were drawn from"
+            f"{len(missing)} candidate(s) have no experience score, e.g. {missing[:5]}; "
+            "score the catalogue (and queries) the sessions were drawn from"
         )
     L = max((len(c) for c in candidates), default=0)
     scores = torch.zeros(len(candidates), L)
-    for row, items in enumerate(candidates):
-        scores[row, : len(items)] = torch.tensor([lookup[i] for i in items], dtype=torch.float32)
+    for row, keys in enumerate(wanted):
+        scores[row, : len(keys)] = torch.tensor([lookup[k] for k in keys], dtype=torch.float32)
     return scores  # (N, L)
 
 

@@ -23,23 +23,41 @@ pytestmark = [
 ]
 
 
-def test_expmodel_pft_pairs_come_from_long_tail_sessions_and_the_scorer_trains(tmp_path):
+@pytest.mark.parametrize("score_mode", ["query", "item"])
+def test_expmodel_pft_pairs_come_from_long_tail_sessions_and_the_scorer_trains(
+    tmp_path, score_mode
+):
     params = smallest_params()
     pipeline = create_pipeline()
-    catalog = slice_catalog(pipeline, params)
+    # The chain ran in the default query mode; item mode learns from the item annotations.
+    item_annotations = chain_catalog().load("item_annotations")
+    replace = {"expmodel_annotations": item_annotations} if score_mode == "item" else {}
+    catalog = slice_catalog(pipeline, params, **replace)
     catalog["expmodel_pft_checkpoints"] = CheckpointDirectoryDataset(str(tmp_path))
     sft_before = {k: v.clone() for k, v in catalog.load("expmodel_sft_model").state_dict().items()}
     SequentialRunner().run(pipeline, catalog)
 
     pairs = catalog.load("expmodel_preference_pairs")
     sessions = catalog.load("query_logs_train").set_index("session_id")
-    overall = catalog.load("item_annotations").set_index("item_id")["overall"]
+    annotations = catalog.load("expmodel_annotations")
     assert 0 < len(pairs) <= params["expmodel_pft"]["pairs"]["max_pairs"]
-    for pair in pairs.itertuples(index=False):
-        session = sessions.loc[pair.session_id]
+    if score_mode == "query":
+        # A > B for the session's query: each item's annotation for that query.
+        overall = annotations.set_index(["query_text", "item_id"])["overall"]
+        assert list(pairs.columns) == ["query_text", "pos_item", "neg_item", "session_id"]
+    else:
+        overall = item_annotations.set_index("item_id")["overall"]
+        assert list(pairs.columns) == ["pos_item", "neg_item", "session_id"]
+    for pair in pairs.to_dict("records"):
+        session = sessions.loc[pair["session_id"]]
         assert session["query_frequency_band"] == "tail"
-        assert {pair.pos_item, pair.neg_item} <= set(session["candidates"])
-        assert overall[pair.pos_item] - overall[pair.neg_item] >= 1.0 - 1e-9
+        assert {pair["pos_item"], pair["neg_item"]} <= set(session["candidates"])
+        if score_mode == "query":
+            assert pair["query_text"] == session["query_text"]
+            pos, neg = (overall[session["query_text"], pair[s]] for s in ("pos_item", "neg_item"))
+        else:
+            pos, neg = overall[pair["pos_item"]], overall[pair["neg_item"]]
+        assert pos - neg >= 1.0 - 1e-9
 
     metrics = catalog.load("expmodel_pft_metrics")
     assert metrics["step"].tolist() == [1, 2]

@@ -66,9 +66,24 @@ def test_evaluation_reports_every_target_on_unseen_items():
     upstream = chain_catalog()
     table = upstream.load("expmodel_evaluation")
     assert table["target"].tolist() == list(
-        ("quality", "sharpness", "exposure", "noise", "title_informativeness", "relevance")
+        (
+            "quality",
+            "sharpness",
+            "exposure",
+            "noise",
+            "title_informativeness",
+            "relevance",
+            "query_quality",
+        )
     )
     split = upstream.load("expmodel_item_split")
-    assert (table["unseen_items"] == (split["split"] == expmodel.UNSEEN).sum()).all()
+    per_item = table[table["target"] != "query_quality"]
+    # Query mode scores the items the logs hold (per (query, item)); every one is counted once.
+    scored = set(upstream.load("item_experience_scores")["item_id"])
+    unseen = set(split.loc[split["split"] == expmodel.UNSEEN, "item_id"])
+    assert (per_item["unseen_items"] == len(unseen & scored)).all()
+    # The query row counts (query, candidate) pairs of the logs, those of unseen items apart.
+    query_row = table.set_index("target").loc["query_quality"]
+    assert query_row["items"] > query_row["unseen_items"] > 0
     assert table["kendall_tau_unseen"].between(-1, 1).all()
     assert table["kendall_tau_in_sample"].between(-1, 1).all()

@@ -19,6 +19,7 @@ from creditflow.tasks.reranking import (
     generate_sessions,
 )
 from creditflow.tasks.sources import SYNTHETIC
+from creditflow.training import expmodel
 from creditflow.training.reranker_data import split_sessions
 
 logger = logging.getLogger(__name__)
@@ -84,11 +85,41 @@ def annotate_items(
     """One annotation per item by the annotator named in ``params``; failed ones stay in the
     table with their status, raw text and error (no scores invented). A key comes from the
     Kedro ``credentials`` entry the options name (or ``OPENAI_API_KEY``), never from params."""
+    return _annotate(catalogue_items, params, credentials)
+
+
+def annotate_for_expmodel(
+    catalogue_items: pd.DataFrame,
+    query_logs_train: pd.DataFrame,
+    item_annotations: pd.DataFrame,
+    expmodel_params: dict[str, Any],
+    params: dict[str, Any],
+    credentials: Mapping[str, Any],
+) -> pd.DataFrame:
+    """The annotations the ExpModel learns from (``expmodel_sft.score_mode``): in ``query``
+    mode the annotator judges every (query, candidate) of the training sessions for its query
+    (relevance to the query, SPEC 3.3's s_{q,v}), one row per pair with its ``query_text``; in
+    ``item`` mode they are ``item_annotations`` (the query logs are not read)."""
+    if expmodel.check_score_mode(expmodel_params["score_mode"]) == expmodel.ITEM_MODE:
+        return item_annotations
+    units = expmodel.query_candidates(query_logs_train)
+    items = units.merge(catalogue_items, on="item_id", how="left", validate="many_to_one")
+    logger.info(
+        "annotating %d (query, item) pairs of %d queries",
+        len(units),
+        units[expmodel.QUERY_COLUMN].nunique(),
+    )
+    return _annotate(items, params, credentials)
+
+
+def _annotate(
+    items: pd.DataFrame, params: dict[str, Any], credentials: Mapping[str, Any]
+) -> pd.DataFrame:
     settings = params["annotator"]
     options = settings.get("options") or {}
     options = resolve_annotator_options(settings["name"], options, credentials)
     annotator = build_annotator(settings["name"], **options)
-    annotations = annotator.annotate(catalogue_items)
+    annotations = annotator.annotate(items)
     failed = int((annotations["status"] != "ok").sum())
     if failed:
         logger.warning("%d of %d annotations failed", failed, len(annotations))

@@ -1,4 +1,6 @@
-"""``annotation``: catalogue -> query logs (train / held-out) and item annotations (SPEC 3.1).
+"""``annotation``: catalogue -> query logs (train / held-out) and item annotations (SPEC 3.1),
+and the annotations the ExpModel learns from (per (query, item) in ``expmodel_sft.score_mode:
+query``, else the item annotations).
 
 The catalogue and logs are the synthetic world, or files of your own (``annotation.source``),
 read through the fixed inputs ``annotation_source_items`` / ``annotation_source_impressions``
@@ -32,6 +34,19 @@ def create_pipeline(**kwargs) -> Pipeline:
                 ["catalogue_items", PARAMS, "credentials"],
                 "item_annotations",
                 name="annotate_items",
+            ),
+            Node(
+                nodes.annotate_for_expmodel,
+                [
+                    "catalogue_items",
+                    "query_logs_train",
+                    "item_annotations",
+                    "params:expmodel_sft",
+                    PARAMS,
+                    "credentials",
+                ],
+                "expmodel_annotations",
+                name="annotate_for_expmodel",
             ),
         ],
         tags=["annotation", "experience"],

@@ -10,14 +10,24 @@ from creditflow.models.scorer import ExpScorer
 from creditflow.training import expmodel
 
 
-def score_items(
+def score_items(  # noqa: PLR0913 - the scorer, what it reads, and the sessions to score for
     expmodel_scorer: ExpScorer,
     expmodel_processor,
     catalogue_items: pd.DataFrame,
+    query_logs_train: pd.DataFrame,
+    query_logs_heldout: pd.DataFrame,
+    expmodel_params: dict[str, Any],
     params: dict[str, Any],
 ) -> pd.DataFrame:
-    """``item_id, s_exp`` for every catalogue item, from its cover and title alone."""
+    """The experience scores, from an item's cover and title alone: by
+    ``expmodel_sft.score_mode`` (``expmodel_params``), in ``query`` mode s_{q,v}
+    of every (query, candidate) of the training and held-out sessions (``query_text, item_id,
+    s_exp``), in ``item`` mode ``item_id, s_exp`` for every catalogue item (the sessions are
+    not read)."""
     visible = catalogue_items[list(expmodel.ITEM_FIELDS)]  # the scorer never sees true_*
+    units = None
+    if expmodel.check_score_mode(expmodel_params["score_mode"]) == expmodel.QUERY_MODE:
+        units = expmodel.query_candidates(pd.concat([query_logs_train, query_logs_heldout]))
     return expmodel.score_items(
-        expmodel_scorer, expmodel_processor, visible, batch_size=params["batch_size"]
+        expmodel_scorer, expmodel_processor, visible, batch_size=params["batch_size"], units=units
     )

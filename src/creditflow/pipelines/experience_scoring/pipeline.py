@@ -1,4 +1,5 @@
-"""``experience_scoring``: the PFT scorer scores every catalogue item (s_exp, SPEC 3.3-3.4)."""
+"""``experience_scoring``: the PFT scorer scores every (query, candidate) of the sessions
+(s_{q,v}) or every catalogue item (s_exp), by ``expmodel_sft.score_mode`` (SPEC 3.3-3.4)."""
 
 from kedro.pipeline import Node, Pipeline
 
@@ -14,6 +15,9 @@ def create_pipeline(**kwargs) -> Pipeline:
                     "expmodel_scorer",
                     "expmodel_processor",
                     "catalogue_items",
+                    "query_logs_train",
+                    "query_logs_heldout",
+                    "params:expmodel_sft",
                     "params:experience_scoring",
                 ],
                 "item_experience_scores",

@@ -21,17 +21,18 @@ HELDOUT_ACCURACY = "pft/heldout_accuracy"
 
 
 def build_preference_pairs(
-    query_logs_train: pd.DataFrame, item_annotations: pd.DataFrame, params: dict[str, Any]
+    query_logs_train: pd.DataFrame, expmodel_annotations: pd.DataFrame, params: dict[str, Any]
 ) -> pd.DataFrame:
     """SPEC 3.3: ordered pairs (A > B) of annotated candidates of long-tail training sessions
-    whose annotated overall scores differ by at least the margin."""
+    whose annotated overall scores differ by at least the margin; per query (each item's
+    annotation for the session's query, the pair keeps the query) in query mode."""
     options = checked_options(
         params["pairs"],
         expmodel.preference_pairs,
         "expmodel_pft.pairs",
         taken=("sessions_df", "annotations_df"),
     )
-    pairs = expmodel.preference_pairs(query_logs_train, item_annotations, **options)
+    pairs = expmodel.preference_pairs(query_logs_train, expmodel_annotations, **options)
     if pairs.empty:
         raise ValueError(
             "no preference pair: lower expmodel_pft.pairs.margin, add bands or generate more "

@@ -12,7 +12,7 @@ def create_pipeline(**kwargs) -> Pipeline:
         [
             Node(
                 nodes.build_preference_pairs,
-                ["query_logs_train", "item_annotations", PARAMS],
+                ["query_logs_train", "expmodel_annotations", PARAMS],
                 "expmodel_preference_pairs",
                 name="build_preference_pairs",
             ),

@@ -31,13 +31,13 @@ def split_expmodel_items(catalogue_items: pd.DataFrame, params: dict[str, Any]) 
 
 def build_expmodel_processor(
     catalogue_items: pd.DataFrame,
-    item_annotations: pd.DataFrame,
+    expmodel_annotations: pd.DataFrame,
     expmodel_item_split: pd.DataFrame,
     params: dict[str, Any],
 ):
-    """The ExpModel's processor: a BPE tokenizer trained on the train items' prompts and
-    annotation targets plus the vision tokens, with the image processor (tiny model), or a
-    checkpoint's own."""
+    """The ExpModel's processor: a BPE tokenizer trained on the train items' prompts (with
+    their queries in query mode) and annotation targets plus the vision tokens, with the image
+    processor (tiny model), or a checkpoint's own."""
     model = params["model"]
     if model["source"] != "tiny":
         processor = ImageOnlyQwen2_5_VLProcessor.from_pretrained(model["name_or_path"])
@@ -45,14 +45,9 @@ def build_expmodel_processor(
         return processor
     settings = params["tokenizer"]
     catalogue_items = expmodel.items_in_split(catalogue_items, expmodel_item_split, expmodel.TRAIN)
-    item_annotations = expmodel.items_in_split(
-        item_annotations, expmodel_item_split, expmodel.TRAIN
-    )
-    prompts = [
-        expmodel.expmodel_prompt(c, t)
-        for c, t in zip(catalogue_items["category"], catalogue_items["title"], strict=True)
-    ]
-    ok = expmodel.ok_annotations(item_annotations)
+    annotations = expmodel.items_in_split(expmodel_annotations, expmodel_item_split, expmodel.TRAIN)
+    prompts = expmodel.expmodel_prompts(catalogue_items, annotations)
+    ok = expmodel.ok_annotations(annotations)
     targets = [expmodel.expmodel_target(row) for _, row in ok.iterrows()]
     tokenizer = train_vl_tokenizer(
         prompts + targets, settings["vocab_size"], model_max_length=settings["model_max_length"]
@@ -70,14 +65,15 @@ def train_expmodel_sft(
     expmodel_initial_model,
     expmodel_processor,
     catalogue_items: pd.DataFrame,
-    item_annotations: pd.DataFrame,
+    expmodel_annotations: pd.DataFrame,
     expmodel_item_split: pd.DataFrame,
     checkpoints: CheckpointStore,
     params: dict[str, Any],
 ) -> tuple[Any, pd.DataFrame]:
-    """SPEC 3.2: SFT a copy of the initial model on the train items' ok annotations (loss on
-    the annotation tokens only); returns it and the per-step metrics. A re-run of the same run
-    resumes from (or, finished, loads) its checkpoint in ``checkpoints``."""
+    """SPEC 3.2: SFT a copy of the initial model on the train items' ok annotations (per
+    (query, item) in query mode, the query in the prompt; loss on the annotation tokens only);
+    returns it and the per-step metrics. A re-run of the same run resumes from (or, finished,
+    loads) its checkpoint in ``checkpoints``."""
     reject_moved_keys(params, {"sft": "training (and max_length)"}, "expmodel_sft")
     training = SupervisedConfig.from_params(params["training"], **expmodel.EXPMODEL_TRAINING)
     with torch_threads(params.get("torch_threads")):
@@ -85,7 +81,7 @@ def train_expmodel_sft(
             copy.deepcopy(expmodel_initial_model),
             expmodel_processor,
             expmodel.items_in_split(catalogue_items, expmodel_item_split, expmodel.TRAIN),
-            item_annotations,
+            expmodel_annotations,
             training=training,
             max_length=params["max_length"],
             checkpoints=checkpoints,

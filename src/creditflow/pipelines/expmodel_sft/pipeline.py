@@ -1,4 +1,5 @@
-"""``expmodel_sft``: train / unseen item split -> processor -> initial tiny VL model -> SFT on item annotations (SPEC 3.2)."""
+"""``expmodel_sft``: train / unseen item split -> processor -> initial tiny VL model -> SFT on
+the ExpModel's annotations, per (query, item) or per item by ``score_mode`` (SPEC 3.2)."""
 
 from kedro.pipeline import Node, Pipeline
 
@@ -18,7 +19,7 @@ def create_pipeline(**kwargs) -> Pipeline:
             ),
             Node(
                 nodes.build_expmodel_processor,
-                ["catalogue_items", "item_annotations", "expmodel_item_split", PARAMS],
+                ["catalogue_items", "expmodel_annotations", "expmodel_item_split", PARAMS],
                 "expmodel_processor",
                 name="build_expmodel_processor",
             ),
@@ -34,7 +35,7 @@ def create_pipeline(**kwargs) -> Pipeline:
                     "expmodel_initial_model",
                     "expmodel_processor",
                     "catalogue_items",
-                    "item_annotations",
+                    "expmodel_annotations",
                     "expmodel_item_split",
                     "expmodel_sft_checkpoints",
                     PARAMS,

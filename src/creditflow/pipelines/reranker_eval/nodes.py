@@ -198,19 +198,24 @@ def summarise_reranker_evaluation(
     return table, plot_metrics_by_band(table, EVALUATION_METRICS)
 
 
-def evaluate_experience_model(
+def evaluate_experience_model(  # noqa: PLR0913 - the scores and every truth they are held to
     catalogue_items: pd.DataFrame,
     item_annotations: pd.DataFrame,
+    expmodel_annotations: pd.DataFrame,
     item_experience_scores: pd.DataFrame,
     expmodel_item_split: pd.DataFrame,
     expmodel_preference_pairs: pd.DataFrame,
     expmodel_pft_metrics: pd.DataFrame,
+    query_logs_train: pd.DataFrame,
+    query_logs_heldout: pd.DataFrame,
 ) -> pd.DataFrame:
     """Kendall's tau between s_exp and the hidden true quality and each of its dimensions, on
     the ExpModel's training items and on the unseen ones, beside the annotator's (the teacher's
-    ceiling), the pair accuracy on preference pairs of train / unseen items, and PFT's own
-    held-out pair accuracy (``reporting.evaluate_experience_scores``). Without a known quality
-    the tau columns are NaN."""
+    ceiling), and within each query against the hidden per-(query, candidate) quality of the
+    logs (row ``query_quality``, the order y_aug and page GRPO use); the pair accuracy on
+    preference pairs of train / unseen items, and PFT's own held-out pair accuracy
+    (``reporting.evaluate_experience_scores``). Without a known quality the tau columns are
+    NaN."""
     if "true_quality" not in catalogue_items.columns:
         logger.info("no true_quality in the catalogue: the Kendall tau columns are left out")
     table = evaluate_experience_scores(
@@ -219,6 +224,8 @@ def evaluate_experience_model(
         item_experience_scores,
         expmodel_item_split,
         expmodel_preference_pairs,
+        sessions=pd.concat([query_logs_train, query_logs_heldout], ignore_index=True),
+        query_annotations=expmodel_annotations,
     )
     heldout = expmodel_pft_metrics[HELDOUT_ACCURACY].dropna()
     table["pft_heldout_pair_accuracy"] = float(heldout.iloc[-1]) if len(heldout) else float("nan")

@@ -73,10 +73,13 @@ def create_pipeline(**kwargs) -> Pipeline:
                 [
                     "catalogue_items",
                     "item_annotations",
+                    "expmodel_annotations",
                     "item_experience_scores",
                     "expmodel_item_split",
                     "expmodel_preference_pairs",
                     "expmodel_pft_metrics",
+                    "query_logs_train",
+                    HELDOUT,
                 ],
                 "expmodel_evaluation",
                 name="evaluate_experience_model",
