@@ -21,6 +21,7 @@ from creditflow.models import (
     vision_token_ids,
     vl_prompt_inputs,
 )
+from creditflow.tasks.tor import COLORS, SHAPES, decode_image, generate_tor_problems
 
 CORPUS = [
     "Look at the image and answer the question. Put the final answer in \\boxed{}.",
@@ -397,3 +398,39 @@ def test_freeze_vision_encoder_keeps_the_merger_and_the_language_model_trainable
     assert any(".language_model." in n for n in trainable)  # the head is tied to the embedding
     with pytest.raises(ValueError, match="no vision tower"):
         freeze_vision_encoder(torch.nn.Linear(2, 2))
+
+
+def test_the_initial_encoder_keeps_each_grid_cell_apart(processor):
+    """Why the frozen ViT suffices for counting (README "The ToR world"): at 112 px each of the
+    16 image tokens covers one cell of the 4 x 4 board, and a linear read-out of the randomly
+    initialised tower's tokens tells every cell's content (empty or one of 9 colour-shape
+    kinds) apart on held-out pictures (measured 1.000 on 40 pictures' 640 tokens, where
+    answering "empty" scores 0.63)."""
+    kinds = [(color, shape) for color in COLORS for shape in SHAPES]
+    problems = generate_tor_problems(160, seed=1, kinds=["count_shapes"], max_count=3)
+    model = build_tiny_qwen2_5_vl(processor)
+    pixels = processor.image_processor(
+        images=[decode_image(png) for png in problems["image_png"]], return_tensors="pt"
+    )
+    with torch.no_grad():
+        out = model.model.visual(pixels["pixel_values"], grid_thw=pixels["image_grid_thw"])
+    tokens = out.pooler_output.reshape(len(problems) * 16, -1)  # (n * 16, hidden) merged
+    labels = torch.zeros(len(problems), 16, dtype=torch.long)
+    for row, spec in enumerate(problems["spec"]):
+        for item in json.loads(spec)["shapes"]:
+            labels[row, item["cell"]] = 1 + kinds.index((item["color"], item["shape"]))
+    labels = labels.reshape(-1)  # (n * 16,) token k of a picture is cell k
+    n_fit = 120 * 16
+    tokens = (tokens - tokens[:n_fit].mean(0)) / tokens[:n_fit].std(0).clamp(min=1e-6)
+    probe = torch.nn.Linear(tokens.shape[1], 1 + len(kinds))
+    optimizer = torch.optim.Adam(probe.parameters(), lr=1e-2)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        probe.reset_parameters()
+        for _ in range(300):
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(probe(tokens[:n_fit]), labels[:n_fit]).backward()
+            optimizer.step()
+    held_out = probe(tokens[n_fit:]).argmax(dim=1) == labels[n_fit:]
+    majority = (labels[n_fit:] == 0).float().mean()
+    assert held_out.float().mean() > 0.95 > majority + 0.2

@@ -1,0 +1,71 @@
+"""benchmarks/tor_pooled.py: seeds.py's tor per-seed tables of several batches (one warm start,
+different GRPO seeds) pooled, gains and differences to uniform as t intervals over seeds."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from creditflow.reporting_stats import t_interval
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "tor_pooled.py"
+spec = importlib.util.spec_from_file_location("bench_tor_pooled", SCRIPT)
+tor_pooled = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = tor_pooled
+spec.loader.exec_module(tor_pooled)
+
+
+def _per_seed(accuracy: dict[str, list[float]], seeds: list[int], sft: float = 0.4):
+    rows = [{"policy": "sft", "seed": None, "accuracy_synthetic": sft}]
+    for policy, values in accuracy.items():
+        for seed, value in zip(seeds, values, strict=True):
+            rows.append(
+                {
+                    "policy": policy,
+                    "seed": seed,
+                    "accuracy_synthetic": value,
+                    "train_reward_first": 0.3,
+                    "train_reward_last": 0.35,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def cell(values: list[float]) -> str:
+    mean, _, low, high = t_interval(values)
+    return f"{mean:+.3f} [{low:+.3f}, {high:+.3f}]"
+
+
+def test_batches_pool_into_one_interval_paired_by_seed(tmp_path):
+    _per_seed({"uniform": [0.42, 0.45], "tor": [0.43, 0.44]}, [0, 1]).to_csv(
+        tmp_path / "a_tor_per_seed.csv", index=False
+    )
+    _per_seed({"uniform": [0.41], "tor": [0.45]}, [2]).to_csv(
+        tmp_path / "b_tor_per_seed.csv", index=False
+    )
+    table = tor_pooled.pooled_table(tor_pooled.pooled_per_seed(tmp_path))
+    rows = {line.split(" | ")[0].strip("| "): line for line in table.splitlines()[2:]}
+    assert set(rows) == {"sft", "uniform", "tor"}
+    # gains over sft 0.4: uniform 0.02, 0.05, 0.01; tor 0.03, 0.04, 0.05;
+    # tor - uniform by seed: 0.01, -0.01, 0.04.
+    assert f"| 3 | 0.427 | {cell([0.02, 0.05, 0.01])} | - | 0.300 / 0.350 |" in rows["uniform"]
+    assert (
+        f"| 3 | 0.440 | {cell([0.03, 0.04, 0.05])} | {cell([0.01, -0.01, 0.04])} |" in rows["tor"]
+    )
+    assert "| sft | - | 0.400 |" in rows["sft"]
+
+
+def test_different_warm_starts_or_repeated_seeds_are_refused(tmp_path):
+    _per_seed({"uniform": [0.42]}, [0]).to_csv(tmp_path / "a_tor_per_seed.csv", index=False)
+    _per_seed({"uniform": [0.42]}, [1], sft=0.38).to_csv(
+        tmp_path / "b_tor_per_seed.csv", index=False
+    )
+    with pytest.raises(ValueError, match="warm starts differ"):
+        tor_pooled.pooled_table(tor_pooled.pooled_per_seed(tmp_path))
+    _per_seed({"uniform": [0.42]}, [0]).to_csv(tmp_path / "b_tor_per_seed.csv", index=False)
+    with pytest.raises(ValueError, match=r"seeds \[0\] occur in several batches"):
+        tor_pooled.pooled_table(tor_pooled.pooled_per_seed(tmp_path))
+    with pytest.raises(FileNotFoundError, match="run seeds.py --out"):
+        tor_pooled.pooled_per_seed(tmp_path / "missing")
