@@ -5,7 +5,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from creditflow.ingest import DataValidationError, check_frame, load_movielens
+from creditflow.ingest import (
+    MOVIELENS_TAGS_SCHEMA,
+    DataValidationError,
+    check_frame,
+    load_movielens,
+    load_movielens_tags,
+)
 from creditflow.ingest.schemas import MOVIELENS_ITEMS_SCHEMA, MOVIELENS_RATINGS_SCHEMA
 
 
@@ -114,3 +120,40 @@ def test_movies_errors_name_file_and_line(tmp_path: Path, extra_row: str, messag
     with pytest.raises(DataValidationError, match=message) as err:
         load_movielens(folder)
     assert (err.value.path, err.value.line) == (folder / "movies.csv", 4)
+
+
+# --- tags ---------------------------------------------------------------------------------
+
+TAGS = (
+    "userId,movieId,tag,timestamp\r\n1,1,funny,1445714994\r\n2,1, Highly quotable ,1445714996\r\n"
+)
+
+
+def test_toy_tags_load_stripped(tmp_path: Path) -> None:
+    folder = _folder(tmp_path)
+    (folder / "tags.csv").write_text(TAGS, encoding="utf-8", newline="")
+    _, items = load_movielens(folder)
+    tags = load_movielens_tags(folder, items)
+    check_frame(tags, MOVIELENS_TAGS_SCHEMA)
+    assert tags.values.tolist() == [
+        [1, 1, "funny", 1445714994],
+        [2, 1, "Highly quotable", 1445714996],
+    ]
+
+
+@pytest.mark.parametrize(
+    ("extra_row", "message"),
+    [
+        ("3,9,scary,1445714996", "movieId 9 is not in movies.csv"),
+        ("3,1,,1445714996", "field 'tag' is empty"),
+        ("1,1,funny,1445714999", "user 1 tags movie 1 'funny' twice"),
+        ("3,1,scary,soon", "timestamp 'soon' is not a non-negative integer"),
+    ],
+)
+def test_tags_errors_name_file_and_line(tmp_path: Path, extra_row: str, message: str) -> None:
+    folder = _folder(tmp_path)
+    (folder / "tags.csv").write_text(TAGS + extra_row + "\r\n", encoding="utf-8", newline="")
+    _, items = load_movielens(folder)
+    with pytest.raises(DataValidationError, match=message) as err:
+        load_movielens_tags(folder, items)
+    assert (err.value.path, err.value.line) == (folder / "tags.csv", 4)

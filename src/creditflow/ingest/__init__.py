@@ -8,11 +8,12 @@ bad record. Kedro nodes in ``creditflow.pipelines.data_ingest`` only call them.
 
 from creditflow.ingest.config import SOURCE_DIRS, IngestConfig
 from creditflow.ingest.math_text import load_gsm8k, load_mgsm
-from creditflow.ingest.ranking import load_movielens
+from creditflow.ingest.ranking import load_movielens, load_movielens_tags
 from creditflow.ingest.schemas import (
     MATH_TEXT_SCHEMA,
     MOVIELENS_ITEMS_SCHEMA,
     MOVIELENS_RATINGS_SCHEMA,
+    MOVIELENS_TAGS_SCHEMA,
     VISUAL_SCHEMA,
     Column,
     TableSchema,
@@ -26,6 +27,7 @@ __all__ = [
     "MATH_TEXT_SCHEMA",
     "MOVIELENS_ITEMS_SCHEMA",
     "MOVIELENS_RATINGS_SCHEMA",
+    "MOVIELENS_TAGS_SCHEMA",
     "SOURCE_DIRS",
     "VISUAL_SCHEMA",
     "Column",
@@ -40,5 +42,6 @@ __all__ = [
     "load_mathvision",
     "load_mgsm",
     "load_movielens",
+    "load_movielens_tags",
     "load_tabmwp",
 ]

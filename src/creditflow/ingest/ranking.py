@@ -1,4 +1,4 @@
-"""Loader for MovieLens (ranking interactions) into the ratings and items schemas."""
+"""Loaders for MovieLens (ranking interactions) into the ratings, items and tags schemas."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pandas as pd
 from creditflow.ingest.schemas import (
     MOVIELENS_ITEMS_SCHEMA,
     MOVIELENS_RATINGS_SCHEMA,
+    MOVIELENS_TAGS_SCHEMA,
     conform_frame,
 )
 from creditflow.ingest.validation import SourceLine, read_csv, require_unique, text_field
@@ -20,6 +21,7 @@ logger = logging.getLogger(__name__)
 
 RATINGS_FILE = "ratings.csv"
 MOVIES_FILE = "movies.csv"
+TAGS_FILE = "tags.csv"
 RATING_RANGE = (0.5, 5.0)  # half stars (movielens_ml_latest_small/SOURCE.md)
 NO_GENRES = "(no genres listed)"  # MovieLens' placeholder for an empty genre list
 # The year closes the title: 'Toy Story (1995)'; series give a range: '(2006–2007)'.
@@ -61,26 +63,84 @@ def load_movielens(
     return ratings, items
 
 
-def _load_ratings(path: Path) -> tuple[list[int], pd.DataFrame]:
-    """Line numbers and the checked ratings frame (schema column names) of ratings.csv."""
-    lines, raw = read_csv(path, ("userId", "movieId", "rating", "timestamp"))
+def load_movielens_tags(
+    source_dir: Path, items: pd.DataFrame, *, max_rows: int | None = None
+) -> pd.DataFrame:
+    """Load tags.csv: every tagged movie must be in ``items`` (``load_movielens``' catalogue).
+
+    Args:
+        source_dir: the ``movielens_ml_latest_small`` folder.
+        items: the ``movielens_items`` catalogue.
+        max_rows: keep the first N tags in file order (all when None).
+
+    Returns:
+        A frame following :data:`MOVIELENS_TAGS_SCHEMA`.
+
+    Raises:
+        DataValidationError: a malformed id or timestamp, an empty tag, a (user, movie, tag)
+            given twice or a tagged movie missing from movies.csv.
+    """
+    path = source_dir / TAGS_FILE
+    lines, raw = read_csv(path, ("userId", "movieId", "tag", "timestamp"))
     columns = {}
     for source, target in (
         ("userId", "user_id"),
         ("movieId", "item_id"),
         ("timestamp", "timestamp"),
     ):
-        values = pd.Series(raw[source], dtype="str")
-        _require_rows(
-            path,
-            lines,
-            values.str.fullmatch(_UNSIGNED_INT),
-            lambda row, values=values, source=source: (
-                f"{source} {values[row]!r} is not a non-negative integer"
-            ),
-            f"write {source} as digits only",
+        columns[target] = _unsigned_column(path, lines, raw[source], source)
+    tags = [
+        text_field(tag, "tag", SourceLine(path, line)).strip()
+        for line, tag in zip(lines, raw["tag"], strict=True)
+    ]
+    frame = pd.DataFrame({**columns, "tag": tags})[MOVIELENS_TAGS_SCHEMA.names]
+    _require_rows(
+        path,
+        lines,
+        frame["item_id"].isin(items["item_id"]),
+        lambda row: f"movieId {frame['item_id'][row]} is not in {MOVIES_FILE}",
+        f"add the movie to {MOVIES_FILE} or drop its tags",
+    )
+    _require_rows(
+        path,
+        lines,
+        ~frame.duplicated(["user_id", "item_id", "tag"]),
+        lambda row: (
+            f"user {frame['user_id'][row]} tags movie {frame['item_id'][row]} "
+            f"{frame['tag'][row]!r} twice"
+        ),
+        "keep one row per (userId, movieId, tag)",
+    )
+    logger.info(
+        "MovieLens: %d tags of %d movies from %s", len(frame), frame["item_id"].nunique(), path
+    )
+    return conform_frame(frame.iloc[:max_rows], MOVIELENS_TAGS_SCHEMA)
+
+
+def _unsigned_column(path: Path, lines: list[int], raw: list[str], source: str) -> pd.Series:
+    """A CSV column of non-negative integers as int64 (the first bad row raises)."""
+    values = pd.Series(raw, dtype="str")
+    _require_rows(
+        path,
+        lines,
+        values.str.fullmatch(_UNSIGNED_INT),
+        lambda row: f"{source} {values[row]!r} is not a non-negative integer",
+        f"write {source} as digits only",
+    )
+    return values.astype("int64")
+
+
+def _load_ratings(path: Path) -> tuple[list[int], pd.DataFrame]:
+    """Line numbers and the checked ratings frame (schema column names) of ratings.csv."""
+    lines, raw = read_csv(path, ("userId", "movieId", "rating", "timestamp"))
+    columns = {
+        target: _unsigned_column(path, lines, raw[source], source)
+        for source, target in (
+            ("userId", "user_id"),
+            ("movieId", "item_id"),
+            ("timestamp", "timestamp"),
         )
-        columns[target] = values.astype("int64")
+    }
     rating = pd.to_numeric(pd.Series(raw["rating"], dtype="str"), errors="coerce")
     _require_rows(
         path,

@@ -1,11 +1,12 @@
 """The ingested tables' schemas, documented once, as code.
 
-Every ``data_ingest`` output follows one of four schemas, one per task family:
+Every ``data_ingest`` output follows one of these schemas, one per task family:
 
 - :data:`MATH_TEXT_SCHEMA`: ``mgsm_problems``, ``gsm8k_train_problems``, ``gsm8k_test_problems``
 - :data:`VISUAL_SCHEMA`: ``mathvision_problems``, ``tabmwp_problems``
 - :data:`MOVIELENS_RATINGS_SCHEMA`: ``movielens_ratings``
 - :data:`MOVIELENS_ITEMS_SCHEMA`: ``movielens_items``
+- :data:`MOVIELENS_TAGS_SCHEMA`: ``movielens_tags``
 
 and two schemas describe files of your own that the experience chain reads instead of its
 synthetic world (``annotation.source``): :data:`RANKING_ITEMS_SCHEMA` (a catalogue) and
@@ -142,6 +143,20 @@ MOVIELENS_ITEMS_SCHEMA = TableSchema(
         ),
     ),
     key=("item_id",),
+)
+
+MOVIELENS_TAGS_SCHEMA = TableSchema(
+    name="movielens_tags",
+    doc="Free-text tags users gave movies (item text for the text-only ExpModel), in tags.csv "
+    "order. A tag is an interaction too: readers that hold ratings back drop the same "
+    "(user_id, item_id) tags (creditflow.tasks.movielens.without_held_back).",
+    columns=(
+        Column("user_id", "int64", "MovieLens userId of the tagger"),
+        Column("item_id", "int64", "MovieLens movieId; always present in movielens_items"),
+        Column("tag", "str", "the tag as written (outer spaces stripped), never empty"),
+        Column("timestamp", "int64", "Unix seconds, UTC"),
+    ),
+    key=("user_id", "item_id", "tag"),
 )
 
 # --- a user's catalogue and logs for the experience chain (issue 15, section 4) -----------------

@@ -12,6 +12,7 @@ from creditflow.ingest import (
     load_mathvision,
     load_mgsm,
     load_movielens,
+    load_movielens_tags,
     load_tabmwp,
 )
 
@@ -52,3 +53,11 @@ def ingest_movielens(params: dict[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame
     """MovieLens ratings and the item catalogue they refer to."""
     config = IngestConfig.from_params(params)
     return load_movielens(config.source_dir("movielens"), max_rows=config.max_rows_per_source)
+
+
+def ingest_movielens_tags(movielens_items: pd.DataFrame, params: dict[str, Any]) -> pd.DataFrame:
+    """MovieLens tags of movies in the catalogue (the text-only ExpModel's item text)."""
+    config = IngestConfig.from_params(params)
+    return load_movielens_tags(
+        config.source_dir("movielens"), movielens_items, max_rows=config.max_rows_per_source
+    )

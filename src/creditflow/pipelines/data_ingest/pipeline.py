@@ -11,7 +11,7 @@ PARAMS = "params:data_ingest"
 
 
 def create_pipeline(**kwargs) -> Pipeline:
-    """Six ingestion nodes with no dependencies between them."""
+    """Seven ingestion nodes; only the MovieLens tags wait, for the catalogue they refer to."""
     return Pipeline(
         [
             Node(
@@ -54,6 +54,13 @@ def create_pipeline(**kwargs) -> Pipeline:
                 PARAMS,
                 ["movielens_ratings", "movielens_items"],
                 name="ingest_movielens",
+                tags=["ranking"],
+            ),
+            Node(
+                nodes.ingest_movielens_tags,
+                ["movielens_items", PARAMS],
+                "movielens_tags",
+                name="ingest_movielens_tags",
                 tags=["ranking"],
             ),
         ]
