@@ -652,7 +652,7 @@ def train_expmodel_pft(
         scorer,
         len(train_pairs),
         batch_fn,
-        lambda inputs: _pft_loss(scorer, inputs, lam),
+        lambda inputs: pft_loss(scorer, inputs, lam),
         training,
         store,
         parameters=trainable,
@@ -685,10 +685,12 @@ def train_expmodel_pft(
     return scorer, history, heldout_accuracy
 
 
-def _pft_loss(
+def pft_loss(
     scorer: ExpScorer, inputs: dict[str, torch.Tensor], lam: float
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """SPEC 3.3 loss of one batch whose first half of rows are the preferred items."""
+    """SPEC 3.3 loss of one batch whose first half of rows are the preferred items: ``inputs``
+    are the scorer's (any backbone: the VL ExpModel's, or a text one's ``input_ids`` and
+    ``attention_mask``, ``training.text_expmodel``), ``(2b, P)`` each."""
     scores = scorer(**inputs)  # (2b,)
     n_pairs = scores.shape[0] // 2
     s_pos, s_neg = scores[:n_pairs], scores[n_pairs:]  # (b,) each
