@@ -24,7 +24,7 @@ from creditflow.training.expmodel import (  # noqa: E402
     pairs_within,
     split_ids,
 )
-from creditflow.training.reranking import summarise_by_band  # noqa: E402
+from creditflow.training.reranking import EVALUATION_METRICS, summarise_by_band  # noqa: E402
 
 SEED = "seed"  # the GRPO seed column of the seeded tables (pipelines.comparison.SEED)
 WARM_START = "sft"  # the warm start's policy label (pipelines.comparison.WARM_START)
@@ -617,3 +617,58 @@ def plot_sweep(
     handles, labels = axes[0][0].get_legend_handles_labels()
     figure.legend(handles, labels, loc="outside upper center", ncols=4, fontsize="small")
     return figure
+
+
+def paired_gains_by_band(
+    per_session: pd.DataFrame, references: Mapping[str, str], group: str = "ranker"
+) -> pd.DataFrame:
+    """The gain of each ranker over its reference on the same sessions, per band.
+
+    ``references`` maps a ranker of ``per_session`` (an ``evaluate_rankings`` table with a
+    ``group`` column) to the one it is compared with, e.g. a reranker reading s_exp to the same
+    reranker reading zeros. Per (ranker, band: ``head``, ``torso``, ``tail``, ``all``) the mean
+    per-session difference of every metric (``<metric>_gain``) and its paired standard error
+    (``<metric>_gain_se``: the std of the differences / sqrt(n), NaN for one session), which is
+    the one to judge a difference by: rankers on the same sessions share their noise.
+    """
+    metrics = [c for c in EVALUATION_METRICS if c in per_session.columns]
+    present = set(per_session[group])
+    unknown = sorted((set(references) | set(references.values())) - present)
+    if unknown:
+        raise ValueError(f"rankers {unknown} are not in the table; it has {sorted(present)}")
+    keys = ["session_id", "query_frequency_band"]
+    rows = []
+    for name, reference in references.items():
+        mine = per_session[per_session[group] == name].set_index(keys)[metrics]
+        theirs = per_session[per_session[group] == reference].set_index(keys)[metrics]
+        gains = (mine - theirs.reindex(mine.index)).reset_index()
+        summary = summarise_by_band(gains).reset_index()
+        summary = summary.rename(
+            columns={m: f"{m}_gain" for m in metrics} | {f"{m}_se": f"{m}_gain_se" for m in metrics}
+        )
+        rows.append(summary.assign(**{group: name, "reference": reference}))
+    table = pd.concat(rows, ignore_index=True)
+    first = [group, "reference", "band", "sessions"]
+    return table[first + [c for c in table.columns if c not in first]]
+
+
+def teacher_agreement(
+    scores: pd.DataFrame, annotations: pd.DataFrame, item_split: pd.DataFrame
+) -> pd.DataFrame:
+    """How well an ExpModel's per-item s_exp (``item_id, s_exp``) orders the items as its
+    teacher's ``overall`` does: one row per split (``train``: the items SFT and PFT read,
+    ``unseen``: annotated items no training step saw) with ``items`` and ``kendall_tau``
+    (NaN for fewer than two items). The unseen row is the one that says whether the model
+    transfers to items the teacher did not judge for it."""
+    joined = ok_annotations(annotations).merge(scores, on="item_id", validate="one_to_one")
+    rows = []
+    for split in (TRAIN, UNSEEN):
+        part = joined[joined["item_id"].isin(split_ids(item_split, split))]
+        rows.append(
+            {
+                "split": split,
+                "items": len(part),
+                "kendall_tau": kendall_tau(part["s_exp"].tolist(), part["overall"].tolist()),
+            }
+        )
+    return pd.DataFrame(rows)

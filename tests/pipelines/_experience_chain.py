@@ -79,7 +79,25 @@ SMALLEST: dict[str, dict[str, Any]] = {
         }
     },
     "reranker_eval": {},
-    "movielens_eval": {"sessions": {"max_users": 12}},  # not in the chain: real data
+    "movielens_eval": {  # not in the chain: real data
+        "sessions": {"max_users": 12},
+        "expmodel": {
+            "teacher": {"min_ratings": 3},
+            "tokenizer": {"vocab_size": 300},
+            "model": {
+                "tiny": {
+                    "hidden_size": 32,
+                    "num_hidden_layers": 1,
+                    "num_attention_heads": 2,
+                    "num_key_value_heads": 1,
+                    "intermediate_size": 64,
+                }
+            },
+            "sft": {"steps": 2, "batch_size": 4},
+            "pairs": {"max_pairs": 40},
+            "pft_training": {"steps": 2, "batch_size": 4},
+        },
+    },
 }
 
 

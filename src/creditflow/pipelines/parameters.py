@@ -23,6 +23,7 @@ from pydantic import AfterValidator, Field, model_validator
 
 from creditflow.algorithms import GAIN_MODES
 from creditflow.annotation import ANNOTATORS
+from creditflow.annotation.ratings import rating_annotations
 from creditflow.config_schema import (
     PROBLEMS_HEADER,
     Block,
@@ -40,7 +41,7 @@ from creditflow.models.reranker import RerankerConfig
 from creditflow.models.vision import build_tiny_qwen2_5_vl, vl_policy_spec
 from creditflow.redaction import is_secret_key
 from creditflow.rewards import REWARD_FUNCTIONS
-from creditflow.tasks.movielens import movielens_sessions
+from creditflow.tasks.movielens import movielens_item_texts, movielens_sessions
 from creditflow.tasks.reranking import ClickModel, LoggingRanker
 from creditflow.tasks.sources import SYNTHETIC
 from creditflow.tasks.tapo import ALL_LANGUAGES, OPERATIONS, VARIANTS
@@ -57,6 +58,7 @@ from creditflow.training.sft import SFTConfig
 from creditflow.training.simulated_ab import AB_METHODS
 from creditflow.training.strategies.page import FEEDBACK_MODES, R_OLD_SOURCES, page_grpo_config
 from creditflow.training.supervised import SupervisedConfig
+from creditflow.training.text_expmodel import catalogue_pairs
 
 
 def one_of(names: Collection[str], what: str) -> Any:
@@ -450,9 +452,31 @@ class RerankerEvalParams(Block):
     ab: SimulatedAB
 
 
+class MovielensTokenizer(Block):
+    vocab_size: Count
+    model_max_length: Count
+
+
+class MovielensExpmodel(Block):
+    """The text-only ExpModel of ``movielens_eval`` (training.text_expmodel)."""
+
+    torch_threads: Threads = None
+    item_text: signature_block(movielens_item_texts, taken=("items", "tags"), name="ItemText")
+    teacher: signature_block(rating_annotations, taken=("item_texts", "ratings"), name="Teacher")
+    item_split: ExpmodelItemSplit
+    tokenizer: MovielensTokenizer
+    model: TextPolicy
+    sft: SFT
+    pairs: signature_block(catalogue_pairs, taken=("annotations",), name="CataloguePairs")
+    pft_training: ExpmodelTraining
+    pft: dataclass_block(PFTOptions, check=PFTOptions.from_params, name="MovielensPFT")
+    score_batch_size: Count
+
+
 class MovielensEvalParams(Block):
     sessions: signature_block(movielens_sessions, taken=("ratings", "items"), name="Sessions")
     k: Count
+    expmodel: MovielensExpmodel
 
 
 SCHEMAS: Mapping[str, type[Block]] = {

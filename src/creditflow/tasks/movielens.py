@@ -27,6 +27,11 @@ ratings and all ratings of other users, whatever their time). The production ord
 (ties in the shuffled order): a popularity ranker, the click-biased baseline of SPEC 3. The
 held-back ratings never enter these counts, so the logged order does not peek at the labels.
 
+``without_held_back`` gives that training part of any per-(user, item) table (ratings, tags)
+from the sessions themselves: what a reader that must not peek at the labels (the text-only
+ExpModel's teacher, ``annotation.ratings``) may read. ``movielens_item_texts`` is the item text
+of the text-only ExpModel: title, year, genres and the most frequent tags.
+
 Traffic bands: users are ordered by their number of ratings, descending (ties by user id), and
 split by ``tasks.reranking.frequency_bands`` into ``head``/``torso``/``tail``, each about a
 third of all ratings, as the synthetic queries are by traffic share.
@@ -53,6 +58,7 @@ MAX_RATING = 5.0
 UNKNOWN_CATEGORY = "unknown"  # category of movies MovieLens lists without genres
 NEGATIVE_SAMPLING = ("uniform", "popularity_band")
 ITEM_TABLE_COLUMNS = ("item_id", "category", "title", "genres", "year", "popularity", "n_ratings")
+ITEM_TEXT_COLUMNS = ("item_id", "title", "year", "genres", "tags")
 
 
 def movielens_sessions(
@@ -188,6 +194,85 @@ def movielens_sessions(
         )
     sessions = pd.DataFrame(rows, columns=list(SESSION_COLUMNS))
     return sessions, _item_table(items, sessions, n_ratings)
+
+
+def held_back_pairs(sessions: pd.DataFrame) -> pd.DataFrame:
+    """``user_id, item_id`` of every held-back rating of ``movielens_sessions``: each session's
+    user (``query_id``) with its rated candidates (label ``C`` or ``E``; ``U`` are unrated).
+
+    >>> frame = pd.DataFrame(
+    ...     {"query_id": [7], "candidates": [[1, 2, 3]], "labels": [["C", "U", "E"]]}
+    ... )
+    >>> held_back_pairs(frame).values.tolist()
+    [[7, 1], [7, 3]]
+    """
+    _require_columns(sessions, ("query_id", "candidates", "labels"), "sessions")
+    rows = [
+        (int(user), int(item))
+        for user, candidates, labels in zip(
+            sessions["query_id"], sessions["candidates"], sessions["labels"], strict=True
+        )
+        for item, label in zip(candidates, labels, strict=True)
+        if label != LABEL_UNEXPOSED
+    ]
+    return pd.DataFrame(rows, columns=["user_id", "item_id"], dtype="int64")
+
+
+def without_held_back(frame: pd.DataFrame, sessions: pd.DataFrame) -> pd.DataFrame:
+    """The rows of a per-(user, item) table (``movielens_ratings``, ``movielens_tags``) that
+    no session holds back: the training part of the module docstring, index reset.
+
+    >>> ratings = pd.DataFrame(
+    ...     {"user_id": [7, 7, 8], "item_id": [1, 2, 1], "rating": [5.0, 1.0, 3.0]}
+    ... )
+    >>> frame = pd.DataFrame(
+    ...     {"query_id": [7], "candidates": [[1, 2, 3]], "labels": [["C", "U", "E"]]}
+    ... )
+    >>> without_held_back(ratings, frame).values.tolist()
+    [[7.0, 2.0, 1.0], [8.0, 1.0, 3.0]]
+    """
+    _require_columns(frame, ("user_id", "item_id"), "frame")
+    held = held_back_pairs(sessions).assign(_held=True)
+    marked = frame.merge(held, on=["user_id", "item_id"], how="left", validate="many_to_one")
+    return frame[marked["_held"].isna().to_numpy()].reset_index(drop=True)
+
+
+def movielens_item_texts(
+    items: pd.DataFrame, tags: pd.DataFrame, max_tags: int = 5
+) -> pd.DataFrame:
+    """``ITEM_TEXT_COLUMNS`` of every catalogue item, in ``items`` order: ``title``, ``year``
+    (``<NA>`` when unknown), ``genres`` and ``tags``, the item's ``max_tags`` most frequent
+    tags (lower-cased, outer spaces stripped, most taggers first, ties alphabetical; empty for
+    an untagged movie). Pass the training part of the tags (``without_held_back``): a user's
+    tag on a held-back movie is a trace of that interaction.
+
+    >>> items = pd.DataFrame(
+    ...     {"item_id": [1], "title": ["Heat (1995)"], "genres": [["Crime"]], "year": [1995]}
+    ... )
+    >>> tags = pd.DataFrame(
+    ...     {"user_id": [1, 2, 3], "item_id": [1, 1, 1], "tag": ["Tense", "tense ", "long"]}
+    ... )
+    >>> movielens_item_texts(items, tags, max_tags=1)["tags"].tolist()
+    [['tense']]
+    """
+    _check_int("max_tags", max_tags, minimum=0)
+    _require_columns(items, ("item_id", "title", "genres", "year"), "items")
+    _require_columns(tags, ("user_id", "item_id", "tag"), "tags")
+    normalised = tags.assign(tag=tags["tag"].str.strip().str.lower())
+    taggers = normalised.drop_duplicates(["user_id", "item_id", "tag"])
+    counts = taggers.groupby(["item_id", "tag"]).size().rename("n").reset_index()
+    counts = counts.sort_values(["item_id", "n", "tag"], ascending=[True, False, True])
+    top = counts.groupby("item_id")["tag"].apply(lambda t: list(t)[:max_tags])
+    return pd.DataFrame(
+        {
+            "item_id": items["item_id"].astype("int64").to_numpy(),
+            "title": items["title"].to_numpy(),
+            "year": items["year"].astype("Int64").to_numpy(),
+            "genres": [list(g) for g in items["genres"]],
+            "tags": [top.get(item, []) for item in items["item_id"]],
+        },
+        columns=list(ITEM_TEXT_COLUMNS),
+    )
 
 
 def _draw_negatives(
