@@ -75,6 +75,8 @@ def pooled_table(per_seed: pd.DataFrame) -> str:
         seeds = sorted(int(seed) for seed in runs.loc[repeated, "seed"].unique())
         raise ValueError(f"seeds {seeds} occur in several batches: give each batch its own")
     sft = float(warm[ACCURACY].iloc[0])
+    # The baseline first, then the strategies in the order seeds.py wrote them.
+    policies = [BASELINE, *(p for p in runs["policy"].unique() if p != BASELINE)]
     runs = runs.set_index(["policy", "seed"]).sort_index()
     baseline = runs.loc[BASELINE, ACCURACY]
     header = [
@@ -87,7 +89,7 @@ def pooled_table(per_seed: pd.DataFrame) -> str:
     ]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines.append(f"| {WARM_START} | - | {sft:.3f} | - | - | - |")
-    for policy in runs.index.get_level_values("policy").unique():
+    for policy in policies:
         run = runs.loc[policy]
         # Paired by seed: the same seed of every strategy starts from the same warm start.
         vs = "-" if policy == BASELINE else interval_cell((run[ACCURACY] - baseline).to_list())
