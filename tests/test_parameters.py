@@ -156,6 +156,14 @@ PROBES = [
         {"use_exp_scores": True},
         r"rerankers \['extra'\] are not trained",
     ),
+    (
+        "movielens_eval.expmodel.teacher.min_rating",
+        3,
+        r"unknown key `min_rating` \(did you mean `min_ratings`\?\)",
+    ),
+    ("movielens_eval.expmodel.sft.steps", -1, r"sft steps must be >= 0"),
+    ("movielens_eval.expmodel.pft.lam", -1, r"movielens_eval.expmodel.pft: lam must be"),
+    ("movielens_eval.expmodel.pairs.margin", "big", r"expmodel.pairs.margin: input should be"),
 ]
 
 
