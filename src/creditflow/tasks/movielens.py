@@ -267,7 +267,7 @@ def movielens_item_texts(
         {
             "item_id": items["item_id"].astype("int64").to_numpy(),
             "title": items["title"].to_numpy(),
-            "year": items["year"].astype("Int64").to_numpy(),
+            "year": items["year"].astype("Int64").reset_index(drop=True),
             "genres": [list(g) for g in items["genres"]],
             "tags": [top.get(item, []) for item in items["item_id"]],
         },

@@ -87,9 +87,11 @@ def catalogue_pairs(
     """Ordered pairs (A > B) of annotated items with ``overall(A) - overall(B) >= margin``.
 
     Without queries or sessions to pair within (SPEC 3.3 pairs candidates of one query), pairs
-    come from the whole annotated catalogue: seeded uniform draws of two distinct items, kept
-    when their gap reaches ``margin``, oriented better-first, each unordered pair once, until
-    ``max_pairs`` (fewer when the catalogue has fewer such pairs).
+    come from the whole annotated catalogue, oriented better-first, each unordered pair once:
+    seeded uniform draws of two distinct items, kept when their gap reaches ``margin``, until
+    ``max_pairs``; when that is half or more of all such pairs, a seeded sample of all of them
+    instead (rejection would take long to find the last ones). Fewer pairs when the catalogue
+    has fewer.
 
     Returns:
         ``PAIR_COLUMNS`` (``pos_item``, ``neg_item``) in draw order.
@@ -104,6 +106,13 @@ def catalogue_pairs(
     n_possible = int(np.triu(gaps, k=1).sum())
     target = min(max_pairs, n_possible)
     rng = np.random.default_rng(seed)
+    if 2 * target >= n_possible:
+        first, second = np.nonzero(np.triu(gaps, k=1))  # every pair once, i < j
+        keep = np.sort(rng.permutation(n_possible)[:target])
+        return pd.DataFrame(
+            [_oriented(ids, scores, i, j) for i, j in zip(first[keep], second[keep], strict=True)],
+            columns=list(PAIR_COLUMNS),
+        )
     seen: set[tuple[int, int]] = set()
     rows = []
     while len(rows) < target:
@@ -112,8 +121,13 @@ def catalogue_pairs(
         if not gaps[i, j] or key in seen:
             continue
         seen.add(key)
-        rows.append((ids[i], ids[j]) if scores[i] > scores[j] else (ids[j], ids[i]))
+        rows.append(_oriented(ids, scores, i, j))
     return pd.DataFrame(rows, columns=list(PAIR_COLUMNS))
+
+
+def _oriented(ids: np.ndarray, scores: np.ndarray, i: int, j: int) -> tuple[Any, Any]:
+    """``(pos_item, neg_item)`` of items ``i`` and ``j``: the higher teacher score first."""
+    return (ids[i], ids[j]) if scores[i] > scores[j] else (ids[j], ids[i])
 
 
 def prompt_inputs(tokenizer: Any, prompts: Sequence[str]) -> dict[str, torch.Tensor]:
