@@ -16,9 +16,10 @@ The measured tables of ``benchmarks/README.md`` ("Seeds and intervals") come fro
 at the default parameters: one warm start per group (loaded from its checkpoints when a run
 with the same inputs finished before), then every strategy's GRPO five times. Each GRPO run
 and its evaluation cost what they cost in a default run (README: tapo ~1:15 + 0:30 each, 3
-strategies; tor ~1:12 for all 5 strategies), so on the idle 2-core reference machine expect
-about 30 minutes for tapo and 5 for tor. ``--params`` takes ``kedro run``'s syntax for more
-overrides;
+strategies), so on the idle 2-core reference machine expect about 30 minutes for tapo; tor
+(4,000 SFT steps, then 25 GRPO runs) took 35 minutes for 3 seeds on the shared machine at
+load 5-13 (benchmarks/README.md, "Seeds and intervals"; ``tor_pooled.py`` joins batches of
+seeds run side by side). ``--params`` takes ``kedro run``'s syntax for more overrides;
 ``--scratch DIR`` runs in a copy of the project's configuration in DIR, with the ingested
 tables the pipelines read (MGSM, TabMWP, MATH-Vision) copied there, so a trial run leaves the
 project's ``data/`` (its newest versions and checkpoints) alone::
