@@ -28,20 +28,7 @@ from creditflow.training.expmodel import (
     split_items,
 )
 from creditflow.training.reranker_data import session_exp_scores
-
-IMAGE_SIZE = 56
-TINY_VL = {
-    "hidden_size": 32,
-    "num_hidden_layers": 1,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 1,
-    "intermediate_size": 64,
-    "vision_depth": 1,
-    "vision_hidden_size": 32,
-    "vision_num_heads": 2,
-    "vision_intermediate_size": 64,
-}
-
+from tests.training.test_expmodel import IMAGE_SIZE, TINY_VL
 
 # --- the prompt ---------------------------------------------------------------------------------
 

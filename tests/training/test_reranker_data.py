@@ -76,9 +76,7 @@ def test_session_exp_scores_follow_the_candidates_and_pad_with_zero():
     scores = pd.DataFrame({"item_id": [3, 5, 7], "s_exp": [0.5, -1.0, 2.0]})
     expected = torch.tensor([[2.0, 0.5, 0.0], [0.5, -1.0, 2.0]])
     torch.testing.assert_close(session_exp_scores(sessions, scores), expected)
-    with pytest.raises(
-        ValueError, match=r"1 candidate\(s\) have no experience score, e.g. \[5\]"
-    ):
+    with pytest.raises(ValueError, match=r"1 candidate\(s\) have no experience score, e.g. \[5\]"):
         session_exp_scores(sessions, scores[scores["item_id"] != 5])
 
 
