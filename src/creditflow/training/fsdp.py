@@ -33,11 +33,6 @@ FULL_OPTIMIZER_LAYOUT = "full_by_name"
 _GATHER_TO_RANK0 = StateDictOptions(full_state_dict=True, cpu_offload=True)
 
 
-def is_sharded(module: torch.nn.Module) -> bool:
-    """Whether FSDP2 has sharded ``module`` (it or a submodule is an ``FSDPModule``)."""
-    return any(isinstance(m, FSDPModule) for m in module.modules())
-
-
 def full_state_dicts(
     module: torch.nn.Module, optimizer: torch.optim.Optimizer
 ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
