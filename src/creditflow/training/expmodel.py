@@ -28,7 +28,7 @@ import io
 import json
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from typing import Any
@@ -764,25 +764,41 @@ def score_items(
     unknown = sorted(set(item_ids) - set(prompts.ids))
     if unknown:
         raise ValueError(f"units name items missing from items_df: {unknown[:10]}")
-    device = next(scorer.parameters()).device
-    was_training = scorer.training
-    scorer.eval()
-    scores = []
-    try:
-        for start in range(0, len(item_ids), batch_size):
-            chunk = slice(start, start + batch_size)
-            inputs = prompts.inputs(processor, item_ids[chunk], queries[chunk])
-            inputs = {k: v.to(device) for k, v in inputs.items()}
-            scores.append(scorer(**inputs).float().cpu())  # (b,)
-    finally:
-        scorer.train(was_training)
-    values = torch.cat(scores).numpy() if scores else np.zeros(0, dtype=np.float32)
+    values = batched_scores(
+        scorer,
+        len(item_ids),
+        lambda chunk: prompts.inputs(processor, item_ids[chunk], queries[chunk]),
+        batch_size,
+    )
     frame = pd.DataFrame({"item_id": item_ids, "s_exp": values}, columns=list(SCORE_COLUMNS))
     return (
         frame
         if units is None
         else frame.assign(**{QUERY_COLUMN: queries})[[QUERY_COLUMN, *SCORE_COLUMNS]]
     )
+
+
+@torch.inference_mode()
+def batched_scores(
+    scorer: ExpScorer,
+    n_units: int,
+    inputs_of: Callable[[slice], dict[str, torch.Tensor]],
+    batch_size: int,
+) -> np.ndarray:
+    """``(n_units,)`` float32 scores of ``scorer`` in eval mode (its mode restored
+    afterwards), ``batch_size`` units per forward; ``inputs_of(chunk)`` gives the model inputs
+    of the units in ``chunk`` (a slice), on any device."""
+    device = next(scorer.parameters()).device
+    was_training = scorer.training
+    scorer.eval()
+    scores = []
+    try:
+        for start in range(0, n_units, batch_size):
+            inputs = inputs_of(slice(start, start + batch_size))
+            scores.append(scorer(**{k: v.to(device) for k, v in inputs.items()}).float().cpu())
+    finally:
+        scorer.train(was_training)
+    return torch.cat(scores).numpy() if scores else np.zeros(0, dtype=np.float32)
 
 
 def pair_units(pairs_df: pd.DataFrame) -> pd.DataFrame:

@@ -221,17 +221,12 @@ def score_text_items(
     unknown = [i for i in ids if i not in prompts]
     if unknown:
         raise ValueError(f"{len(unknown)} item(s) have no prompt, e.g. {unknown[:5]}")
-    device = next(scorer.parameters()).device
-    was_training = scorer.training
-    scorer.eval()
-    scores = []
-    try:
-        for start in range(0, len(ids), batch_size):
-            inputs = prompt_inputs(tokenizer, [prompts[i] for i in ids[start : start + batch_size]])
-            scores.append(scorer(**{k: v.to(device) for k, v in inputs.items()}).float().cpu())
-    finally:
-        scorer.train(was_training)
-    values = torch.cat(scores).numpy() if scores else np.zeros(0, dtype=np.float32)
+    values = expmodel.batched_scores(
+        scorer,
+        len(ids),
+        lambda chunk: prompt_inputs(tokenizer, [prompts[i] for i in ids[chunk]]),
+        batch_size,
+    )
     return pd.DataFrame({"item_id": ids, "s_exp": values}, columns=list(expmodel.SCORE_COLUMNS))
 
 
