@@ -23,7 +23,7 @@ from kedro.io import DataCatalog, MemoryDataset
 from kedro.pipeline import Pipeline
 from kedro.runner import SequentialRunner
 
-from tests.pipelines._params import deep_update
+from tests.pipelines._params import SMALLEST_TINY_DECODER, deep_update
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # The chain in DAG order (also DEFAULT_PIPELINES, the bare `kedro run`).
@@ -45,16 +45,7 @@ SMALLEST: dict[str, dict[str, Any]] = {
     },
     "expmodel_sft": {
         "tokenizer": {"vocab_size": 300, "image_size": 28},
-        "model": {
-            "tiny": {
-                "hidden_size": 32,
-                "num_hidden_layers": 1,
-                "num_attention_heads": 2,
-                "num_key_value_heads": 1,
-                "intermediate_size": 64,
-                "vision_depth": 1,
-            }
-        },
+        "model": {"tiny": {**SMALLEST_TINY_DECODER, "vision_depth": 1}},
         "training": {"steps": 2, "batch_size": 4},
     },
     "expmodel_pft": {
@@ -84,15 +75,7 @@ SMALLEST: dict[str, dict[str, Any]] = {
         "expmodel": {
             "teacher": {"min_ratings": 3},
             "tokenizer": {"vocab_size": 300},
-            "model": {
-                "tiny": {
-                    "hidden_size": 32,
-                    "num_hidden_layers": 1,
-                    "num_attention_heads": 2,
-                    "num_key_value_heads": 1,
-                    "intermediate_size": 64,
-                }
-            },
+            "model": {"tiny": dict(SMALLEST_TINY_DECODER)},
             "sft": {"steps": 2, "batch_size": 4},
             "pairs": {"max_pairs": 40},
             "pft_training": {"steps": 2, "batch_size": 4},
