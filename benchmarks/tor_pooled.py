@@ -12,7 +12,8 @@ shared machine the seeds can run as batches in parallel, each in its own scratch
 
 This script reads every ``*_tor_per_seed.csv`` seeds.py wrote (one per batch), checks that
 the warm start scored the same in each (else the batches did not share it), and writes per
-strategy the greedy accuracy on the held-out synthetic problems, its gain over the warm start
+strategy the greedy accuracy on the held-out synthetic problems (and, where the evaluation
+sampled, the accuracy of the completions sampled as in training), its gain over the warm start
 and its difference to ``uniform``, each as mean over all seeds with a 95 % t interval over
 seeds (``creditflow.reporting_stats.t_interval``). Every policy is scored on the same
 problems, so a run's accuracy minus the warm start's is its paired mean difference: these are
@@ -31,7 +32,10 @@ from creditflow.reporting_stats import t_interval
 
 BASELINE = "uniform"
 WARM_START = "sft"
-ACCURACY = "accuracy_synthetic"
+# The per-seed table's accuracy columns pooled, by their heading: the greedy answers, and (where
+# the evaluation sampled, tor.evaluation.samples_per_problem) the completions sampled as in
+# training.
+METRICS = {"accuracy_synthetic": "greedy", "sampled_accuracy_synthetic": "sampled"}
 
 
 def interval_cell(values: list[float]) -> str:
@@ -59,43 +63,55 @@ def pooled_per_seed(tables: Path) -> pd.DataFrame:
 
 
 def pooled_table(per_seed: pd.DataFrame) -> str:
-    """The markdown table: the warm start's row, then one row per trained strategy.
+    """The markdown table: the warm start's row, then one row per trained strategy; per metric
+    of ``METRICS`` the per-seed tables have, the mean, the gain over the warm start and the
+    difference to ``BASELINE``.
 
     Raises:
         ValueError: the batches' warm starts scored differently, or two batches trained the
             same seed (they would count twice).
     """
+    metrics = {column: name for column, name in METRICS.items() if column in per_seed}
     warm = per_seed[per_seed["policy"] == WARM_START]
-    if warm[ACCURACY].nunique() != 1:
-        scores = dict(zip(warm["batch"], warm[ACCURACY], strict=True))
-        raise ValueError(f"the batches' warm starts differ ({scores}): pool only one warm start")
+    for column in metrics:
+        if warm[column].nunique() != 1:
+            scores = dict(zip(warm["batch"], warm[column], strict=True))
+            raise ValueError(
+                f"the batches' warm starts differ ({column}: {scores}): pool only one warm start"
+            )
     runs = per_seed[per_seed["policy"] != WARM_START]
     repeated = runs.duplicated(["policy", "seed"])
     if repeated.any():
         seeds = sorted(int(seed) for seed in runs.loc[repeated, "seed"].unique())
         raise ValueError(f"seeds {seeds} occur in several batches: give each batch its own")
-    sft = float(warm[ACCURACY].iloc[0])
+    sft = {column: float(warm[column].iloc[0]) for column in metrics}
     # The baseline first, then the strategies in the order seeds.py wrote them.
     policies = [BASELINE, *(p for p in runs["policy"].unique() if p != BASELINE)]
     runs = runs.set_index(["policy", "seed"]).sort_index()
-    baseline = runs.loc[BASELINE, ACCURACY]
-    header = [
-        "policy",
-        "n seeds",
-        "accuracy",
-        "gain over sft [95 % CI]",
-        f"vs {BASELINE} [95 % CI]",
-        "train reward first / last",
-    ]
+    header = ["policy", "n seeds"]
+    for name in metrics.values():
+        header += [f"{name} accuracy", "gain over sft [95 % CI]", f"vs {BASELINE} [95 % CI]"]
+    header.append("train reward first / last")
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines.append(f"| {WARM_START} | - | {sft:.3f} | - | - | - |")
+    warm_cells = [WARM_START, "-"]
+    for column in metrics:
+        warm_cells += [f"{sft[column]:.3f}", "-", "-"]
+    lines.append("| " + " | ".join([*warm_cells, "-"]) + " |")
     for policy in policies:
         run = runs.loc[policy]
-        # Paired by seed: the same seed of every strategy starts from the same warm start.
-        vs = "-" if policy == BASELINE else interval_cell((run[ACCURACY] - baseline).to_list())
-        reward = f"{run['train_reward_first'].mean():.3f} / {run['train_reward_last'].mean():.3f}"
-        cells = [policy, str(len(run)), f"{run[ACCURACY].mean():.3f}"]
-        cells += [interval_cell((run[ACCURACY] - sft).to_list()), vs, reward]
+        cells = [policy, str(len(run))]
+        for column in metrics:
+            # Paired by seed: the same seed of every strategy starts from the same warm start.
+            baseline = runs.loc[BASELINE, column]
+            vs = "-" if policy == BASELINE else interval_cell((run[column] - baseline).to_list())
+            cells += [
+                f"{run[column].mean():.3f}",
+                interval_cell((run[column] - sft[column]).to_list()),
+                vs,
+            ]
+        cells.append(
+            f"{run['train_reward_first'].mean():.3f} / {run['train_reward_last'].mean():.3f}"
+        )
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -60,3 +60,26 @@ def test_the_markdown_shows_intervals_and_never_invents_one(seeds):
         lines[4]
         == "| tor | 5 | seeds | 0.250 | +0.150 [no interval] | +0.050 [-0.010, +0.110] | 0.050 |"
     )
+
+
+def test_the_tor_markdown_adds_the_sampled_accuracy_where_it_was_measured(seeds):
+    table = pd.DataFrame(
+        {
+            "policy": ["sft", "uniform"],
+            "n_seeds": [pd.NA, 5],
+            "ci_basis": [None, "seeds"],
+            "accuracy_synthetic": [0.5, 0.5],
+            "accuracy_gain_synthetic": [np.nan, 0.0],
+            "sampled_accuracy_synthetic": [0.4, 0.45],
+            "sampled_accuracy_gain_synthetic": [np.nan, 0.05],
+            "sampled_accuracy_gain_ci_low_synthetic": [np.nan, 0.02],
+            "sampled_accuracy_gain_ci_high_synthetic": [np.nan, 0.08],
+        }
+    )
+    lines = seeds.markdown_table("tor", table).splitlines()
+    assert "| accuracy_synthetic | gain over sft, synthetic | vs baseline, synthetic | " in lines[0]
+    assert "| sampled_accuracy_synthetic | gain over sft, synthetic |" in lines[0]
+    assert lines[3] == (
+        "| uniform | 5 | seeds | 0.500 | +0.000 [no interval] | - "
+        "| 0.450 | +0.050 [+0.020, +0.080] | - |"
+    )

@@ -69,3 +69,23 @@ def test_different_warm_starts_or_repeated_seeds_are_refused(tmp_path):
         tor_pooled.pooled_table(tor_pooled.pooled_per_seed(tmp_path))
     with pytest.raises(FileNotFoundError, match="run seeds.py --out"):
         tor_pooled.pooled_per_seed(tmp_path / "missing")
+
+
+def test_the_sampled_accuracy_is_pooled_beside_the_greedy_one(tmp_path):
+    per_seed = _per_seed({"uniform": [0.42, 0.45], "tor": [0.43, 0.44]}, [0, 1])
+    sampled = {"sft": 0.30, "uniform": [0.33, 0.35], "tor": [0.32, 0.36]}
+    per_seed["sampled_accuracy_synthetic"] = [
+        sampled["sft"],
+        *sampled["uniform"],
+        *sampled["tor"],
+    ]
+    per_seed.to_csv(tmp_path / "a_tor_per_seed.csv", index=False)
+    table = tor_pooled.pooled_table(tor_pooled.pooled_per_seed(tmp_path))
+    lines = table.splitlines()
+    assert lines[0].startswith("| policy | n seeds | greedy accuracy |")
+    assert "| sampled accuracy | gain over sft [95 % CI] | vs uniform [95 % CI] |" in lines[0]
+    rows = {line.split(" | ")[0].strip("| "): line for line in lines[2:]}
+    assert "| sft | - | 0.400 | - | - | 0.300 | - | - | - |" == rows["sft"]
+    # sampled: uniform gains 0.03, 0.05; tor 0.02, 0.06, tor - uniform -0.01, +0.01.
+    assert f"| 0.340 | {cell([0.03, 0.05])} | - |" in rows["uniform"]
+    assert f"| 0.340 | {cell([0.02, 0.06])} | {cell([-0.01, 0.01])} |" in rows["tor"]

@@ -37,6 +37,11 @@ from creditflow.tasks.tor import (
     generate_tor_problems,
     tor_prompt,
 )
+from creditflow.training.evaluation import (
+    evaluate_vl_policy_sampled,
+    sampled_completions,
+    score_completions,
+)
 
 TINY_VL = {
     "hidden_size": 32,
@@ -316,3 +321,50 @@ def test_rollout_batch_select_is_plain_rows_for_vl_extras(sampled):
     assert isinstance(sub, RolloutBatch)
     assert sub.extras["image_grid_thw"].tolist() == [[1, 4, 10]] * 2
     assert torch.equal(sub.extras["pixel_values"], batch.extras["pixel_values"][6:])
+
+
+def test_evaluate_vl_policy_sampled_averages_each_prompts_samples(
+    make_vl_model, vl_processor, vl_prompts, tor_tasks
+):
+    model = make_vl_model()
+    prompts = vl_prompts[:3]
+    references = list(tor_tasks["question"][:3])  # chrF++ against them varies between samples
+    answers = list(tor_tasks["answer"][:3])
+    table = evaluate_vl_policy_sampled(
+        model,
+        vl_processor,
+        prompts,
+        references,
+        answers,
+        ["translation", "reasoning"],
+        max_new_tokens=8,
+        samples_per_prompt=3,
+        batch_size=4,
+        seed=7,
+    )
+    assert list(table.columns) == ["reward/translation", "reward/reasoning"]
+    assert len(table) == 3
+    # The slow way: the same seeded draws, each scored, averaged by hand per prompt.
+    policy = _policy(model, vl_processor, max_new_tokens=8)
+    texts = sampled_completions(policy, prompts, 3, batch_size=4, seed=7)
+    assert len(set(texts)) > 1, "the samples differ, so the mean is not one completion's score"
+    for row in range(3):
+        scores = score_completions(
+            texts[3 * row : 3 * row + 3], [references[row]] * 3, [answers[row]] * 3, ["translation"]
+        )
+        assert table["reward/translation"][row] == pytest.approx(
+            scores["reward/translation"].mean()
+        )
+    again = evaluate_vl_policy_sampled(
+        model,
+        vl_processor,
+        prompts,
+        references,
+        answers,
+        ["translation"],
+        8,
+        3,
+        batch_size=4,
+        seed=7,
+    )
+    assert again["reward/translation"].tolist() == table["reward/translation"].tolist()

@@ -233,6 +233,7 @@ class TorEvaluation(Block):
     batch_size: Count
     tabmwp_max: NonNegative
     mathvision_max: NonNegative
+    samples_per_problem: NonNegative = 0
 
 
 class TorParams(Block):

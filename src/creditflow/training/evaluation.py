@@ -178,6 +178,24 @@ def evaluate_text_policy_sampled(
     """
     sampling = SamplingSettings(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
     policy = evaluation_policy(model, tokenizer, sampling)
+    return mean_sampled_rewards(
+        policy, prompts, references, answers, reward_names, samples_per_prompt, batch_size, seed
+    )
+
+
+def mean_sampled_rewards(
+    policy,
+    prompts: Sequence[Any],
+    references: Sequence[str],
+    answers: Sequence[str],
+    reward_names: Sequence[str],
+    samples_per_prompt: int,
+    batch_size: int,
+    seed: int,
+) -> pd.DataFrame:
+    """``samples_per_prompt`` completions per prompt from ``policy`` (a ``LanguagePolicy`` or
+    ``VisionLanguagePolicy``; ``sampled_completions``), scored with ``reward_names`` and
+    averaged per prompt: one row per prompt (prompt order), ``reward/<name>`` columns."""
     completions = sampled_completions(  # sample() switches the module to eval mode and back
         policy, prompts, samples_per_prompt, batch_size=batch_size, seed=seed, progress=True
     )
@@ -209,6 +227,32 @@ def evaluate_vl_policy(
         completions += policy.greedy(list(prompts[start : start + batch_size]))
     scores = score_completions(completions, references, answers, reward_names)
     return scores.assign(completion=completions)
+
+
+def evaluate_vl_policy_sampled(
+    model,
+    processor,
+    prompts: Sequence[Any],
+    references: Sequence[str],
+    answers: Sequence[str],
+    reward_names: Sequence[str],
+    max_new_tokens: int,
+    samples_per_prompt: int,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    batch_size: int = 32,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """``evaluate_text_policy_sampled`` for image ``prompts``: the mean reward of
+    ``samples_per_prompt`` completions per prompt, drawn as GRPO draws its rollouts, one row
+    per prompt with ``reward/<name>`` columns. A policy's greedy answers can stay put while
+    GRPO moves the distribution it samples from (README "The ToR world"); this measures the
+    latter."""
+    sampling = SamplingSettings(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
+    policy = VisionLanguagePolicy(model, processor, sampling)
+    return mean_sampled_rewards(
+        policy, prompts, references, answers, reward_names, samples_per_prompt, batch_size, seed
+    )
 
 
 def evaluate_text_problems(

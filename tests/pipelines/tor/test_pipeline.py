@@ -35,7 +35,13 @@ SMALLEST = {
         "checkpoint_every": 1,
         "log_samples_every": 1,
     },
-    "evaluation": {"max_new_tokens": 4, "batch_size": 8, "tabmwp_max": 2, "mathvision_max": 2},
+    "evaluation": {
+        "max_new_tokens": 4,
+        "batch_size": 8,
+        "tabmwp_max": 2,
+        "mathvision_max": 2,
+        "samples_per_problem": 2,
+    },
 }
 
 
@@ -93,8 +99,20 @@ def test_tor_pipeline_runs_end_to_end(tor_params, shared_data, tmp_path):
     table = catalog.load("tor_comparison")
     assert table["policy"].tolist() == ["sft", *STRATEGIES]
     assert table[["n_synthetic", "n_tabmwp", "n_mathvision"]].iloc[0].tolist() == [3, 2, 2]
-    accuracy = table[["accuracy_synthetic", "accuracy_tabmwp", "accuracy_mathvision"]]
+    accuracy = table[
+        [
+            "accuracy_synthetic",
+            "sampled_accuracy_synthetic",
+            "accuracy_tabmwp",
+            "accuracy_mathvision",
+        ]
+    ]
     assert accuracy.apply(lambda c: c.between(0, 1)).all().all()
+    # Only the task source's rows are sampled; the real sets are scored greedily.
+    assert "sampled_accuracy_tabmwp" not in table
+    intervals = table.set_index("policy").loc[list(STRATEGIES)]
+    for column in ("accuracy_gain_synthetic", "sampled_accuracy_gain_ci_low_synthetic"):
+        assert intervals[column].notna().all(), column
     trained = table.set_index("policy").loc[list(STRATEGIES)]
     # Only the ToR runs select tokens; plain GRPO has no selection statistics.
     assert trained["reasoning_frac"].isna().tolist() == [True] + [False] * 4
@@ -126,6 +144,10 @@ def test_tor_pipeline_runs_end_to_end(tor_params, shared_data, tmp_path):
         "synthetic": 3,
         "tabmwp": 2,
     }
+    sampled = results.groupby("dataset")["sampled/reward/reasoning"].count().to_dict()
+    assert sampled == {"mathvision": 0, "synthetic": 3, "tabmwp": 0}
+    # The mean of 2 samples per problem: 0, 0.5 or 1.
+    assert set(results["sampled/reward/reasoning"].dropna()) <= {0.0, 0.5, 1.0}
     mc = results[results["dataset"] == "mathvision"]
     # The MATH-Vision rows shown are multiple choice, with their options in the prompt.
     assert mc["prompt"].str.contains("Choices: A, B, C, D, E").all()

@@ -34,7 +34,7 @@ from creditflow.tasks.sources import SYNTHETIC, evaluation_label, split_by_probl
 from creditflow.tasks.tor import format_tor_target, generate_tor_problems, tor_prompt
 from creditflow.training.checkpoint import CheckpointStore
 from creditflow.training.config import ConfigError
-from creditflow.training.evaluation import evaluate_vl_policy
+from creditflow.training.evaluation import evaluate_vl_policy, evaluate_vl_policy_sampled
 from creditflow.training.grpo_runs import (
     run_vl_grpo,
     strategy_config,
@@ -185,24 +185,49 @@ def evaluate_tor_policy(
     testmini (choices in the prompt, letters compared through the boxed answer), the real sets
     capped; one row per problem. With ``tabmwp_problems`` or ``mathvision_problems`` as the
     source its held-out rows are that set's evaluation: no other row of it is evaluated (the
-    rest were trained on)."""
-    evaluation = params["evaluation"]
+    rest were trained on). The source's rows also get ``sampled/reward/<name>``: the mean
+    over ``evaluation.samples_per_problem`` completions sampled as GRPO samples (temperature
+    and top_p of ``tor.grpo``), from one seed (``params['seed']``) every policy shares, so
+    that policies' samples share their random numbers (0: greedy only)."""
+    evaluation, sampling = params["evaluation"], params["grpo"]
     label = evaluation_label(params["tasks"]["source"], BENCHMARKS)
     problems, prompts = _evaluation_problems(
         tor_eval_tasks, label, tabmwp_problems, mathvision_problems, evaluation
     )
+    model = to_policy_device(model, params["policy"])
+    rewards, max_new_tokens = params["reward_functions"], evaluation["max_new_tokens"]
     with torch_threads(params["torch_threads"]):
         scored = evaluate_vl_policy(
-            to_policy_device(model, params["policy"]),
+            model,
             tor_processor,
             prompts,
             list(problems["prompt"]),
             list(problems["answer"]),
-            params["reward_functions"],
-            max_new_tokens=evaluation["max_new_tokens"],
+            rewards,
+            max_new_tokens=max_new_tokens,
             batch_size=evaluation["batch_size"],
         )
-    return pd.concat([problems, scored], axis=1)
+        table = pd.concat([problems, scored], axis=1)
+        samples = evaluation.get("samples_per_problem", 0)
+        if not samples:
+            return table
+        rows = problems["dataset"] == label
+        sampled = evaluate_vl_policy_sampled(
+            model,
+            tor_processor,
+            [prompt for prompt, kept in zip(prompts, rows, strict=True) if kept],
+            list(problems.loc[rows, "prompt"]),
+            list(problems.loc[rows, "answer"]),
+            rewards,
+            max_new_tokens=max_new_tokens,
+            samples_per_prompt=samples,
+            temperature=sampling.get("temperature", 1.0),
+            top_p=sampling.get("top_p", 1.0),
+            batch_size=evaluation["batch_size"],
+            seed=params["seed"],
+        )
+    sampled.index = table.index[rows]
+    return table.join(sampled.add_prefix("sampled/"))
 
 
 def compare_tor_strategies(

@@ -9,6 +9,9 @@ from creditflow.reporting import SEED, WARM_START, training_reward_ends
 from creditflow.reporting_stats import comparison_intervals
 
 EVALUATION_SETS = ("synthetic", "tabmwp", "mathvision")
+# Per problem: the mean accuracy of the completions sampled as in training
+# (``evaluate_tor_policy`` with ``evaluation.samples_per_problem`` > 0).
+SAMPLED_ACCURACY = "sampled/reward/reasoning"
 # Training metrics averaged over the steps of each run, and their column in the table.
 TRAINING_COLUMNS = {
     "tor/reasoning_frac": "reasoning_frac",
@@ -36,7 +39,9 @@ def summarise_tor_runs(
 
     Columns: ``accuracy_<set>`` (mean ``reward/reasoning`` of the greedy answers) and
     ``n_<set>`` per evaluation set (``EVALUATION_SETS``, then any other ``dataset`` of the
-    evaluations: a catalog task source's held-out rows, by its name); for GRPO-trained policies the training reward over
+    evaluations: a catalog task source's held-out rows, by its name), and
+    ``sampled_accuracy_<set>`` for a set evaluated with samples too (``sampled/reward/reasoning``,
+    the mean accuracy of the completions sampled as in training); for GRPO-trained policies the training reward over
     the first / last 5 steps and the per-step means of ``TRAINING_COLUMNS`` (NaN where a strategy
     does not report one, e.g. selection statistics for ``uniform``), and
     ``step_overhead_vs_uniform``: the mean step time relative to the ``baseline`` run's, minus 1.
@@ -50,6 +55,10 @@ def summarise_tor_runs(
             scores = evaluated.loc[evaluated["dataset"] == name, "reward/reasoning"]
             row[f"accuracy_{name}"] = scores.mean()
             row[f"n_{name}"] = len(scores)
+            if SAMPLED_ACCURACY in evaluated:
+                sampled = evaluated.loc[evaluated["dataset"] == name, SAMPLED_ACCURACY].dropna()
+                if len(sampled):
+                    row[f"sampled_accuracy_{name}"] = sampled.mean()
         trained = training_metrics[training_metrics["strategy"] == policy].sort_values("step")
         if len(trained):
             row.update(training_reward_ends(trained))
@@ -67,11 +76,21 @@ def summarise_tor_runs(
 def tor_intervals(
     evaluations: pd.DataFrame, task_dataset: str, baseline: str | None
 ) -> pd.DataFrame:
-    """``reporting_stats.comparison_intervals`` of the tor table: the greedy accuracy
-    (``reward/reasoning``) on the held-out problems of the task source (``dataset ==
-    task_dataset``), paired by problem ``id`` and seed: ``accuracy_gain_<set>`` over the warm
-    start and ``accuracy_vs_baseline_<set>`` to ``baseline``, each with ``_se_``,
-    ``_ci_low_`` and ``_ci_high_`` columns. Indexed by policy."""
+    """``reporting_stats.comparison_intervals`` of the tor table on the held-out problems of
+    the task source (``dataset == task_dataset``), paired by problem ``id`` and seed:
+    ``accuracy_gain_<set>`` over the warm start and ``accuracy_vs_baseline_<set>`` to
+    ``baseline`` for the greedy accuracy (``reward/reasoning``), the same
+    ``sampled_accuracy_*`` columns for the sampled accuracy where the evaluation has it
+    (``SAMPLED_ACCURACY``), each with ``_se_``, ``_ci_low_`` and ``_ci_high_`` columns.
+    Indexed by policy."""
     tasks = evaluations[evaluations["dataset"] == task_dataset]
-    scores = tasks[["policy", SEED, "id"]].assign(value=tasks["reward/reasoning"])
-    return comparison_intervals(scores, ["id"], WARM_START, baseline, "accuracy", task_dataset)
+    metrics = {"accuracy": "reward/reasoning"}
+    if SAMPLED_ACCURACY in tasks and tasks[SAMPLED_ACCURACY].notna().all():
+        metrics["sampled_accuracy"] = SAMPLED_ACCURACY
+    parts = []
+    for metric, column in metrics.items():
+        scores = tasks[["policy", SEED, "id"]].assign(value=tasks[column])
+        parts.append(
+            comparison_intervals(scores, ["id"], WARM_START, baseline, metric, task_dataset)
+        )
+    return pd.concat(parts, axis=1)
