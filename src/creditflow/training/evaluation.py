@@ -304,3 +304,55 @@ def evaluate_text_problems(
     )
     sampled.index = table.index[keep]
     return table.join(sampled.add_prefix("sampled/"))
+
+
+def evaluate_vl_problems(
+    model,
+    processor,
+    problems: pd.DataFrame,
+    prompts: Sequence[Any],
+    reward_names: Sequence[str],
+    max_new_tokens: int,
+    batch_size: int = 32,
+    samples_per_problem: int = 0,
+    sampled_rows: Sequence[bool] | None = None,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """``evaluate_text_problems`` for image ``prompts``: ``problems`` (one row per prompt, with
+    ``prompt`` texts and ``answer``) with the greedy completion and its ``reward/<name>``
+    columns; with ``samples_per_problem`` > 0 the rows where ``sampled_rows`` is True (all
+    rows when None) also get ``sampled/reward/<name>``, the mean over that many completions
+    sampled at ``temperature`` / ``top_p`` (``evaluate_vl_policy_sampled``, seeded by
+    ``seed``)."""
+    scored = evaluate_vl_policy(
+        model,
+        processor,
+        prompts,
+        list(problems["prompt"]),
+        list(problems["answer"]),
+        reward_names,
+        max_new_tokens=max_new_tokens,
+        batch_size=batch_size,
+    )
+    table = pd.concat([problems, scored], axis=1)
+    if not samples_per_problem:
+        return table
+    keep = pd.Series(True if sampled_rows is None else list(sampled_rows), index=table.index)
+    sampled = evaluate_vl_policy_sampled(
+        model,
+        processor,
+        [prompt for prompt, kept in zip(prompts, keep, strict=True) if kept],
+        list(table.loc[keep, "prompt"]),
+        list(table.loc[keep, "answer"]),
+        reward_names,
+        max_new_tokens=max_new_tokens,
+        samples_per_prompt=samples_per_problem,
+        temperature=temperature,
+        top_p=top_p,
+        batch_size=batch_size,
+        seed=seed,
+    )
+    sampled.index = table.index[keep]
+    return table.join(sampled.add_prefix("sampled/"))

@@ -34,7 +34,7 @@ from creditflow.tasks.sources import SYNTHETIC, evaluation_label, split_by_probl
 from creditflow.tasks.tor import format_tor_target, generate_tor_problems, tor_prompt
 from creditflow.training.checkpoint import CheckpointStore
 from creditflow.training.config import ConfigError
-from creditflow.training.evaluation import evaluate_vl_policy, evaluate_vl_policy_sampled
+from creditflow.training.evaluation import evaluate_vl_problems
 from creditflow.training.grpo_runs import (
     run_vl_grpo,
     strategy_config,
@@ -194,40 +194,21 @@ def evaluate_tor_policy(
     problems, prompts = _evaluation_problems(
         tor_eval_tasks, label, tabmwp_problems, mathvision_problems, evaluation
     )
-    model = to_policy_device(model, params["policy"])
-    rewards, max_new_tokens = params["reward_functions"], evaluation["max_new_tokens"]
     with torch_threads(params["torch_threads"]):
-        scored = evaluate_vl_policy(
-            model,
+        return evaluate_vl_problems(
+            to_policy_device(model, params["policy"]),
             tor_processor,
+            problems,
             prompts,
-            list(problems["prompt"]),
-            list(problems["answer"]),
-            rewards,
-            max_new_tokens=max_new_tokens,
+            params["reward_functions"],
+            max_new_tokens=evaluation["max_new_tokens"],
             batch_size=evaluation["batch_size"],
-        )
-        table = pd.concat([problems, scored], axis=1)
-        samples = evaluation.get("samples_per_problem", 0)
-        if not samples:
-            return table
-        rows = problems["dataset"] == label
-        sampled = evaluate_vl_policy_sampled(
-            model,
-            tor_processor,
-            [prompt for prompt, kept in zip(prompts, rows, strict=True) if kept],
-            list(problems.loc[rows, "prompt"]),
-            list(problems.loc[rows, "answer"]),
-            rewards,
-            max_new_tokens=max_new_tokens,
-            samples_per_prompt=samples,
+            samples_per_problem=evaluation.get("samples_per_problem", 0),
+            sampled_rows=problems["dataset"] == label,
             temperature=sampling.get("temperature", 1.0),
             top_p=sampling.get("top_p", 1.0),
-            batch_size=evaluation["batch_size"],
             seed=params["seed"],
         )
-    sampled.index = table.index[rows]
-    return table.join(sampled.add_prefix("sampled/"))
 
 
 def compare_tor_strategies(
