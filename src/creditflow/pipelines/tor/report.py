@@ -40,9 +40,9 @@ def summarise_tor_runs(
     Columns: ``accuracy_<set>`` (mean ``reward/reasoning`` of the greedy answers) and
     ``n_<set>`` per evaluation set (``EVALUATION_SETS``, then any other ``dataset`` of the
     evaluations: a catalog task source's held-out rows, by its name), and
-    ``sampled_accuracy_<set>`` for a set evaluated with samples too (``sampled/reward/reasoning``,
-    the mean accuracy of the completions sampled as in training); for GRPO-trained policies the training reward over
-    the first / last 5 steps and the per-step means of ``TRAINING_COLUMNS`` (NaN where a strategy
+    ``sampled_accuracy_<set>`` for a set evaluated with samples too (``SAMPLED_ACCURACY``, the
+    mean accuracy of the completions sampled as in training); for GRPO-trained policies the
+    training reward over the first / last 5 steps and the per-step means of ``TRAINING_COLUMNS`` (NaN where a strategy
     does not report one, e.g. selection statistics for ``uniform``), and
     ``step_overhead_vs_uniform``: the mean step time relative to the ``baseline`` run's, minus 1.
     """
