@@ -3,7 +3,8 @@ or vision-language policy."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import pandas as pd
@@ -274,36 +275,26 @@ def evaluate_text_problems(
     the rows where ``sampled_rows`` is True (all rows when None) also get
     ``sampled/reward/<name>``: the mean reward of that many completions sampled at
     ``temperature`` / ``top_p`` (``evaluate_text_policy_sampled``, seeded by ``seed``)."""
-    scored = evaluate_text_policy(
-        model,
-        tokenizer,
+    common = {"reward_names": reward_names, "max_new_tokens": max_new_tokens}
+    return _greedy_and_sampled_scores(
+        problems,
         prompts,
-        list(problems["question_en"]),
-        list(problems["answer"]),
-        reward_names,
-        max_new_tokens=max_new_tokens,
-        batch_size=batch_size,
+        "question_en",
+        partial(evaluate_text_policy, model, tokenizer, **common, batch_size=batch_size),
+        partial(
+            evaluate_text_policy_sampled,
+            model,
+            tokenizer,
+            **common,
+            samples_per_prompt=samples_per_problem,
+            temperature=temperature,
+            top_p=top_p,
+            batch_size=batch_size,
+            seed=seed,
+        ),
+        samples_per_problem,
+        sampled_rows,
     )
-    table = pd.concat([problems, scored], axis=1)
-    if not samples_per_problem:
-        return table
-    keep = pd.Series(True if sampled_rows is None else list(sampled_rows), index=table.index)
-    sampled = evaluate_text_policy_sampled(
-        model,
-        tokenizer,
-        [prompt for prompt, kept in zip(prompts, keep, strict=True) if kept],
-        list(table.loc[keep, "question_en"]),
-        list(table.loc[keep, "answer"]),
-        reward_names,
-        max_new_tokens=max_new_tokens,
-        samples_per_prompt=samples_per_problem,
-        temperature=temperature,
-        top_p=top_p,
-        batch_size=batch_size,
-        seed=seed,
-    )
-    sampled.index = table.index[keep]
-    return table.join(sampled.add_prefix("sampled/"))
 
 
 def evaluate_vl_problems(
@@ -326,33 +317,49 @@ def evaluate_vl_problems(
     rows when None) also get ``sampled/reward/<name>``, the mean over that many completions
     sampled at ``temperature`` / ``top_p`` (``evaluate_vl_policy_sampled``, seeded by
     ``seed``)."""
-    scored = evaluate_vl_policy(
-        model,
-        processor,
+    common = {"reward_names": reward_names, "max_new_tokens": max_new_tokens}
+    return _greedy_and_sampled_scores(
+        problems,
         prompts,
-        list(problems["prompt"]),
-        list(problems["answer"]),
-        reward_names,
-        max_new_tokens=max_new_tokens,
-        batch_size=batch_size,
+        "prompt",
+        partial(evaluate_vl_policy, model, processor, **common, batch_size=batch_size),
+        partial(
+            evaluate_vl_policy_sampled,
+            model,
+            processor,
+            **common,
+            samples_per_prompt=samples_per_problem,
+            temperature=temperature,
+            top_p=top_p,
+            batch_size=batch_size,
+            seed=seed,
+        ),
+        samples_per_problem,
+        sampled_rows,
     )
+
+
+def _greedy_and_sampled_scores(
+    problems: pd.DataFrame,
+    prompts: Sequence[Any],
+    reference_column: str,
+    greedy: Callable[..., pd.DataFrame],
+    sampled: Callable[..., pd.DataFrame],
+    samples_per_problem: int,
+    sampled_rows: Sequence[bool] | None,
+) -> pd.DataFrame:
+    """``problems`` joined with ``greedy(prompts, references, answers)``'s columns and, with
+    ``samples_per_problem`` > 0, ``sampled(...)``'s on the ``sampled_rows`` (all when None),
+    prefixed ``sampled/``; references are ``problems[reference_column]``."""
+    scored = greedy(prompts, list(problems[reference_column]), list(problems["answer"]))
     table = pd.concat([problems, scored], axis=1)
     if not samples_per_problem:
         return table
     keep = pd.Series(True if sampled_rows is None else list(sampled_rows), index=table.index)
-    sampled = evaluate_vl_policy_sampled(
-        model,
-        processor,
+    means = sampled(
         [prompt for prompt, kept in zip(prompts, keep, strict=True) if kept],
-        list(table.loc[keep, "prompt"]),
+        list(table.loc[keep, reference_column]),
         list(table.loc[keep, "answer"]),
-        reward_names,
-        max_new_tokens=max_new_tokens,
-        samples_per_prompt=samples_per_problem,
-        temperature=temperature,
-        top_p=top_p,
-        batch_size=batch_size,
-        seed=seed,
     )
-    sampled.index = table.index[keep]
-    return table.join(sampled.add_prefix("sampled/"))
+    means.index = table.index[keep]
+    return table.join(means.add_prefix("sampled/"))
