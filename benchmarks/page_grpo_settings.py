@@ -30,10 +30,14 @@ import yaml
 from kedro.framework.session import KedroSession
 from kedro.framework.startup import bootstrap_project
 
+from creditflow.experience.reranker_data import LOGGED, serve_pages
+from creditflow.experience.simulated_ab import (
+    ab_session_metrics,
+    simulated_users,
+    summarise_ab,
+)
 from creditflow.pipelines.reranker_grpo.nodes import train_reranker_page_grpo
 from creditflow.tasks.reranking import ClickModel
-from creditflow.training.reranker_data import LOGGED, serve_pages
-from creditflow.training.simulated_ab import ab_session_metrics, simulated_users, summarise_ab
 
 ROOT = Path(__file__).resolve().parents[1]
 COLUMNS = [

@@ -4,7 +4,7 @@ Runs ``kedro run --pipelines <group> --params <group>.comparison.n_seeds=N`` for
 (a ``KedroSession`` in this process, with the project's hooks), then prints, and with
 ``--out`` writes as markdown, each comparison table's headline columns: per strategy the mean
 over seeds and the 95 % intervals of the gain over the warm start and of the difference to the
-baseline strategy (``creditflow.reporting_stats``), as ``mean [low, high]``. The full tables
+baseline strategy (``creditflow.reporting.stats``), as ``mean [low, high]``. The full tables
 are the run's versioned ``<group>_comparison`` / ``<group>_per_seed_comparison`` datasets;
 ``--out`` also writes them beside the markdown (``<stem>_<group>.csv``,
 ``<stem>_<group>_per_seed.csv``).

@@ -17,7 +17,7 @@ trains GRPO seeds 3, 4, 5. This script reads every ``<variant>*_tapo_per_seed.cs
 wrote (one file per batch) and writes one markdown table: per variant and strategy the
 sign-conflict rate in training (each run's mean over its steps), the sampled evaluation
 reward's gain over the warm start and its difference to ``grpo_sum`` on seen languages, each as
-mean over seeds and 95 % t interval over seeds (``creditflow.reporting_stats.t_interval``).
+mean over seeds and 95 % t interval over seeds (``creditflow.reporting.stats.t_interval``).
 A run's gain is its paired mean difference over the same evaluation problems and draws, so
 these are the comparison table's intervals with the batches pooled.
 """
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from creditflow.reporting_stats import t_interval
+from creditflow.reporting.stats import t_interval
 
 VARIANTS = ("standard", "conflict")
 BASELINE = "grpo_sum"

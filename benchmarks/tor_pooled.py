@@ -15,7 +15,7 @@ the warm start scored the same in each (else the batches did not share it), and 
 strategy the greedy accuracy on the held-out synthetic problems (and, where the evaluation
 sampled, the accuracy of the completions sampled as in training), its gain over the warm start
 and its difference to ``uniform``, each as mean over all seeds with a 95 % t interval over
-seeds (``creditflow.reporting_stats.t_interval``). Every policy is scored on the same
+seeds (``creditflow.reporting.stats.t_interval``). Every policy is scored on the same
 problems, so a run's accuracy minus the warm start's is its paired mean difference: these are
 the comparison table's intervals with the batches pooled.
 """
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from creditflow.reporting_stats import t_interval
+from creditflow.reporting.stats import t_interval
 
 BASELINE = "uniform"
 WARM_START = "sft"

@@ -1,17 +1,69 @@
-"""The layout the style guide asks for, checked on the source: no import cycle among
-creditflow's modules, thin Kedro nodes, and ``.backward()`` only in the two trainers."""
+"""The layout the style guide asks for, checked on the source: the layer order of creditflow's
+packages and its import rules (function-level imports included), no import circle, thin Kedro
+nodes, and ``.backward()`` only in the two trainers."""
 
 from __future__ import annotations
 
 import ast
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SRC / "creditflow"
 MAX_NODE_BODY_LINES = 20
+MAX_MODULE_LINES = 750
 # The GRPO update and the one supervised trainer; every other loop goes through them.
 BACKWARD_HOMES = {"training/grpo.py", "training/supervised.py"}
+
+# The layers, bottom first: a top-level package (or module) of creditflow may import the
+# packages of the layers *below* its own, never those above. Within a layer, a package imports
+# only itself, except for the pairs in PEER_IMPORTS.
+LAYERS: list[tuple[str, set[str]]] = [
+    ("errors", {"__init__", "errors"}),  # the version; the project's exceptions
+    ("config", {"config"}),  # parameter checks: standard library and pydantic only
+    (
+        "primitives",  # pure functions, models, task worlds, loaders, tracking, reports
+        {
+            "algorithms",
+            "rewards",
+            "models",
+            "tasks",
+            "ingest",
+            "tracking",
+            "redaction",
+            "reporting",
+        },
+    ),
+    ("rollout", {"rollout"}),  # the engine's sampling side
+    ("engine", {"training"}),  # GRPO, supervised training, strategies, checkpoints
+    ("chain", {"annotation", "experience", "datasets"}),  # the experience chain, on the engine
+    ("kedro", {"pipelines", "pipeline_registry", "__main__"}),
+    ("hooks", {"hooks"}),
+    ("settings", {"settings"}),
+]
+PEER_IMPORTS = {
+    "ingest": {"tasks"},  # a task source's rows are checked against the task world's columns
+    "experience": {"annotation"},  # the ExpModel learns the annotations (never the reverse)
+}
+# Function-level imports of creditflow modules hide arrows from a reader; the only ones allowed
+# are these, each with its reason. (Third-party imports inside functions need a comment saying
+# why: optional extras such as vllm or peft, or heavy modules only some calls need.)
+DEFERRED_IMPORTS = {
+    # settings.py imports the hooks for every kedro command (kedro --help, kedro viz); the
+    # parameter schemas pull in the training engine (torch, transformers: seconds).
+    ("creditflow.hooks.parameter_check", "creditflow.pipelines.comparison"),
+    ("creditflow.hooks.parameter_check", "creditflow.pipelines.parameters"),
+}
+
+
+@dataclass(frozen=True)
+class Import:
+    importer: str
+    imported: str
+    line: int
+    in_function: bool  # under a def (or a class body), not at module level
+    has_reason: bool  # a comment on its line (beyond a bare noqa) or on the line above
 
 
 def _modules() -> dict[str, Path]:
@@ -22,19 +74,82 @@ def _modules() -> dict[str, Path]:
     return modules
 
 
-def _imports(path: Path, modules: dict[str, Path]) -> set[str]:
-    """creditflow modules ``path`` imports when it is imported (module level, not under
-    ``if TYPE_CHECKING``). ``from pkg import submodule`` depends on the submodule; the package
-    counts only when a name is taken from its ``__init__``."""
+def _type_checking_nodes(tree: ast.Module) -> set[int]:
     found = set()
-    for node in ast.parse(path.read_text(encoding="utf-8")).body:
-        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("creditflow"):
+    for node in tree.body:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            found |= {id(child) for child in ast.walk(node)}
+    return found
+
+
+def _has_reason(lines: list[str], node: ast.stmt) -> bool:
+    line = lines[node.end_lineno - 1]
+    comment = line.split("#", 1)[1] if "#" in line else ""
+    above = lines[node.lineno - 2].strip() if node.lineno > 1 else ""
+    return above.startswith("#") or len(re.sub(r"noqa: *PLC0415", "", comment).strip(" -")) > 3
+
+
+def _all_imports(name: str, path: Path, modules: dict[str, Path]) -> list[Import]:
+    """Every import statement of ``path`` (the whole tree, not only the module body), except
+    those under ``if TYPE_CHECKING``. ``from pkg import submodule`` imports the submodule; the
+    package counts only when a name is taken from its ``__init__``. Third-party imports are
+    kept with the module name as written."""
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    tree = ast.parse(text)
+    skip = _type_checking_nodes(tree)
+    top = {id(node) for node in tree.body}
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in skip or not isinstance(node, ast.Import | ast.ImportFrom):
+            continue
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                raise AssertionError(f"{name}: relative import on line {node.lineno}")
+            targets = []
             for alias in node.names:
                 submodule = f"{node.module}.{alias.name}"
-                found.add(submodule if submodule in modules else node.module)
-        elif isinstance(node, ast.Import):
-            found |= {a.name for a in node.names if a.name.startswith("creditflow")}
-    return {m for m in found if m in modules}
+                targets.append(submodule if submodule in modules else node.module)
+        else:
+            targets = [alias.name for alias in node.names]
+        for target in targets:
+            found.append(
+                Import(name, target, node.lineno, id(node) not in top, _has_reason(lines, node))
+            )
+    return found
+
+
+def _project_graph(imports: list[Import], modules: dict[str, Path]) -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for imp in imports:
+        if imp.imported in modules and imp.imported != imp.importer:
+            graph[imp.importer].add(imp.imported)
+    return graph
+
+
+def _top(module: str) -> str:
+    """``creditflow.training.grpo`` -> ``training``; the package itself -> ``__init__``."""
+    return module.split(".")[1] if "." in module else "__init__"
+
+
+def _layer_of(top: str) -> int:
+    for rank, (_, members) in enumerate(LAYERS):
+        if top in members:
+            return rank
+    raise AssertionError(f"creditflow.{top} is in no layer of LAYERS: add it to the table")
+
+
+def _layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    """``importer -> imported`` edges against LAYERS / PEER_IMPORTS."""
+    bad = []
+    for importer, imported_set in graph.items():
+        for imported in imported_set:
+            a, b = _top(importer), _top(imported)
+            if a == b or b in PEER_IMPORTS.get(a, set()):
+                continue
+            if _layer_of(b) >= _layer_of(a):
+                bad.append(f"{importer} -> {imported}")
+    return sorted(bad)
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -67,14 +182,131 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return cycles
 
 
-def test_no_import_cycle_among_creditflow_modules():
+def _project_imports() -> tuple[dict[str, Path], list[Import]]:
     modules = _modules()
-    graph = {name: _imports(path, modules) - {name} for name, path in modules.items()}
-    assert _cycles(graph) == []
+    imports = [imp for name, path in modules.items() for imp in _all_imports(name, path, modules)]
+    return modules, imports
+
+
+def test_no_import_circle_function_level_imports_included():
+    modules, imports = _project_imports()
+    assert _cycles(_project_graph(imports, modules)) == []
 
 
 def test_the_cycle_finder_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_a_planted_function_level_circle_is_found(tmp_path):
+    """Two modules that import each other, one of them inside a function: the walk sees the
+    hidden arrow, so the circle is reported."""
+    package = tmp_path / "creditflow"
+    package.mkdir()
+    (package / "one.py").write_text("from creditflow.two import g\n\ndef f():\n    return g()\n")
+    (package / "two.py").write_text(
+        "def g():\n    from creditflow.one import f  # noqa: PLC0415\n\n    return f\n"
+    )
+    modules = {"creditflow.one": package / "one.py", "creditflow.two": package / "two.py"}
+    imports = [imp for n, p in modules.items() for imp in _all_imports(n, p, modules)]
+    assert [imp.in_function for imp in imports] == [False, True] or [
+        imp.in_function for imp in imports
+    ] == [True, False]
+    assert _cycles(_project_graph(imports, modules)) == [["creditflow.one", "creditflow.two"]]
+
+
+def test_every_package_is_in_a_layer_and_imports_only_below_it():
+    modules, imports = _project_imports()
+    for name in modules:
+        _layer_of(_top(name))
+    assert _layer_violations(_project_graph(imports, modules)) == []
+
+
+def test_the_layer_check_reports_an_upward_import():
+    graph = {"creditflow.training.grpo": {"creditflow.experience.page_reward"}}
+    assert _layer_violations(graph) == [
+        "creditflow.training.grpo -> creditflow.experience.page_reward"
+    ]
+    assert _layer_violations({"creditflow.annotation.x": {"creditflow.experience.y"}}) == [
+        "creditflow.annotation.x -> creditflow.experience.y"
+    ]
+
+
+def test_the_bottom_layers_import_no_torch_and_only_what_they_may():
+    _, imports = _project_imports()
+    allowed = {
+        "errors": {"__future__", "pathlib"},
+        "config": {
+            "__future__",
+            "collections.abc",
+            "dataclasses",
+            "difflib",
+            "inspect",
+            "pathlib",
+            "types",
+            "typing",
+            "pydantic",
+            "pydantic_core",
+            "creditflow.errors",
+        },
+    }
+    bad = []
+    for imp in imports:
+        top = _top(imp.importer)
+        if top in allowed and not (
+            imp.imported in allowed[top] or imp.imported.startswith("creditflow.config")
+        ):
+            bad.append(f"{imp.importer}:{imp.line} imports {imp.imported}")
+    assert bad == []
+
+
+def test_function_level_imports_of_the_project_are_only_the_documented_ones():
+    _, imports = _project_imports()
+    hidden = {
+        (imp.importer, imp.imported)
+        for imp in imports
+        if imp.in_function and imp.imported.startswith("creditflow")
+    }
+    assert hidden == DEFERRED_IMPORTS
+
+
+def test_function_level_third_party_imports_say_why():
+    _, imports = _project_imports()
+    silent = [
+        f"{imp.importer}:{imp.line} ({imp.imported})"
+        for imp in imports
+        if imp.in_function and not imp.imported.startswith("creditflow") and not imp.has_reason
+    ]
+    assert silent == []
+
+
+def test_only_settings_imports_the_hooks():
+    _, imports = _project_imports()
+    importers = {
+        imp.importer
+        for imp in imports
+        if imp.imported.startswith("creditflow.hooks") and _top(imp.importer) != "hooks"
+    }
+    assert importers == {"creditflow.settings"}
+
+
+def test_one_pipeline_never_imports_another_pipelines_nodes():
+    _, imports = _project_imports()
+    crossing = []
+    for imp in imports:
+        a, b = imp.importer.split("."), imp.imported.split(".")
+        if a[1:2] == b[1:2] == ["pipelines"] and len(a) > 3 and len(b) > 3:
+            if a[2] != b[2] and a[3] == "nodes":
+                crossing.append(f"{imp.importer} -> {imp.imported}")
+    assert crossing == []
+
+
+def test_no_source_file_is_longer_than_the_limit():
+    long = {
+        str(path.relative_to(PACKAGE)): n
+        for path in PACKAGE.rglob("*.py")
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    }
+    assert long == {}
 
 
 def test_kedro_node_bodies_are_thin():

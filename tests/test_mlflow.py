@@ -19,7 +19,8 @@ from kedro.pipeline import Node, Pipeline
 from matplotlib.figure import Figure
 from mlflow.tracking import MlflowClient
 
-from creditflow import hooks, tracking
+from creditflow import tracking
+from creditflow.hooks import parameter_check
 from creditflow.redaction import REDACTED
 from creditflow.tracking import StepLogger, active_step_logger, logging_steps
 from creditflow.training.checkpoint import CheckpointStore
@@ -100,7 +101,9 @@ def project(project_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     bootstrap_project(tmp_path)
     monkeypatch.setattr("creditflow.pipeline_registry.register_pipelines", lambda: PIPELINES)
     # The tiny groups have no schema in creditflow.pipelines.parameters; not under test here.
-    monkeypatch.setattr(hooks.ParameterCheckHook, "before_pipeline_run", lambda *a, **k: None)
+    monkeypatch.setattr(
+        parameter_check.ParameterCheckHook, "before_pipeline_run", lambda *a, **k: None
+    )
     return tmp_path
 
 

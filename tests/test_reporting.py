@@ -12,23 +12,25 @@ from matplotlib.figure import Figure
 from scipy.stats import kendalltau
 
 from creditflow.annotation.schema import DIMENSIONS
-from creditflow.reporting import (
+from creditflow.experience.expmodel_data import split_items
+from creditflow.experience.reporting import (
     EXPERIENCE_TARGETS,
     evaluate_experience_scores,
     kendall_tau,
-    metrics_frame,
     plot_metrics_by_band,
+    summarise_rankers_by_band,
+)
+from creditflow.reporting.stats import PROBLEMS_BASIS, SEEDS_BASIS, t_interval
+from creditflow.reporting.tables import (
+    metrics_frame,
     plot_reward_curves,
     summarise_over_seeds,
     summarise_per_seed,
-    summarise_rankers_by_band,
     summarise_tapo_by_language,
     summarise_tapo_evaluations,
     tapo_intervals,
     training_reward_ends,
 )
-from creditflow.reporting_stats import PROBLEMS_BASIS, SEEDS_BASIS, t_interval
-from creditflow.training.expmodel import split_items
 
 
 def test_metrics_frame_makes_steps_integers():

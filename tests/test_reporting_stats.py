@@ -1,4 +1,4 @@
-"""The comparison intervals (creditflow.reporting_stats, issue 17): hand-computed cases, the
+"""The comparison intervals (creditflow.reporting.stats, issue 17): hand-computed cases, the
 scipy interval against a slow reference formula, the pairing by problem and seed."""
 
 import math
@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from creditflow.reporting_stats import (
+from creditflow.reporting.stats import (
     PROBLEMS_BASIS,
     SEEDS_BASIS,
     comparison_intervals,

@@ -1,5 +1,5 @@
 """Two runs in one project folder: a run reads the dataset versions it saved itself (or the
-newest at its start), never ones a concurrent run writes meanwhile (hooks.PinnedVersionsHook);
+newest at its start), never ones a concurrent run writes meanwhile (hooks.pinned_versions.PinnedVersionsHook);
 checkpoint folders are locked per run (tests/training/test_checkpoint.py)."""
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from kedro.pipeline import Pipeline, node
 from kedro.runner import SequentialRunner
 from kedro_datasets.pandas import CSVDataset
 
-from creditflow.hooks import MissingInputsError, PinnedVersionsHook
+from creditflow.errors import MissingInputsError
+from creditflow.hooks.pinned_versions import PinnedVersionsHook
 from tests.kedro_project import NodeCounter, copy_project
 
 RUN = "2026-12-01T10.00.00.000Z"  # this run's save version

@@ -1,3 +1,4 @@
-"""creditflow: GRPO-style reinforcement learning with careful credit assignment, as Kedro pipelines."""
+"""creditflow: GRPO-style reinforcement learning with careful credit assignment, as Kedro
+pipelines."""
 
 __version__ = "0.1.0"

@@ -29,7 +29,7 @@ def register_pipelines() -> dict[str, Pipeline]:
     TabMWP and MATH-Vision tables, ``movielens_eval`` the ratings) reads the versions
     ``kedro run --pipelines data_ingest`` saved; it does not re-ingest (and re-save unchanged
     copies) on every run. A run whose inputs were never saved fails before its first node
-    saying which pipeline makes them (``hooks.PinnedVersionsHook``).
+    saying which pipeline makes them (``hooks.pinned_versions.PinnedVersionsHook``).
     """
     pipelines = find_pipelines(raise_errors=True)
     pipelines["__default__"] = sum(

@@ -12,14 +12,12 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 # data/08_reporting/run_manifests/, MLflow tracking (kedro-mlflow, configured in
 # conf/base/mlflow.yml, switched by params:tracking), and the Kedro credentials as the
 # `credentials` dataset (README "Credentials").
-from creditflow.hooks import (  # noqa: E402
-    CredentialsHook,
-    MlflowTrackingHook,
-    ParameterCheckHook,
-    PinnedVersionsHook,
-    RunManifestHook,
-)
-from creditflow.task_sources import TaskSourceHook  # noqa: E402
+from creditflow.hooks.credentials import CredentialsHook
+from creditflow.hooks.mlflow_tracking import MlflowTrackingHook
+from creditflow.hooks.parameter_check import ParameterCheckHook
+from creditflow.hooks.pinned_versions import PinnedVersionsHook
+from creditflow.hooks.run_manifest import RunManifestHook
+from creditflow.hooks.task_source import TaskSourceHook
 
 # Hooks are executed in a Last-In-First-Out (LIFO) order.
 # ParameterCheckHook last, so it runs first and fails a run before MLflow opens one;

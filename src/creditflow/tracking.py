@@ -1,7 +1,7 @@
 """MLflow logging from inside a run: live per-step metrics, result tables and plots.
 
 kedro-mlflow opens one MLflow run per ``kedro run`` (``conf/base/mlflow.yml``) and logs the
-parameters; :class:`creditflow.hooks.MlflowTrackingHook` wraps it and uses this module for the
+parameters; :class:`creditflow.hooks.mlflow_tracking.MlflowTrackingHook` wraps it and uses this module for the
 rest (docs/reproducibility.md):
 
 - :class:`StepLogger` is a training loop's step callback: ``callback(step, metrics)`` after
@@ -259,7 +259,7 @@ def log_artifact(mlflow_client: MlflowClient, run_id: str, name: str, data: Any)
     Raises:
         ValueError: anything else, naming what is expected.
     """
-    import pandas as pd  # noqa: PLC0415
+    import pandas as pd  # noqa: PLC0415 - pandas only when a table is logged
 
     if isinstance(data, pd.DataFrame):
         mlflow_client.log_text(run_id, data.to_csv(index=False), f"{name}.csv")
@@ -276,8 +276,8 @@ def log_artifact(mlflow_client: MlflowClient, run_id: str, name: str, data: Any)
 
 
 def _log_plot(mlflow_client: MlflowClient, run_id: str, artifact_file: str, plot: Any) -> None:
-    from matplotlib.figure import Figure  # noqa: PLC0415
-    from PIL import Image  # noqa: PLC0415
+    from matplotlib.figure import Figure  # noqa: PLC0415 - matplotlib only when a plot is logged
+    from PIL import Image  # noqa: PLC0415 - PIL only when an image is logged
 
     if isinstance(plot, Figure):
         mlflow_client.log_figure(run_id, plot, artifact_file)

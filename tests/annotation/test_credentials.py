@@ -8,8 +8,8 @@ from kedro.io import DataCatalog, MemoryDataset
 from kedro.runner import SequentialRunner
 
 from creditflow.annotation.credentials import resolve_annotator_options
+from creditflow.errors import ConfigError
 from creditflow.pipelines.annotation import create_pipeline
-from creditflow.training.config import ConfigError
 
 OPTIONS = {"base_url": "http://127.0.0.1:9/v1", "model": "m"}
 CREDENTIALS = {"openai_annotator": {"api_key": "key-from-credentials"}, "other": {"x": 1}}

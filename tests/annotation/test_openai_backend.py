@@ -21,7 +21,7 @@ from mlflow.tracking import MlflowClient
 from creditflow.annotation.cache import DEFAULT_CACHE_DIR
 from creditflow.annotation.openai_backend import SCHEMA_NAME, OpenAIAnnotator
 from creditflow.annotation.schema import ANNOTATION_COLUMNS, DIMENSIONS, annotation_json_schema
-from creditflow.hooks import MANIFEST_DIR
+from creditflow.hooks.run_manifest import MANIFEST_DIR
 from tests.kedro_project import copy_project
 
 GOOD = {

@@ -13,7 +13,6 @@ from creditflow.annotation.schema import (
     DIMENSIONS,
     ITEM_COLUMNS,
     Annotation,
-    AnnotationParseError,
     annotation_json_schema,
     annotations_frame,
     failed_row,
@@ -21,6 +20,7 @@ from creditflow.annotation.schema import (
     parse_annotation,
     visible_items,
 )
+from creditflow.errors import AnnotationParseError
 
 VALID = {
     "sharpness": 4,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from creditflow.reporting_stats import t_interval
+from creditflow.reporting.stats import t_interval
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "tapo_conflict.py"
 spec = importlib.util.spec_from_file_location("bench_tapo_conflict", SCRIPT)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from creditflow.reporting_stats import t_interval
+from creditflow.reporting.stats import t_interval
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "tor_pooled.py"
 spec = importlib.util.spec_from_file_location("bench_tor_pooled", SCRIPT)

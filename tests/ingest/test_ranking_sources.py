@@ -15,12 +15,12 @@ import pytest
 from kedro.framework.session import KedroSession
 from PIL import Image
 
+from creditflow.errors import TaskSourceError
+from creditflow.experience.reranker_training import evaluate_rankings
 from creditflow.ingest.ranking_sources import ranking_items, ranking_sessions
-from creditflow.ingest.task_sources import TaskSourceError
 from creditflow.pipelines.parameters import RankingSource
 from creditflow.pipelines.reranker_eval import nodes as eval_nodes
 from creditflow.tasks.reranking import SESSION_COLUMNS, ClickModel, candidate_response
-from creditflow.training.reranking import evaluate_rankings
 from tests.kedro_project import NodeCounter, copy_project
 
 pytestmark = pytest.mark.filterwarnings("ignore:register_new_resolver:UserWarning")

@@ -1,4 +1,4 @@
-"""A user's table as a task source (creditflow.ingest.task_sources): each file type the README
+"""A user's table as a task source (creditflow.ingest.source_rows): each file type the README
 names loads through its Kedro dataset and passes the schema check, and each kind of bad
 table fails naming the dataset, the row and the column."""
 
@@ -15,10 +15,10 @@ from kedro_datasets.huggingface import ArrowDataset
 from kedro_datasets.pandas import CSVDataset, JSONDataset, ParquetDataset
 from PIL import Image
 
+from creditflow.errors import TaskSourceError
 from creditflow.ingest.schemas import MATH_TEXT_SCHEMA, VISUAL_SCHEMA
-from creditflow.ingest.task_sources import (
+from creditflow.ingest.source_rows import (
     REASONING_COLUMNS,
-    TaskSourceError,
     math_text_problems,
     visual_problems,
 )

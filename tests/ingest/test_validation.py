@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from creditflow.errors import DataValidationError
 from creditflow.ingest.validation import (
-    DataValidationError,
     canonical_number,
     read_csv,
     read_json_object,

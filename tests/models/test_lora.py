@@ -4,7 +4,7 @@
 import pytest
 import torch
 
-from creditflow.config_schema import problems
+from creditflow.config.schema import problems
 from creditflow.models import load_policy, load_vl_policy
 from creditflow.models.lora import LoraSpec, adapter_state_dict, is_lora_model
 from creditflow.pipelines.parameters import ExpmodelModel, TextPolicy

@@ -9,7 +9,7 @@ import pytest
 import torch
 from huggingface_hub import constants as hf_constants
 
-from creditflow.config_schema import problems
+from creditflow.config.schema import problems
 from creditflow.models import build_tiny_qwen2_5_vl, load_policy, load_vl_policy
 from creditflow.models.builders import resolve_device, to_policy_device
 from creditflow.pipelines.parameters import TextPolicy, VisionPolicy

@@ -8,10 +8,10 @@ import yaml
 from kedro.config import OmegaConfigLoader
 from kedro.io import DataCatalog, MemoryDataset
 
-from creditflow.hooks import ParameterCheckHook
+from creditflow.errors import ConfigError
+from creditflow.hooks.parameter_check import ParameterCheckHook
 from creditflow.pipelines import tapo, tor
 from creditflow.pipelines.comparison import configured_strategies, labelled_tables
-from creditflow.training.config import ConfigError
 from tests.pipelines._params import deep_update
 
 pytestmark = pytest.mark.filterwarnings("ignore:register_new_resolver:UserWarning")

@@ -16,7 +16,7 @@ from creditflow.datasets import CheckpointDirectoryDataset, HFModelsBySeedDatase
 from creditflow.ingest import load_mathvision, load_mgsm, load_tabmwp
 from creditflow.pipelines import tapo, tor
 from creditflow.pipelines.comparison import evaluate_each_seed, seed_overrides, train_each_seed
-from creditflow.reporting_stats import SEEDS_BASIS
+from creditflow.reporting.stats import SEEDS_BASIS
 from creditflow.training.checkpoint import CheckpointStore, run_store
 from creditflow.training.grpo_runs import strategy_config
 from tests.pipelines._params import TAPO_SMALLEST, deep_update, parameter_datasets

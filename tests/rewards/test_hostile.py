@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from creditflow.errors import WorkerError
 from creditflow.rewards import check_pairs, reasoning_outcomes, reasoning_reward, screen_answer
 from creditflow.rewards import reasoning as reasoning_module
-from creditflow.rewards._timeout import WorkerError
 from creditflow.rewards.reasoning import (
     FAILED,
     FIRST_PASS_TIMEOUT_S,

@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from creditflow.rewards._timeout import TimeoutWorker, WorkerError
+from creditflow.errors import WorkerError
+from creditflow.rewards._timeout import TimeoutWorker
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ import pytest
 import torch
 from transformers import GenerationConfig
 
+from creditflow.errors import ConfigError
 from creditflow.rollout import LanguagePolicy, SamplingSettings, completion_mask_from_eos
 from creditflow.rollout import backends as backends_module
 from creditflow.rollout.backends import (
@@ -22,7 +23,6 @@ from creditflow.rollout.backends import (
     rollout_backend,
 )
 from creditflow.rollout.backends.hf import HFBackend
-from creditflow.training.config import ConfigError
 from creditflow.training.grpo_runs import build_grpo_config
 from tests.training.helpers import make_trainer
 

@@ -8,15 +8,15 @@ import pandas as pd
 import pytest
 import torch
 
-from creditflow.ingest import load_movielens
-from creditflow.tasks.movielens import ITEM_TABLE_COLUMNS, movielens_sessions
-from creditflow.tasks.reranking import SESSION_COLUMNS, generate_catalogue, generate_sessions
-from creditflow.training.reranking import (
+from creditflow.experience.reranker_training import (
     FEATURE_NAMES,
     evaluate_rankings,
     logged_sessions,
     session_features,
 )
+from creditflow.ingest import load_movielens
+from creditflow.tasks.movielens import ITEM_TABLE_COLUMNS, movielens_sessions
+from creditflow.tasks.reranking import SESSION_COLUMNS, generate_catalogue, generate_sessions
 
 L, HISTORY, NEGATIVES = 12, 8, 5
 N_RATED = L - NEGATIVES

@@ -1,4 +1,4 @@
-"""The split of a catalog task source by problem id (creditflow.tasks.sources)."""
+"""The split of a catalog task source by problem id (creditflow.tasks.splits)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from creditflow.tasks.sources import evaluation_label, split_by_problem_id, split_options
+from creditflow.tasks.splits import evaluation_label, split_by_problem_id, split_options
 
 
 def _problems(n_ids: int, languages=("en", "de", "zh")) -> pd.DataFrame:

@@ -9,8 +9,9 @@ import sys
 import pytest
 import torch
 
+from creditflow.errors import CheckpointsInUse
 from creditflow.training import CheckpointStore
-from creditflow.training.checkpoint import CheckpointsInUse, run_store, state_fingerprint
+from creditflow.training.checkpoint import run_store, state_fingerprint
 from tests.training.helpers import make_trainer
 
 

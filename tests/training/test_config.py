@@ -5,7 +5,8 @@ import types
 import pytest
 import torch
 
-from creditflow.training import ConfigError, GRPOConfig, GRPOTrainer
+from creditflow.errors import ConfigError
+from creditflow.training import GRPOConfig, GRPOTrainer
 from creditflow.training.grpo_runs import build_grpo_config
 
 REWARDS = ["format", "translation", "reasoning"]

@@ -14,12 +14,8 @@ import torch
 import torch.multiprocessing as mp
 
 from creditflow.algorithms import group_zscore
-from creditflow.training.launch import (
-    DataParallelError,
-    _first_failure,
-    accelerator_arguments,
-    run_data_parallel,
-)
+from creditflow.errors import DataParallelError
+from creditflow.training.launch import _first_failure, accelerator_arguments, run_data_parallel
 from tests.training.helpers import make_trainer
 
 # B = 4 prompts x G = 2 = 8 rows per global batch; 4 rows per process with 2 processes.

@@ -5,7 +5,7 @@ before training."""
 import pytest
 import torch
 
-from creditflow.training.config import ConfigError
+from creditflow.errors import ConfigError
 from creditflow.training.evaluation import TextRewards, score_completions
 from creditflow.training.grpo_runs import build_grpo_config
 from tests.training.helpers import make_trainer, spy

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from creditflow.training.config import ConfigError
+from creditflow.errors import ConfigError
 from creditflow.training.sft import (
     IGNORE_INDEX,
     SFTConfig,

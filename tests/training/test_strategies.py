@@ -8,9 +8,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from creditflow.errors import ConfigError
 from creditflow.rollout import RolloutBatch
 from creditflow.training import ADVANTAGE_STRATEGIES, TOKEN_WEIGHT_STRATEGIES, GRPOConfig
-from creditflow.training.config import ConfigError
 from creditflow.training.strategies import SignConflictRate, WeightContext, weighted_reward
 
 A = 1 / math.sqrt(2)  # zscore of (1, 0): mean 0.5, unbiased std sqrt(0.5) -> (+-0.5 / 0.7071)

@@ -5,8 +5,8 @@ import pytest
 import torch
 from transformers import get_cosine_schedule_with_warmup
 
+from creditflow.errors import ConfigError
 from creditflow.training.checkpoint import CheckpointStore
-from creditflow.training.config import ConfigError
 from creditflow.training.sft import (
     SFTConfig,
     build_sft_examples,

@@ -24,9 +24,9 @@ from creditflow.algorithms import (
     tor_token_weights,
     visual_sensitivity,
 )
+from creditflow.errors import ConfigError
 from creditflow.rollout import SamplingSettings, VisionLanguagePolicy
 from creditflow.training import TOKEN_WEIGHT_STRATEGIES, GRPOConfig, GRPOTrainer
-from creditflow.training.config import ConfigError
 from creditflow.training.grpo import step_seed
 from creditflow.training.grpo_runs import vision_language_policy
 from creditflow.training.strategies import WeightContext, validate_strategies

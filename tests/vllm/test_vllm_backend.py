@@ -22,6 +22,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from creditflow.errors import ConfigError
 from creditflow.models import build_tiny_qwen2
 from creditflow.models.reranker import PointerReranker, RerankerConfig
 from creditflow.rollout import LanguagePolicy, SamplingSettings
@@ -34,7 +35,6 @@ from creditflow.rollout.backends import (
 )
 from creditflow.rollout.backends.hf import HFBackend
 from creditflow.rollout.backends.vllm import VLLMBackend
-from creditflow.training.config import ConfigError
 
 pytestmark = pytest.mark.slow
 

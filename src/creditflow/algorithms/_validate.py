@@ -1,4 +1,5 @@
-"""Argument checks shared by the algorithm modules; each raises ValueError saying what was expected."""
+"""Argument checks shared by the algorithm modules; each raises ValueError saying what was
+expected."""
 
 import torch
 

@@ -1,4 +1,5 @@
-"""Item annotators for the experience model (SPEC 3.1): the schema, a measuring heuristic, VLM backends."""
+"""Item annotators for the experience model (SPEC 3.1): the schema, a measuring heuristic, VLM
+backends."""
 
 from creditflow.annotation.base import ANNOTATORS, Annotator, build_annotator
 from creditflow.annotation.heuristic import HeuristicAnnotator
@@ -11,9 +12,9 @@ from creditflow.annotation.schema import (
     QUERY_COLUMN,
     SCHEMA_DESCRIPTION,
     Annotation,
-    AnnotationParseError,
     parse_annotation,
 )
+from creditflow.errors import AnnotationParseError
 
 __all__ = [
     "ANNOTATION_COLUMNS",

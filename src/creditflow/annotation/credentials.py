@@ -14,8 +14,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from creditflow.errors import ConfigError
 from creditflow.redaction import is_secret_key
-from creditflow.training.config import ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ def resolve_annotator_options(
         options: its options from parameters; a secret-named one (``api_key``, ``token`` ...)
             is refused, since parameters end up in manifests and MLflow.
         credentials: the Kedro credentials (the ``credentials`` dataset that
-            :class:`creditflow.hooks.CredentialsHook` fills from ``conf/<env>/credentials*``).
+            :class:`creditflow.hooks.credentials.CredentialsHook` fills from ``conf/<env>/credentials*``).
         environ: where ``OPENAI_API_KEY`` is looked up when no entry is named.
 
     Raises:

@@ -54,7 +54,6 @@ from creditflow.annotation.cache import DEFAULT_CACHE_DIR, AnnotationCache, open
 from creditflow.annotation.openai_backend import DEFAULT_PROMPT_TEMPLATE
 from creditflow.annotation.schema import (
     SCHEMA_DESCRIPTION,
-    AnnotationParseError,
     annotations_frame,
     failed_row,
     item_query,
@@ -63,6 +62,7 @@ from creditflow.annotation.schema import (
     query_prompt,
     visible_items,
 )
+from creditflow.errors import AnnotationParseError
 from creditflow.models.vision import load_vl_policy, vision_token_ids, vl_prompt_inputs
 from creditflow.training.checkpoint import tokenizer_digest
 

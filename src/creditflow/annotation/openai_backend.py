@@ -48,7 +48,6 @@ from creditflow.annotation.cache import DEFAULT_CACHE_DIR, AnnotationCache, open
 from creditflow.annotation.schema import (
     SCHEMA_DESCRIPTION,
     Annotation,
-    AnnotationParseError,
     annotation_json_schema,
     annotations_frame,
     failed_row,
@@ -58,6 +57,7 @@ from creditflow.annotation.schema import (
     query_prompt,
     visible_items,
 )
+from creditflow.errors import AnnotationParseError
 from creditflow.redaction import scrub
 
 logger = logging.getLogger(__name__)

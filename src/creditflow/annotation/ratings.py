@@ -4,7 +4,7 @@ MovieLens has no images for the VLM annotator of SPEC 3.1 to read, but it has wh
 annotator stands in for: many users' judgement of each movie. The teacher turns the ratings of
 an item into the same kind of annotation the synthetic chain's annotator writes, an analysis
 text followed by an ``overall`` score, for the text-only ExpModel
-(``training.text_expmodel``) to learn to write from the item's title, year, genres and tags.
+(``experience.text_expmodel``) to learn to write from the item's title, year, genres and tags.
 
 Leakage: the MovieLens sessions hold back each user's latest ratings as the evaluation's
 labels, so the teacher must only read ratings that no session holds back (pass

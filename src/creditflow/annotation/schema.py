@@ -38,6 +38,8 @@ from typing import Any
 
 import pandas as pd
 
+from creditflow.errors import AnnotationParseError
+
 DIMENSIONS = ("sharpness", "exposure", "noise", "title_informativeness", "relevance")
 SCORE_MIN, SCORE_MAX = 1, 5
 STATUSES = ("ok", "failed")
@@ -129,10 +131,6 @@ def annotation_json_schema() -> dict[str, Any]:
 
 
 _FENCE = re.compile(r"```[A-Za-z0-9_-]*\s*\n?(.*?)```", re.DOTALL)
-
-
-class AnnotationParseError(ValueError):
-    """Annotator output that holds no valid annotation; the message says what was wrong."""
 
 
 @dataclass(frozen=True)

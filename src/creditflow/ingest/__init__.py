@@ -6,6 +6,7 @@ and raise :class:`DataValidationError` naming the file and the 1-based source li
 bad record. Kedro nodes in ``creditflow.pipelines.data_ingest`` only call them.
 """
 
+from creditflow.errors import DataValidationError
 from creditflow.ingest.config import SOURCE_DIRS, IngestConfig
 from creditflow.ingest.math_text import load_gsm8k, load_mgsm
 from creditflow.ingest.ranking import load_movielens, load_movielens_tags
@@ -20,7 +21,7 @@ from creditflow.ingest.schemas import (
     check_frame,
     conform_frame,
 )
-from creditflow.ingest.validation import DataValidationError, SourceLine, canonical_number
+from creditflow.ingest.validation import SourceLine, canonical_number
 from creditflow.ingest.visual import load_mathvision, load_tabmwp
 
 __all__ = [

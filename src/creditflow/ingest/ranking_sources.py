@@ -24,7 +24,7 @@ both are counted in the log.
 
 Every error names the dataset and, where there is one, the row (0-based, in load order; a
 headed CSV's line is the row + 2) and the column, says what is wrong and how to fix it
-(:class:`~creditflow.ingest.task_sources.TaskSourceError`). Cells: text columns take strings or
+(:class:`~creditflow.errors.TaskSourceError`). Cells: text columns take strings or
 integers, 0/1 columns take 0, 1, booleans or the strings ``0``/``1``/``true``/``false``,
 number columns take numbers or numeric strings; a blank optional cell takes the default.
 """
@@ -44,14 +44,14 @@ import numpy as np
 import pandas as pd
 from PIL import Image
 
+from creditflow.errors import TaskSourceError
 from creditflow.ingest.schemas import (
     RANKING_IMPRESSIONS_OPTIONAL,
     RANKING_IMPRESSIONS_SCHEMA,
     RANKING_ITEMS_OPTIONAL,
     RANKING_ITEMS_SCHEMA,
 )
-from creditflow.ingest.task_sources import (
-    TaskSourceError,
+from creditflow.ingest.source_rows import (
     _check_image,
     _is_missing,
     _text_column,

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from creditflow.errors import DataValidationError
+
 # A plain number after commas are stripped: integer, decimal or fraction, as the sources
 # write them ('18', '-3', '3.30', '48/103'); TabMWP labels its fractions decimal_number.
 _NUMBER = re.compile(r"-?(?:\d+(?:\.\d+)?|\.\d+|\d+/\d+)")
@@ -21,16 +23,6 @@ _NUMBER = re.compile(r"-?(?:\d+(?:\.\d+)?|\.\d+|\d+/\d+)")
 # decimal comma, and stripping it would silently turn 1.5 into 15.
 _GROUPED = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
 _WHITESPACE = re.compile(r"\s*")
-
-
-class DataValidationError(ValueError):
-    """A raw source file breaks its documented format; the message names file and line."""
-
-    def __init__(self, path: Path, line: int | None, problem: str, fix: str) -> None:
-        self.path = path
-        self.line = line
-        where = f"{path}, line {line}" if line is not None else f"{path}"
-        super().__init__(f"{where}: {problem}. Fix: {fix}.")
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ the stored warm start.
 The strategy list is read when the pipeline is built, from the configuration files (base,
 then the ``KEDRO_ENV`` environment, ``local`` by default): Kedro builds pipelines before it
 knows ``--params`` or ``--env``, so those can change a listed strategy's settings but cannot
-add one. ``check_strategies`` (run by ``hooks.ParameterCheckHook`` before the first node)
+add one. ``check_strategies`` (run by ``hooks.parameter_check.ParameterCheckHook`` before the first node)
 then fails the run, saying so, instead of leaving the strategy out silently.
 
 Seeds (issue 17) are a loop inside each strategy's two nodes, not namespaces: the train node
@@ -28,7 +28,7 @@ resumable checkpoints (the run's fingerprint covers its config, seed included), 
 stopped multi-seed run resumes at the seed it stopped in. The policies travel as ``{seed:
 model}`` (``creditflow.datasets.HFModelsBySeedDataset``), metrics, samples and evaluations
 with a ``seed`` column; the comparison node writes a per-seed table and the table over seeds
-with intervals (``creditflow.reporting_stats``).
+with intervals (``creditflow.reporting.stats``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The schema of every parameter group (``conf/base/parameters_<group>.yml``), checked by
-:class:`creditflow.hooks.ParameterCheckHook` before a run's first node.
+:class:`creditflow.hooks.parameter_check.ParameterCheckHook` before a run's first node.
 
-``SCHEMAS`` maps a group to its block (:mod:`creditflow.config_schema`). A block says which
+``SCHEMAS`` maps a group to its block (:mod:`creditflow.config.schema`). A block says which
 keys exist, their types and ranges; where a typed config already documents a block
 (``GRPOConfig``, ``SFTConfig``, ``SupervisedConfig``, ``PolicySpec``, ``PFTOptions``,
 ``RerankerConfig``, ``IngestConfig``) the block is built from it and runs its checks, and
@@ -24,7 +24,7 @@ from pydantic import AfterValidator, Field, model_validator
 from creditflow.algorithms import GAIN_MODES
 from creditflow.annotation import ANNOTATORS
 from creditflow.annotation.ratings import rating_annotations
-from creditflow.config_schema import (
+from creditflow.config.schema import (
     PROBLEMS_HEADER,
     Block,
     Count,
@@ -34,31 +34,34 @@ from creditflow.config_schema import (
     problems,
     signature_block,
 )
+from creditflow.config.values import checked_options
+from creditflow.errors import ConfigError
+from creditflow.experience.expmodel_data import (
+    EXPMODEL_TRAINING,
+    SCORE_MODES,
+    preference_pairs,
+)
+from creditflow.experience.expmodel_pft import PFTOptions
+from creditflow.experience.page_reward import FEEDBACK_MODES, R_OLD_SOURCES, page_grpo_config
+from creditflow.experience.reranker_training import FEATURE_NAMES, PRETRAIN_TRAINING
+from creditflow.experience.simulated_ab import AB_METHODS
+from creditflow.experience.text_expmodel import catalogue_pairs
 from creditflow.ingest.config import IngestConfig
 from creditflow.models.builders import PolicySpec, build_tiny_qwen2, text_policy_spec
 from creditflow.models.lora import LoraSpec
 from creditflow.models.reranker import RerankerConfig
 from creditflow.models.vision import build_tiny_qwen2_5_vl, vl_policy_spec
+from creditflow.pipelines.reranker_pretrain.pipeline import RERANKERS
 from creditflow.redaction import is_secret_key
 from creditflow.rewards import REWARD_FUNCTIONS
 from creditflow.tasks.movielens import movielens_item_texts, movielens_sessions
 from creditflow.tasks.reranking import ClickModel, LoggingRanker
-from creditflow.tasks.sources import SYNTHETIC
+from creditflow.tasks.splits import SYNTHETIC
 from creditflow.tasks.tapo import ALL_LANGUAGES, OPERATIONS, VARIANTS
 from creditflow.tasks.tor import TOR_KINDS
-from creditflow.training.config import ConfigError, GRPOConfig, checked_options
-from creditflow.training.expmodel import (
-    EXPMODEL_TRAINING,
-    SCORE_MODES,
-    PFTOptions,
-    preference_pairs,
-)
-from creditflow.training.reranking import FEATURE_NAMES, PRETRAIN_TRAINING
+from creditflow.training.config import GRPOConfig
 from creditflow.training.sft import SFTConfig
-from creditflow.training.simulated_ab import AB_METHODS
-from creditflow.training.strategies.page import FEEDBACK_MODES, R_OLD_SOURCES, page_grpo_config
 from creditflow.training.supervised import SupervisedConfig
-from creditflow.training.text_expmodel import catalogue_pairs
 
 
 def one_of(names: Collection[str], what: str) -> Any:
@@ -148,8 +151,8 @@ def _supervised(name: str, defaults: Mapping[str, Any]) -> type[Block]:
 
 class TaskSourceFields(Block):
     """``tasks.source`` (``synthetic`` or a catalog dataset's name, which
-    ``task_sources.TaskSourceHook`` checks against the catalog) and how a catalog source is
-    split (``creditflow.tasks.sources.split_by_problem_id``)."""
+    ``hooks.task_source.TaskSourceHook`` checks against the catalog) and how a catalog source is
+    split (``creditflow.tasks.splits.split_by_problem_id``)."""
 
     source: Annotated[str, Field(min_length=1)]
     heldout_fraction: OpenFraction
@@ -276,7 +279,7 @@ class QueryLogs(Block):
 
 
 class RankingSource(Block):
-    """``annotation.source``: ``synthetic`` or catalog datasets (``task_sources.TaskSourceHook``
+    """``annotation.source``: ``synthetic`` or catalog datasets (``hooks.task_source.TaskSourceHook``
     checks the names), for both or for neither: the logs name the catalogue's items."""
 
     items: Annotated[str, Field(min_length=1)]
@@ -337,7 +340,7 @@ class ExpmodelTokenizer(Block):
 
 
 ExpmodelTraining = _supervised("ExpmodelTraining", EXPMODEL_TRAINING)
-# The experience model trains all its weights or a chosen few (training.expmodel), and no
+# The experience model trains all its weights or a chosen few (creditflow.experience), and no
 # node moves it off the CPU the catalog loads it on: no lora or device here.
 ExpmodelModel = _policy_block(
     "ExpmodelModel",
@@ -395,8 +398,6 @@ class RerankerPretrainParams(Block):
 
     @model_validator(mode="after")
     def _both_rerankers(self) -> RerankerPretrainParams:
-        from creditflow.pipelines.reranker_pretrain.pipeline import RERANKERS  # noqa: PLC0415
-
         missing = sorted(set(RERANKERS) - set(self.rerankers))
         if missing:
             raise ValueError(f"rerankers must define {missing} (the pipeline trains each)")
@@ -459,7 +460,7 @@ class MovielensTokenizer(Block):
 
 
 class MovielensExpmodel(Block):
-    """The text-only ExpModel of ``movielens_eval`` (training.text_expmodel)."""
+    """The text-only ExpModel of ``movielens_eval`` (experience.text_expmodel)."""
 
     torch_threads: Threads = None
     item_text: signature_block(movielens_item_texts, taken=("items", "tags"), name="ItemText")

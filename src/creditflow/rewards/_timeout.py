@@ -26,6 +26,8 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
+from creditflow.errors import WorkerError
+
 logger = logging.getLogger(__name__)
 
 # The child imports the package (and, in warm_up, sympy and antlr) before it answers; on
@@ -42,10 +44,6 @@ _BOOTSTRAP = (
     "from creditflow.rewards._timeout import serve\n"
     "serve(conn)\n"
 )
-
-
-class WorkerError(RuntimeError):
-    """The call raised in the child, or the child died (a crash, a kill, a C stack overflow)."""
 
 
 def serve(conn: Connection) -> None:

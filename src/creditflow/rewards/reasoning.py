@@ -21,7 +21,8 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
-from creditflow.rewards._timeout import TimeoutWorker, WorkerError
+from creditflow.errors import WorkerError
+from creditflow.rewards._timeout import TimeoutWorker
 from creditflow.rewards.format import translation_segment_end
 
 logger = logging.getLogger(__name__)

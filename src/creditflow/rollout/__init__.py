@@ -6,19 +6,15 @@ from creditflow.rollout.language_policy import (
     SamplingSettings,
     completion_mask_from_eos,
 )
-from creditflow.rollout.reranker_policy import RerankerPolicy, format_ranking, parse_rankings
 from creditflow.rollout.vision_policy import VisionLanguagePolicy, VisualPrompt, as_visual_prompt
 
 __all__ = [
     "LanguagePolicy",
     "Policy",
-    "RerankerPolicy",
     "RolloutBatch",
     "SamplingSettings",
     "VisionLanguagePolicy",
     "VisualPrompt",
     "as_visual_prompt",
     "completion_mask_from_eos",
-    "format_ranking",
-    "parse_rankings",
 ]

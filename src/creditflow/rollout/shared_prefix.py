@@ -22,7 +22,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 
-from creditflow.rollout.language_policy import bare_module, output_head_inputs
+from creditflow.rollout.modules import bare_module, output_head_inputs
 
 
 def prompt_runs(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> torch.Tensor:

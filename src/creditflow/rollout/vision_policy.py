@@ -32,11 +32,10 @@ from creditflow.rollout.batch import RolloutBatch, SamplesOwnModule
 from creditflow.rollout.language_policy import (
     SamplingSettings,
     completion_mask_from_eos,
-    output_head,
-    output_head_inputs,
     score_completions,
     stop_token_ids,
 )
+from creditflow.rollout.modules import output_head, output_head_inputs
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ unchanged. Per user, ratings sorted by time (ties by ``item_id``):
 - the last ``n_candidates - n_negatives`` rated movies are held back as the rated candidates;
 - the ``history_length`` ratings just before them are the query context: ``query_text`` is the
   history's most frequent genres, most frequent first (ties alphabetical), ``query_id`` the
-  user id. Genres rather than titles, because ``training.reranking.session_features`` reads
+  user id. Genres rather than titles, because ``experience.reranker_training.session_features`` reads
   query words as category names (``category_match``: the item's first genre equals the
   user's top history genre);
 - ``n_negatives`` movies the user never rated are drawn as unexposed candidates;

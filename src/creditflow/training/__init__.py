@@ -1,7 +1,9 @@
-"""The GRPO engine: config, credit-assignment strategies, the training loop, SFT and checkpoints."""
+"""The GRPO engine: config, credit-assignment strategies, the training loop, the supervised
+trainer (SFT, VL SFT), evaluation, launches and checkpoints. It names no method of the
+experience chain and never imports it (``creditflow.experience`` builds on it)."""
 
 from creditflow.training.checkpoint import CheckpointStore
-from creditflow.training.config import ConfigError, GRPOConfig
+from creditflow.training.config import GRPOConfig
 from creditflow.training.grpo import GRPOResult, GRPOTrainer
 from creditflow.training.strategies import ADVANTAGE_STRATEGIES, TOKEN_WEIGHT_STRATEGIES
 
@@ -9,7 +11,6 @@ __all__ = [
     "ADVANTAGE_STRATEGIES",
     "TOKEN_WEIGHT_STRATEGIES",
     "CheckpointStore",
-    "ConfigError",
     "GRPOConfig",
     "GRPOResult",
     "GRPOTrainer",

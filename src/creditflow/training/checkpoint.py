@@ -33,6 +33,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
 
+from creditflow.errors import CheckpointsInUse
 from creditflow.models.lora import (
     ADAPTER_WEIGHTS,
     adapter_state_dict,
@@ -45,10 +46,6 @@ logger = logging.getLogger(__name__)
 _PREFIX = "step-"
 MODEL_WEIGHTS = "model.safetensors"
 LOCK_FILE = ".lock"
-
-
-class CheckpointsInUse(RuntimeError):
-    """Another run holds the lock on a checkpoint folder."""
 
 
 class CheckpointStore:

@@ -34,11 +34,12 @@ from tqdm.auto import tqdm
 from transformers import get_cosine_schedule_with_warmup
 
 from creditflow.algorithms import micro_batch_share, policy_loss, truncated_importance_weights
+from creditflow.errors import ConfigError
 from creditflow.models.lora import is_lora_model
 from creditflow.rollout.batch import Policy, RolloutBatch
 from creditflow.tracking import StepCallback, active_step_logger
 from creditflow.training.checkpoint import CheckpointStore
-from creditflow.training.config import ConfigError, GRPOConfig, check_importance_sampling
+from creditflow.training.config import GRPOConfig, check_importance_sampling
 from creditflow.training.fsdp import (
     FULL_OPTIMIZER_LAYOUT,
     full_state_dicts,

@@ -13,13 +13,10 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-import torch
-
-from creditflow.models.reranker import PointerReranker
+from creditflow.errors import ConfigError
 from creditflow.rewards import check_reward_options
 from creditflow.rollout import (
     LanguagePolicy,
-    RerankerPolicy,
     SamplingSettings,
     VisionLanguagePolicy,
     as_visual_prompt,
@@ -38,7 +35,6 @@ from creditflow.training.checkpoint import (
 )
 from creditflow.training.config import (
     DEFAULT_ROLLOUT_BACKEND,
-    ConfigError,
     GRPOConfig,
     check_importance_sampling,
 )
@@ -48,7 +44,6 @@ from creditflow.training.grpo import GRPOResult, GRPOTrainer
 from creditflow.training.launch import run_data_parallel
 from creditflow.training.sft import SFTConfig
 from creditflow.training.strategies import RewardMetric, advantage_strategy, validate_strategies
-from creditflow.training.strategies.page import PageReward
 
 logger = logging.getLogger(__name__)
 
@@ -324,27 +319,3 @@ def run_vl_grpo(
     )
     result = trainer.train()
     return model.eval(), result
-
-
-# ---------------------------------------------------------------- reranker (page-level GRPO)
-def run_page_grpo(
-    model: PointerReranker,
-    features: torch.Tensor,
-    mask: torch.Tensor,
-    reward: PageReward,
-    config: GRPOConfig,
-    checkpoints: CheckpointStore | None,
-) -> tuple[PointerReranker, GRPOResult]:
-    """Page-level GRPO (SPEC 3.5, ``strategies.page``) on a copy of ``model``: prompts are
-    session indices of ``features`` ``(N, L, F)`` / ``mask`` ``(N, L)``, the policy samples
-    rankings at ``config.temperature``; with ``config.beta > 0`` the engine keeps a frozen copy
-    of the starting reranker as the KL reference. Resumes from ``checkpoints`` when a run with
-    the same starting weights, sessions, rewards and config left one there."""
-    policy_model = copy.deepcopy(model)
-    reward_tensors, reward_key = reward.run_key()
-    data_key = [content_digest(t) for t in (features, mask, *reward_tensors)]
-    checkpoints = run_store(checkpoints, policy_model, config.to_dict(), data_key, reward_key)
-    policy = RerankerPolicy(policy_model, features, mask, temperature=config.temperature)
-    trainer = GRPOTrainer(policy, list(range(len(features))), reward, config, checkpoints)
-    result = trainer.train()
-    return policy_model.eval(), result

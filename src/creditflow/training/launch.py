@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from creditflow.errors import DataParallelError
+
 if TYPE_CHECKING:
     from accelerate import Accelerator
 
@@ -39,10 +41,6 @@ PLUGIN_KEYS = {"fsdp": "fsdp_plugin"}
 _RESULT_FILE = "rank0_result.pt"
 _CALL_FILE = "call.pt"
 _ERROR_PREFIX = "error-rank"
-
-
-class DataParallelError(RuntimeError):
-    """A worker process raised; the message holds the rank and traceback of the first failure."""
 
 
 def accelerator_arguments() -> tuple[str, ...]:
@@ -62,7 +60,7 @@ def make_accelerator(accelerate_config: Mapping[str, Any] | None = None) -> Acce
     bf16``...). ``cpu`` defaults to True when no CUDA device is visible: accelerate forms a
     gloo group of CPU processes only when asked.
     """
-    from accelerate import Accelerator, FullyShardedDataParallelPlugin  # noqa: PLC0415
+    from accelerate import Accelerator, FullyShardedDataParallelPlugin  # noqa: PLC0415 - accelerate is imported by launches only
 
     kwargs = dict(accelerate_config or {})
     _check_keys(kwargs)
@@ -92,8 +90,8 @@ def _use_fsdp_on_cpu(accelerator: Accelerator, plugin: Any) -> None:
     CPU tensors over gloo, so the state is switched to FSDP by hand; ``prepare`` then takes
     the same FSDP2 path as on GPUs (tests/training/test_fsdp.py).
     """
-    from accelerate.state import PartialState  # noqa: PLC0415
-    from accelerate.utils import DistributedType  # noqa: PLC0415
+    from accelerate.state import PartialState  # noqa: PLC0415 - accelerate is imported by launches only
+    from accelerate.utils import DistributedType  # noqa: PLC0415 - accelerate is imported by launches only
 
     if accelerator.distributed_type != DistributedType.MULTI_CPU:
         raise ValueError(
@@ -210,7 +208,7 @@ def _spawn(
     config: dict[str, Any],
     timeout_s: float | None,
 ) -> Any:
-    import torch.multiprocessing as mp  # noqa: PLC0415
+    import torch.multiprocessing as mp  # noqa: PLC0415 - the spawn launcher only
 
     with tempfile.TemporaryDirectory(prefix="creditflow-ddp-") as workdir:
         call_file = Path(workdir) / _CALL_FILE

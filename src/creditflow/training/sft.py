@@ -16,8 +16,9 @@ from typing import Any
 import pandas as pd
 import torch
 
+from creditflow.config.values import typed_value
+from creditflow.errors import ConfigError
 from creditflow.training.checkpoint import CheckpointStore, run_store, tokenizer_digest
-from creditflow.training.config import ConfigError, typed_value
 from creditflow.training.supervised import SupervisedConfig, SupervisedTrainer
 
 logger = logging.getLogger(__name__)

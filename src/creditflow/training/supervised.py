@@ -27,9 +27,10 @@ import torch
 from tqdm.auto import tqdm
 from transformers import get_constant_schedule_with_warmup, get_cosine_schedule_with_warmup
 
+from creditflow.config.values import typed_value
+from creditflow.errors import ConfigError
 from creditflow.tracking import StepCallback, active_step_logger
 from creditflow.training.checkpoint import CheckpointStore
-from creditflow.training.config import ConfigError, typed_value
 
 logger = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from contextlib import contextmanager
 
 import torch
 
-from creditflow.training.config import ConfigError
+from creditflow.errors import ConfigError
 
 
 @contextmanager

@@ -102,7 +102,7 @@ def test_node_rejects_bad_parameters(params: dict) -> None:
 def test_catalog_declares_every_output_as_a_versioned_primary_parquet(project_root: Path) -> None:
     catalog = _conf(project_root, "catalog")
     assert create_pipeline().all_outputs() == set(EXPECTED)
-    # The tables tapo / tor can train on declare their task schema (creditflow.task_sources);
+    # The tables tapo / tor can train on declare their task schema (creditflow.config.task_sources);
     # gsm8k_test_problems does not: its lines 0-249 are MGSM's English source.
     task_schemas = {
         "mgsm_problems": "math_text",

@@ -7,9 +7,9 @@ import torch
 from kedro.runner import SequentialRunner
 
 from creditflow.datasets import CheckpointDirectoryDataset
+from creditflow.errors import ConfigError
 from creditflow.models.scorer import ExpScorer
 from creditflow.pipelines.expmodel_pft import create_pipeline
-from creditflow.training.config import ConfigError
 from tests.pipelines._experience_chain import (
     chain_catalog,
     deep_update,

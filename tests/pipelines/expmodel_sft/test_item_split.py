@@ -1,12 +1,14 @@
 """The ExpModel's train / unseen split through the Kedro nodes: no unseen item reaches SFT or
 PFT, and the evaluation reports s_exp on the unseen items (issue 15, section 2)."""
 
+import importlib
+
 import pytest
 from kedro.runner import SequentialRunner
 
 from creditflow.datasets import CheckpointDirectoryDataset
+from creditflow.experience import expmodel_data
 from creditflow.pipelines import expmodel_pft, expmodel_sft
-from creditflow.training import expmodel
 from tests.pipelines._experience_chain import chain_catalog, slice_catalog, smallest_params
 
 pytestmark = [
@@ -16,14 +18,16 @@ pytestmark = [
 
 
 def _recording(monkeypatch, name: str, seen: dict) -> None:
-    """Replace ``expmodel.<name>`` by a wrapper that keeps its arguments, then trains."""
-    original = getattr(expmodel, name)
+    """Replace ``creditflow.experience.<stage>.<name>`` (``train_expmodel_sft`` /
+    ``train_expmodel_pft``) by a wrapper that keeps its arguments, then trains."""
+    stage = importlib.import_module(f"creditflow.experience.{name.removeprefix('train_')}")
+    original = getattr(stage, name)
 
     def wrapper(*args, **kwargs):
         seen[name] = args
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(expmodel, name, wrapper)
+    monkeypatch.setattr(stage, name, wrapper)
 
 
 def test_no_unseen_item_reaches_sft_or_pft(tmp_path, monkeypatch):
@@ -49,7 +53,7 @@ def test_no_unseen_item_reaches_sft_or_pft(tmp_path, monkeypatch):
 
     items = catalog.load("catalogue_items")
     fraction = params["expmodel_sft"]["item_split"]["unseen_fraction"]
-    unseen = expmodel.split_ids(split, expmodel.UNSEEN)
+    unseen = expmodel_data.split_ids(split, expmodel_data.UNSEEN)
     assert split["item_id"].tolist() == items["item_id"].tolist()
     assert len(unseen) == round(fraction * len(items)) > 0
     _, _, sft_items, _ = seen["train_expmodel_sft"]
@@ -80,7 +84,7 @@ def test_evaluation_reports_every_target_on_unseen_items():
     per_item = table[table["target"] != "query_quality"]
     # Query mode scores the items the logs hold (per (query, item)); every one is counted once.
     scored = set(upstream.load("item_experience_scores")["item_id"])
-    unseen = set(split.loc[split["split"] == expmodel.UNSEEN, "item_id"])
+    unseen = set(split.loc[split["split"] == expmodel_data.UNSEEN, "item_id"])
     assert (per_item["unseen_items"] == len(unseen & scored)).all()
     # The query row counts (query, candidate) pairs of the logs, those of unseen items apart.
     query_row = table.set_index("target").loc["query_quality"]

@@ -8,10 +8,10 @@ from kedro.runner import SequentialRunner
 from PIL import Image
 
 from creditflow.datasets import CheckpointDirectoryDataset
+from creditflow.errors import ConfigError
+from creditflow.experience.expmodel_data import expmodel_prompt
 from creditflow.models import vl_prompt_inputs
 from creditflow.pipelines.expmodel_sft import create_pipeline
-from creditflow.training.config import ConfigError
-from creditflow.training.expmodel import expmodel_prompt
 from tests.pipelines._experience_chain import (
     chain_catalog,
     deep_update,

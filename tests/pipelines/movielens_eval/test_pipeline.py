@@ -4,10 +4,10 @@ import pytest
 from kedro.runner import SequentialRunner
 from matplotlib.figure import Figure
 
+from creditflow.experience.reranker_data import LOGGED
 from creditflow.ingest import load_movielens, load_movielens_tags
 from creditflow.pipelines.movielens_eval import create_pipeline
 from creditflow.pipelines.movielens_eval.nodes import MOVIELENS_RERANKERS, ZERO_SCORES
-from creditflow.training.reranker_data import LOGGED
 from tests.pipelines._experience_chain import slice_catalog, smallest_params
 
 pytestmark = [

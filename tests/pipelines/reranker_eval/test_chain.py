@@ -3,9 +3,9 @@ project's catalog entries written to a temporary folder."""
 
 import pytest
 
+from creditflow.experience.reranker_data import LOGGED, RERANKER_INPUTS
 from creditflow.pipeline_registry import DEFAULT_PIPELINES
-from creditflow.pipelines.reranker_eval.nodes import RERANKER_INPUTS, SAMPLED_PAGES
-from creditflow.training.reranker_data import LOGGED
+from creditflow.pipelines.reranker_eval.nodes import SAMPLED_PAGES
 from tests.pipelines._experience_chain import CHAIN, chain_catalog, chain_pipeline
 
 pytestmark = [
@@ -30,8 +30,8 @@ def test_chain_writes_every_artefact_through_the_catalog():
         f"{n}_checkpoints"
         for n in ("expmodel_sft", "expmodel_pft", "reranker_pretrain", "reranker_grpo")
     }
-    # ... the Kedro credentials (hooks.CredentialsHook), which the annotator reads, and the
-    # catalogue's and logs' sources (task_sources.TaskSourceHook; nothing for `synthetic`).
+    # ... the Kedro credentials (hooks.credentials.CredentialsHook), which the annotator reads, and the
+    # catalogue's and logs' sources (hooks.task_source.TaskSourceHook; nothing for `synthetic`).
     sources = {"annotation_source_items", "annotation_source_impressions"}
     assert (
         pipeline.inputs()

@@ -9,10 +9,10 @@ from kedro.runner import SequentialRunner
 from matplotlib.figure import Figure
 from scipy.stats import kendalltau
 
+from creditflow.experience.reranker_data import LOGGED, RERANKER_INPUTS
 from creditflow.pipelines.reranker_eval import create_pipeline
-from creditflow.pipelines.reranker_eval.nodes import RERANKER_INPUTS, SAMPLED_PAGES
+from creditflow.pipelines.reranker_eval.nodes import SAMPLED_PAGES
 from creditflow.tasks.reranking import ClickModel, candidate_response
-from creditflow.training.reranker_data import LOGGED
 from tests.pipelines._experience_chain import slice_catalog, smallest_params
 
 pytestmark = [

@@ -6,8 +6,8 @@ from kedro.runner import SequentialRunner
 from matplotlib.figure import Figure
 
 from creditflow.datasets import CheckpointDirectoryDataset
+from creditflow.experience.reranker_policy import parse_rankings
 from creditflow.pipelines.reranker_grpo import create_pipeline
-from creditflow.rollout import parse_rankings
 from tests.pipelines._experience_chain import deep_update, slice_catalog, smallest_params
 
 pytestmark = [

@@ -7,11 +7,11 @@ import torch
 from kedro.runner import SequentialRunner
 
 from creditflow.datasets import CheckpointDirectoryDataset
+from creditflow.errors import ConfigError
+from creditflow.experience.reranker_training import FEATURE_NAMES
 from creditflow.models.reranker import PointerReranker
 from creditflow.pipelines.reranker_pretrain import create_pipeline
 from creditflow.pipelines.reranker_pretrain.pipeline import RERANKERS
-from creditflow.training.config import ConfigError
-from creditflow.training.reranking import FEATURE_NAMES
 from tests.pipelines._experience_chain import (
     chain_catalog,
     deep_update,

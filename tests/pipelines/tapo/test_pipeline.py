@@ -38,7 +38,7 @@ class KeptMemoryDataset(MemoryDataset):
 def _catalog(
     pipeline, params: dict, mgsm: pd.DataFrame, checkpoint_root: Path, source=None
 ) -> DataCatalog:
-    """``source``: what ``task_sources.TaskSourceHook`` puts under ``tapo_source_problems``
+    """``source``: what ``hooks.task_source.TaskSourceHook`` puts under ``tapo_source_problems``
     in a session (None for ``synthetic``, else the catalog source's table)."""
     datasets = {
         **parameter_datasets("tapo", params),

@@ -61,7 +61,7 @@ class KeptMemoryDataset(MemoryDataset):
 def _catalog(
     pipeline, params: dict, real: dict[str, pd.DataFrame], root: Path, source=None
 ) -> DataCatalog:
-    """``source``: what ``task_sources.TaskSourceHook`` puts under ``tor_source_problems`` in
+    """``source``: what ``hooks.task_source.TaskSourceHook`` puts under ``tor_source_problems`` in
     a session (None for ``synthetic``, else the catalog source's table)."""
     datasets = parameter_datasets("tor", params)
     datasets.update({name: MemoryDataset(frame) for name, frame in real.items()})

@@ -11,6 +11,8 @@ import pandas as pd
 
 from creditflow.annotation import build_annotator
 from creditflow.annotation.credentials import resolve_annotator_options
+from creditflow.experience import expmodel_data
+from creditflow.experience.reranker_data import split_sessions
 from creditflow.ingest.ranking_sources import ranking_items, ranking_sessions
 from creditflow.tasks.reranking import (
     ClickModel,
@@ -18,9 +20,7 @@ from creditflow.tasks.reranking import (
     generate_catalogue,
     generate_sessions,
 )
-from creditflow.tasks.sources import SYNTHETIC
-from creditflow.training import expmodel
-from creditflow.training.reranker_data import split_sessions
+from creditflow.tasks.splits import SYNTHETIC
 
 logger = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ def generate_items(
 ) -> pd.DataFrame:
     """The catalogue: with ``source.items: synthetic``, the seeded short-video world (cover,
     title, popularity and the hidden true quality); else the catalog dataset of that name
-    (``annotation_source_items``, put there by ``task_sources.TaskSourceHook``), checked and
+    (``annotation_source_items``, put there by ``hooks.task_source.TaskSourceHook``), checked and
     converted by ``ingest.ranking_sources.ranking_items``."""
     source = params["source"]["items"]
     if source == SYNTHETIC:
@@ -100,14 +100,14 @@ def annotate_for_expmodel(
     mode the annotator judges every (query, candidate) of the training sessions for its query
     (relevance to the query, SPEC 3.3's s_{q,v}), one row per pair with its ``query_text``; in
     ``item`` mode they are ``item_annotations`` (the query logs are not read)."""
-    if expmodel.check_score_mode(expmodel_params["score_mode"]) == expmodel.ITEM_MODE:
+    if expmodel_data.check_score_mode(expmodel_params["score_mode"]) == expmodel_data.ITEM_MODE:
         return item_annotations
-    units = expmodel.query_candidates(query_logs_train)
+    units = expmodel_data.query_candidates(query_logs_train)
     items = units.merge(catalogue_items, on="item_id", how="left", validate="many_to_one")
     logger.info(
         "annotating %d (query, item) pairs of %d queries",
         len(units),
-        units[expmodel.QUERY_COLUMN].nunique(),
+        units[expmodel_data.QUERY_COLUMN].nunique(),
     )
     return _annotate(items, params, credentials)
 

@@ -4,12 +4,12 @@ query``, else the item annotations).
 
 The catalogue and logs are the synthetic world, or files of your own (``annotation.source``),
 read through the fixed inputs ``annotation_source_items`` / ``annotation_source_impressions``
-that ``task_sources.TaskSourceHook`` fills (README "Your own data")."""
+that ``hooks.task_source.TaskSourceHook`` fills (README "Your own data")."""
 
 from kedro.pipeline import Node, Pipeline
 
+from creditflow.config.task_sources import TASK_SOURCES
 from creditflow.pipelines.annotation import nodes
-from creditflow.task_sources import TASK_SOURCES
 
 PARAMS = "params:annotation"
 

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import pandas as pd
 
-from creditflow.training.reranker_data import rankings_frame, session_exp_scores
-from creditflow.training.reranking import augmented_targets, click_first_order, logged_sessions
+from creditflow.experience.reranker_data import rankings_frame, session_exp_scores
+from creditflow.experience.reranker_training import (
+    augmented_targets,
+    click_first_order,
+    logged_sessions,
+)
 
 
 def build_augmented_targets(

@@ -6,8 +6,8 @@ from typing import Any
 
 import pandas as pd
 
+from creditflow.experience import expmodel_data, expmodel_scoring
 from creditflow.models.scorer import ExpScorer
-from creditflow.training import expmodel
 
 
 def score_items(  # noqa: PLR0913 - the scorer, what it reads, and the sessions to score for
@@ -24,10 +24,10 @@ def score_items(  # noqa: PLR0913 - the scorer, what it reads, and the sessions 
     of every (query, candidate) of the training and held-out sessions (``query_text, item_id,
     s_exp``), in ``item`` mode ``item_id, s_exp`` for every catalogue item (the sessions are
     not read)."""
-    visible = catalogue_items[list(expmodel.ITEM_FIELDS)]  # the scorer never sees true_*
+    visible = catalogue_items[list(expmodel_data.ITEM_FIELDS)]  # the scorer never sees true_*
     units = None
-    if expmodel.check_score_mode(expmodel_params["score_mode"]) == expmodel.QUERY_MODE:
-        units = expmodel.query_candidates(pd.concat([query_logs_train, query_logs_heldout]))
-    return expmodel.score_items(
+    if expmodel_data.check_score_mode(expmodel_params["score_mode"]) == expmodel_data.QUERY_MODE:
+        units = expmodel_data.query_candidates(pd.concat([query_logs_train, query_logs_heldout]))
+    return expmodel_scoring.score_items(
         expmodel_scorer, expmodel_processor, visible, batch_size=params["batch_size"], units=units
     )

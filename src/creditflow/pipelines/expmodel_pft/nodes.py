@@ -8,16 +8,16 @@ from typing import Any
 
 import pandas as pd
 
+from creditflow.config.values import checked_options
+from creditflow.experience import expmodel_data, expmodel_pft
+from creditflow.experience.expmodel_pft import HELDOUT_ACCURACY
 from creditflow.models.scorer import ExpScorer
-from creditflow.reporting import metrics_frame
-from creditflow.training import CheckpointStore, expmodel
-from creditflow.training.config import checked_options
+from creditflow.reporting.tables import metrics_frame
+from creditflow.training import CheckpointStore
 from creditflow.training.supervised import SupervisedConfig
 from creditflow.training.threads import torch_threads
 
 logger = logging.getLogger(__name__)
-
-HELDOUT_ACCURACY = "pft/heldout_accuracy"
 
 
 def build_preference_pairs(
@@ -28,11 +28,11 @@ def build_preference_pairs(
     annotation for the session's query, the pair keeps the query) in query mode."""
     options = checked_options(
         params["pairs"],
-        expmodel.preference_pairs,
+        expmodel_data.preference_pairs,
         "expmodel_pft.pairs",
         taken=("sessions_df", "annotations_df"),
     )
-    pairs = expmodel.preference_pairs(query_logs_train, expmodel_annotations, **options)
+    pairs = expmodel_data.preference_pairs(query_logs_train, expmodel_annotations, **options)
     if pairs.empty:
         raise ValueError(
             "no preference pair: lower expmodel_pft.pairs.margin, add bands or generate more "
@@ -56,14 +56,14 @@ def train_expmodel_pft(
     ``-log sigmoid(s+ - s-) + lambda (s+ + s-)^2``. The metrics table holds one row per step;
     its last row also holds the pair accuracy on the held-out pairs (``pft/heldout_accuracy``).
     A re-run of the same run resumes from (or loads) its checkpoint in ``checkpoints``."""
-    training = SupervisedConfig.from_params(params["training"], **expmodel.EXPMODEL_TRAINING)
-    options = expmodel.PFTOptions.from_params(params["pft"])
+    training = SupervisedConfig.from_params(params["training"], **expmodel_data.EXPMODEL_TRAINING)
+    options = expmodel_pft.PFTOptions.from_params(params["pft"])
     # from_generator shares the backbone: the copy keeps the SFT model as it was saved.
     scorer = ExpScorer.from_generator(copy.deepcopy(expmodel_sft_model))
-    train_items = expmodel.split_ids(expmodel_item_split, expmodel.TRAIN)
-    train_pairs = expmodel.pairs_within(expmodel_preference_pairs, train_items)
+    train_items = expmodel_data.split_ids(expmodel_item_split, expmodel_data.TRAIN)
+    train_pairs = expmodel_data.pairs_within(expmodel_preference_pairs, train_items)
     with torch_threads(params.get("torch_threads")):
-        scorer, history, heldout_accuracy = expmodel.train_expmodel_pft(
+        scorer, history, heldout_accuracy = expmodel_pft.train_expmodel_pft(
             scorer,
             expmodel_processor,
             catalogue_items,

@@ -7,15 +7,16 @@ from typing import Any
 
 import pandas as pd
 
+from creditflow.config.values import reject_moved_keys
+from creditflow.experience import expmodel_data, expmodel_sft
 from creditflow.models import (
     ImageOnlyQwen2_5_VLProcessor,
     build_tiny_processor,
     load_vl_policy,
     train_vl_tokenizer,
 )
-from creditflow.reporting import metrics_frame
-from creditflow.training import CheckpointStore, expmodel
-from creditflow.training.config import reject_moved_keys
+from creditflow.reporting.tables import metrics_frame
+from creditflow.training import CheckpointStore
 from creditflow.training.supervised import SupervisedConfig
 from creditflow.training.threads import torch_threads
 
@@ -24,7 +25,7 @@ def split_expmodel_items(catalogue_items: pd.DataFrame, params: dict[str, Any]) 
     """The seeded train / unseen split of the catalogue: SFT and PFT read only the train items,
     ``expmodel_evaluation`` reports s_exp on the unseen ones too (issue 15, section 2)."""
     split = params["item_split"]
-    return expmodel.split_items(
+    return expmodel_data.split_items(
         catalogue_items["item_id"].tolist(), split["unseen_fraction"], split["seed"]
     )
 
@@ -44,11 +45,15 @@ def build_expmodel_processor(
         processor.tokenizer.padding_side = "left"
         return processor
     settings = params["tokenizer"]
-    catalogue_items = expmodel.items_in_split(catalogue_items, expmodel_item_split, expmodel.TRAIN)
-    annotations = expmodel.items_in_split(expmodel_annotations, expmodel_item_split, expmodel.TRAIN)
-    prompts = expmodel.expmodel_prompts(catalogue_items, annotations)
-    ok = expmodel.ok_annotations(annotations)
-    targets = [expmodel.expmodel_target(row) for _, row in ok.iterrows()]
+    catalogue_items = expmodel_data.items_in_split(
+        catalogue_items, expmodel_item_split, expmodel_data.TRAIN
+    )
+    annotations = expmodel_data.items_in_split(
+        expmodel_annotations, expmodel_item_split, expmodel_data.TRAIN
+    )
+    prompts = expmodel_sft.expmodel_prompts(catalogue_items, annotations)
+    ok = expmodel_data.ok_annotations(annotations)
+    targets = [expmodel_data.expmodel_target(row) for _, row in ok.iterrows()]
     tokenizer = train_vl_tokenizer(
         prompts + targets, settings["vocab_size"], model_max_length=settings["model_max_length"]
     )
@@ -75,12 +80,12 @@ def train_expmodel_sft(
     returns it and the per-step metrics. A re-run of the same run resumes from (or, finished,
     loads) its checkpoint in ``checkpoints``."""
     reject_moved_keys(params, {"sft": "training (and max_length)"}, "expmodel_sft")
-    training = SupervisedConfig.from_params(params["training"], **expmodel.EXPMODEL_TRAINING)
+    training = SupervisedConfig.from_params(params["training"], **expmodel_data.EXPMODEL_TRAINING)
     with torch_threads(params.get("torch_threads")):
-        model, history = expmodel.train_expmodel_sft(
+        model, history = expmodel_sft.train_expmodel_sft(
             copy.deepcopy(expmodel_initial_model),
             expmodel_processor,
-            expmodel.items_in_split(catalogue_items, expmodel_item_split, expmodel.TRAIN),
+            expmodel_data.items_in_split(catalogue_items, expmodel_item_split, expmodel_data.TRAIN),
             expmodel_annotations,
             training=training,
             max_length=params["max_length"],

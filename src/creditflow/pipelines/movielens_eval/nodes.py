@@ -10,22 +10,26 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from creditflow.annotation.ratings import rating_annotations
-from creditflow.models import load_policy, train_bpe_tokenizer
-from creditflow.models.reranker import PointerReranker
-from creditflow.models.scorer import ExpScorer
-from creditflow.pipelines.reranker_eval.nodes import named_rerankers
-from creditflow.reporting import (
-    metrics_frame,
+from creditflow.config.values import checked_options
+from creditflow.experience import expmodel_data, expmodel_pft, text_expmodel
+from creditflow.experience.reporting import (
     paired_gains_by_band,
     plot_metrics_by_band,
     summarise_rankers_by_band,
     teacher_agreement,
 )
+from creditflow.experience.reranker_data import (
+    evaluate_pages,
+    named_rerankers,
+    reranker_setting,
+    serve_pages,
+)
+from creditflow.experience.reranker_training import EVALUATION_METRICS
+from creditflow.models import load_policy, train_bpe_tokenizer
+from creditflow.models.reranker import PointerReranker
+from creditflow.models.scorer import ExpScorer
+from creditflow.reporting.tables import metrics_frame
 from creditflow.tasks.movielens import movielens_item_texts, movielens_sessions, without_held_back
-from creditflow.training import expmodel, text_expmodel
-from creditflow.training.config import checked_options
-from creditflow.training.reranker_data import evaluate_pages, reranker_setting, serve_pages
-from creditflow.training.reranking import EVALUATION_METRICS
 from creditflow.training.sft import run_sft
 from creditflow.training.supervised import SupervisedConfig
 from creditflow.training.threads import torch_threads
@@ -88,7 +92,7 @@ def split_movielens_expmodel_items(
     ``movielens_expmodel_evaluation`` reports the teacher agreement on the unseen ones."""
     split = params["expmodel"]["item_split"]
     ids = movielens_item_annotations["item_id"].tolist()
-    return expmodel.split_items(ids, split["unseen_fraction"], split["seed"])
+    return expmodel_data.split_items(ids, split["unseen_fraction"], split["seed"])
 
 
 def build_movielens_expmodel(
@@ -100,8 +104,8 @@ def build_movielens_expmodel(
     """A BPE tokenizer trained on every movie's prompt and the train movies' targets, and the
     initial text ExpModel (a tiny Qwen2 from its config, or a checkpoint)."""
     settings = params["expmodel"]
-    train = expmodel.items_in_split(
-        movielens_item_annotations, movielens_expmodel_item_split, expmodel.TRAIN
+    train = expmodel_data.items_in_split(
+        movielens_item_annotations, movielens_expmodel_item_split, expmodel_data.TRAIN
     )
     texts = list(text_expmodel.text_expmodel_prompts(movielens_item_texts).values())
     texts += [text_expmodel.text_expmodel_target(row) for row in train.to_dict("records")]
@@ -122,8 +126,8 @@ def train_movielens_expmodel_sft(
     annotation from its prompt (loss on the annotation tokens only)."""
     settings = params["expmodel"]
     prompts = text_expmodel.text_expmodel_prompts(movielens_item_texts)
-    train = expmodel.items_in_split(
-        movielens_item_annotations, movielens_expmodel_item_split, expmodel.TRAIN
+    train = expmodel_data.items_in_split(
+        movielens_item_annotations, movielens_expmodel_item_split, expmodel_data.TRAIN
     )
     targets = [text_expmodel.text_expmodel_target(row) for row in train.to_dict("records")]
     with torch_threads(settings["torch_threads"]):
@@ -147,8 +151,8 @@ def train_movielens_expmodel_pft(
     """SPEC 3.3 on text: a scalar head on a copy of the SFT'd backbone, trained on ordered
     pairs of train movies whose teacher scores differ by at least the margin."""
     settings = params["expmodel"]
-    train = expmodel.items_in_split(
-        movielens_item_annotations, movielens_expmodel_item_split, expmodel.TRAIN
+    train = expmodel_data.items_in_split(
+        movielens_item_annotations, movielens_expmodel_item_split, expmodel_data.TRAIN
     )
     pairs = text_expmodel.catalogue_pairs(train, **settings["pairs"])
     # from_generator shares the backbone: the copy keeps the SFT model as it was saved.
@@ -160,9 +164,9 @@ def train_movielens_expmodel_pft(
             text_expmodel.text_expmodel_prompts(movielens_item_texts),
             pairs,
             training=SupervisedConfig.from_params(
-                settings["pft_training"], **expmodel.EXPMODEL_TRAINING
+                settings["pft_training"], **expmodel_data.EXPMODEL_TRAINING
             ),
-            options=expmodel.PFTOptions.from_params(settings["pft"]),
+            options=expmodel_pft.PFTOptions.from_params(settings["pft"]),
         )
     return scorer, metrics_frame(history).assign(**{"pft/heldout_accuracy": heldout_accuracy})
 

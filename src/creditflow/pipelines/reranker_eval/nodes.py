@@ -3,29 +3,28 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
 from matplotlib.figure import Figure
 
-from creditflow.models.reranker import PointerReranker
-from creditflow.pipelines.expmodel_pft.nodes import HELDOUT_ACCURACY
-from creditflow.reporting import (
+from creditflow.experience.expmodel_pft import HELDOUT_ACCURACY
+from creditflow.experience.reporting import (
     evaluate_experience_scores,
     plot_metrics_by_band,
     plot_sweep,
     summarise_rankers_by_band,
 )
-from creditflow.tasks.reranking import ClickModel
-from creditflow.training.reranker_data import (
+from creditflow.experience.reranker_data import (
+    RERANKER_INPUTS,
     evaluate_pages,
+    named_rerankers,
     pages_frame,
     pages_from_frame,
     serve_pages,
 )
-from creditflow.training.reranking import EVALUATION_METRICS
-from creditflow.training.simulated_ab import (
+from creditflow.experience.reranker_training import EVALUATION_METRICS
+from creditflow.experience.simulated_ab import (
     CHANGE_METRICS,
     CTR,
     ab_plot_columns,
@@ -36,6 +35,8 @@ from creditflow.training.simulated_ab import (
     summarise_ab,
     sweep_click_model,
 )
+from creditflow.models.reranker import PointerReranker
+from creditflow.tasks.reranking import ClickModel
 
 logger = logging.getLogger(__name__)
 CTR_CHANGE = CHANGE_METRICS[CTR]
@@ -43,17 +44,6 @@ CTR_CHANGE = CHANGE_METRICS[CTR]
 # simulated users to react to: the A/B and its sweep are left out, said in the log and the plot.
 NO_TRUTH = "no true_quality in the catalogue: the simulated A/B is left out"
 
-# Evaluated rankers, in table order: the logged production order (reranker_data.LOGGED), then
-# the greedy pages of the rerankers (name -> which reranker_pretrain setting says what the model
-# reads). The four pre-trained ones are target x inputs (issue 15, section 3): click or y_aug
-# target, with or without the s_exp features; every other feature is the same for all.
-RERANKER_INPUTS = {
-    "click_pretrained": "click",
-    "click_exp_pretrained": "click_exp",
-    "yaug_no_exp_pretrained": "yaug_no_exp",
-    "yaug_pretrained": "yaug",
-    "yaug_page_grpo": "yaug",
-}
 # Pages sampled at the GRPO temperature (the pages page GRPO trained on): name -> model.
 SAMPLED_PAGES = {
     "yaug_pretrained_sampled": "yaug_pretrained",
@@ -109,13 +99,6 @@ def evaluate_rerankers(
     pages = pages_from_frame(reranker_heldout_pages, query_logs_heldout)
     gain_mode = grpo_params["reward"]["gain_mode"]
     return evaluate_pages(pages, query_logs_heldout, item_experience_scores, params["k"], gain_mode)
-
-
-def named_rerankers(
-    *models: PointerReranker, names: Mapping[str, str] = RERANKER_INPUTS
-) -> dict[str, PointerReranker]:
-    """``models`` under the names of ``names`` (default: the chain's ``RERANKER_INPUTS``)."""
-    return dict(zip(names, models, strict=True))
 
 
 def simulate_reranker_ab(

@@ -8,13 +8,13 @@ from typing import Any
 import pandas as pd
 from matplotlib.figure import Figure
 
+from creditflow.experience.page_grpo import run_page_grpo
+from creditflow.experience.page_reward import page_grpo_config, page_reward_of
+from creditflow.experience.reranker_data import inputs_for, session_exp_scores
 from creditflow.models.reranker import PointerReranker
-from creditflow.reporting import metrics_frame, plot_reward_curves
+from creditflow.reporting.tables import metrics_frame, plot_reward_curves
 from creditflow.tasks.reranking import ClickModel
 from creditflow.training import CheckpointStore
-from creditflow.training.grpo_runs import run_page_grpo
-from creditflow.training.reranker_data import inputs_for, session_exp_scores
-from creditflow.training.strategies.page import page_grpo_config, page_reward_of
 
 logger = logging.getLogger(__name__)
 

@@ -6,10 +6,11 @@ from typing import Any
 
 import pandas as pd
 
+from creditflow.experience import reranker_training
+from creditflow.experience.reranker_data import inputs_for, rankings_from_frame
 from creditflow.models.reranker import PointerReranker, build_reranker
-from creditflow.reporting import metrics_frame
-from creditflow.training import CheckpointStore, reranking
-from creditflow.training.reranker_data import inputs_for, rankings_from_frame
+from creditflow.reporting.tables import metrics_frame
+from creditflow.training import CheckpointStore
 from creditflow.training.supervised import SupervisedConfig
 
 
@@ -26,13 +27,15 @@ def pretrain_reranker(
     on the training sessions, reading the inputs of setting ``kind``; returns it and the
     per-step NLL. A re-run of the same run resumes from (or loads) its checkpoint in
     ``checkpoints``."""
-    training = SupervisedConfig.from_params(params["training"], **reranking.PRETRAIN_TRAINING)
+    training = SupervisedConfig.from_params(
+        params["training"], **reranker_training.PRETRAIN_TRAINING
+    )
     features, mask = inputs_for(
         query_logs_train, catalogue_items, item_experience_scores, params, kind
     )
     model = build_reranker(features.shape[-1], params["model"], seed=params["model_seed"])
     rankings = rankings_from_frame(query_logs_train, targets)
-    history = reranking.pretrain_reranker(
+    history = reranker_training.pretrain_reranker(
         model, features, mask, rankings, training=training, checkpoints=checkpoints
     )
     return model, metrics_frame(history).assign(reranker=kind)

@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 from matplotlib.figure import Figure
 
-from creditflow.ingest.task_sources import math_text_problems
+from creditflow.ingest.source_rows import math_text_problems
 from creditflow.models import (
     explain_missing_checkpoint,
     load_policy,
@@ -18,7 +18,7 @@ from creditflow.models import (
     train_bpe_tokenizer,
 )
 from creditflow.pipelines.comparison import evaluate_each_seed, labelled_tables, train_each_seed
-from creditflow.reporting import (
+from creditflow.reporting.tables import (
     metrics_frame,
     plot_reward_curves,
     summarise_over_seeds,
@@ -27,7 +27,12 @@ from creditflow.reporting import (
     summarise_tapo_evaluations,
     tapo_intervals,
 )
-from creditflow.tasks.sources import SYNTHETIC, evaluation_label, split_by_problem_id, split_options
+from creditflow.tasks.splits import (
+    SYNTHETIC,
+    evaluation_label,
+    split_by_problem_id,
+    split_options,
+)
 from creditflow.tasks.tapo import (
     format_tapo_target,
     generate_tapo_problems,
@@ -58,7 +63,7 @@ def build_tapo_tasks(
     """Training and evaluation problems from ``tasks.source``. ``synthetic``: seeded
     multilingual problems, training rows without the held-out language(s), and an evaluation
     set (a different seed) over every language. A catalog dataset (``tapo_source_problems``,
-    put there by ``task_sources.TaskSourceHook``): its rows checked against the math-text
+    put there by ``hooks.task_source.TaskSourceHook``): its rows checked against the math-text
     schema and split by problem id, the held-out ids being the evaluation set."""
     tasks = params["tasks"]
     if tasks["source"] == SYNTHETIC:

@@ -2,7 +2,7 @@
 
 The tasks come from ``tapo.tasks.source``: the synthetic generators, or a catalog dataset of
 the math-text schema, read through the fixed input ``tapo_source_problems``
-(``creditflow.task_sources``: Kedro builds the pipeline before it reads ``--params``).
+(``creditflow.config.task_sources``: Kedro builds the pipeline before it reads ``--params``).
 
 Every strategy listed under ``tapo.strategies`` in ``conf/base/parameters_tapo.yml`` trains
 from the same warm start with the same seeds and budget; only the credit assignment differs.
@@ -20,9 +20,9 @@ from collections.abc import Sequence
 
 from kedro.pipeline import Node, Pipeline
 
+from creditflow.config.task_sources import TASK_SOURCES
 from creditflow.pipelines.comparison import comparison_pipeline, configured_strategies
 from creditflow.pipelines.tapo import nodes
-from creditflow.task_sources import TASK_SOURCES
 
 PARAMS = "params:tapo"
 EVALUATION_INPUTS = ["tapo_tokenizer", "tapo_eval_tasks", "mgsm_problems", PARAMS]

@@ -12,7 +12,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 from PIL import Image
 
-from creditflow.ingest.task_sources import visual_problems
+from creditflow.errors import ConfigError
+from creditflow.ingest.source_rows import visual_problems
 from creditflow.models import (
     ImageOnlyQwen2_5_VLProcessor,
     build_tiny_processor,
@@ -24,16 +25,20 @@ from creditflow.models import (
 )
 from creditflow.pipelines.comparison import evaluate_each_seed, labelled_tables, train_each_seed
 from creditflow.pipelines.tor.report import summarise_tor_runs, tor_intervals
-from creditflow.reporting import (
+from creditflow.reporting.tables import (
     metrics_frame,
     plot_reward_curves,
     summarise_over_seeds,
     summarise_per_seed,
 )
-from creditflow.tasks.sources import SYNTHETIC, evaluation_label, split_by_problem_id, split_options
+from creditflow.tasks.splits import (
+    SYNTHETIC,
+    evaluation_label,
+    split_by_problem_id,
+    split_options,
+)
 from creditflow.tasks.tor import format_tor_target, generate_tor_problems, tor_prompt
 from creditflow.training.checkpoint import CheckpointStore
-from creditflow.training.config import ConfigError
 from creditflow.training.evaluation import evaluate_vl_problems
 from creditflow.training.grpo_runs import (
     run_vl_grpo,
@@ -57,7 +62,7 @@ def build_tor_tasks(
     """Training and evaluation problems from ``tasks.source``. ``synthetic``: seeded visual
     problems, a training set and a held-out evaluation set (another seed, with any picture
     that also occurs in training dropped). A catalog dataset (``tor_source_problems``, put
-    there by ``task_sources.TaskSourceHook``): its rows checked against the visual schema,
+    there by ``hooks.task_source.TaskSourceHook``): its rows checked against the visual schema,
     questions worded as the policy reads them (``choice_question``), split by problem id."""
     tasks = params["tasks"]
     if tasks["source"] == SYNTHETIC:

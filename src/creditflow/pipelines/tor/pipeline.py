@@ -3,7 +3,7 @@
 
 The tasks come from ``tor.tasks.source``: the synthetic generators, or a catalog dataset of
 the visual schema, read through the fixed input ``tor_source_problems``
-(``creditflow.task_sources``: Kedro builds the pipeline before it reads ``--params``).
+(``creditflow.config.task_sources``: Kedro builds the pipeline before it reads ``--params``).
 
 Every strategy listed under ``tor.strategies`` in ``conf/base/parameters_tor.yml`` trains from
 the same warm start with the same seeds and budget; only the token weights differ: plain GRPO
@@ -22,9 +22,9 @@ from collections.abc import Sequence
 
 from kedro.pipeline import Node, Pipeline
 
+from creditflow.config.task_sources import TASK_SOURCES
 from creditflow.pipelines.comparison import comparison_pipeline, configured_strategies
 from creditflow.pipelines.tor import nodes
-from creditflow.task_sources import TASK_SOURCES
 
 PARAMS = "params:tor"
 EVALUATION_INPUTS = [

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from creditflow.reporting import SEED, WARM_START, training_reward_ends
-from creditflow.reporting_stats import comparison_intervals
+from creditflow.reporting.stats import comparison_intervals
+from creditflow.reporting.tables import SEED, WARM_START, training_reward_ends
 
 EVALUATION_SETS = ("synthetic", "tabmwp", "mathvision")
 # Per problem: the mean accuracy of the completions sampled as in training
@@ -76,7 +76,7 @@ def summarise_tor_runs(
 def tor_intervals(
     evaluations: pd.DataFrame, task_dataset: str, baseline: str | None
 ) -> pd.DataFrame:
-    """``reporting_stats.comparison_intervals`` of the tor table on the held-out problems of
+    """``reporting.stats.comparison_intervals`` of the tor table on the held-out problems of
     the task source (``dataset == task_dataset``), paired by problem ``id`` and seed:
     ``accuracy_gain_<set>`` over the warm start and ``accuracy_vs_baseline_<set>`` to
     ``baseline`` for the greedy accuracy (``reward/reasoning``), the same

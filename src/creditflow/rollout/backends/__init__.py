@@ -15,18 +15,18 @@ from typing import Any
 
 import torch
 
+from creditflow.config.values import checked_options
+from creditflow.errors import ConfigError, StaleWeightsError
 from creditflow.rollout.backends.base import (
     FINISH_LENGTH,
     FINISH_STOP,
     Generation,
     GenerationRequest,
     RolloutBackend,
-    StaleWeightsError,
     completion_mask_from_eos,
     finish_reasons,
     unsupported_reason,
 )
-from creditflow.training.config import ConfigError, checked_options
 
 logger = logging.getLogger(__name__)
 

@@ -26,10 +26,6 @@ FINISH_STOP = "stop"  # the completion ended on one of the stop ids (kept in the
 FINISH_LENGTH = "length"  # it reached max_new_tokens without a stop id
 
 
-class StaleWeightsError(RuntimeError):
-    """A backend sampled with older weights than the request asked for."""
-
-
 @dataclass(frozen=True)
 class GenerationRequest:
     """N prompts to complete G times each.

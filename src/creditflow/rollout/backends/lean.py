@@ -36,6 +36,7 @@ from transformers import Qwen2ForCausalLM
 from transformers.models.qwen2.modeling_qwen2 import Qwen2RMSNorm
 
 from creditflow.rollout.backends.base import Generation, GenerationRequest, finish_reasons
+from creditflow.rollout.modules import bare_module
 
 # RoPE types whose frequencies do not depend on the sequence length: their cos/sin table is
 # computed once per call by the model's own rotary module. "dynamic" and "longrope" change
@@ -412,14 +413,6 @@ def check_request(request: GenerationRequest) -> None:
             raise ValueError(f"top_k must be >= 0 (0 = off), got {request.top_k}")
 
 
-def bare_model(module: torch.nn.Module) -> torch.nn.Module:
-    """The model inside a ``DistributedDataParallel`` wrapper, else ``module``. (Not
-    ``language_policy.bare_module``: that module imports the backends.)"""
-    if isinstance(module, torch.nn.parallel.DistributedDataParallel):
-        return module.module
-    return module
-
-
 def config_reason(config) -> str | None:
     """What in a ``Qwen2Config`` the loop does not implement (None: nothing)."""
     if config.use_sliding_window or any(t != "full_attention" for t in config.layer_types):
@@ -482,7 +475,7 @@ class LeanBackend:
 
     def unsupported_reason(self, module: torch.nn.Module) -> str | None:
         """Why the loop cannot reproduce ``module``'s forward exactly (None: it can)."""
-        model = bare_model(module)
+        model = bare_module(module)
         if hasattr(model, "peft_config"):
             return f"{type(model).__name__} is a PEFT wrapper; adapters are not fused"
         if type(model) is not Qwen2ForCausalLM:
@@ -499,7 +492,7 @@ class LeanBackend:
 
     @torch.no_grad()
     def generate(self, module: torch.nn.Module, request: GenerationRequest) -> Generation:
-        model = bare_model(module)
+        model = bare_module(module)
         reason = self.unsupported_reason(model)
         if reason is not None:
             raise ValueError(

@@ -53,13 +53,14 @@ from typing import Any, ClassVar
 import torch
 from transformers import PreTrainedModel
 
+from creditflow.errors import ConfigError
 from creditflow.rollout.backends.base import (
     Generation,
     GenerationRequest,
     completion_mask_from_eos,
     finish_reasons,
 )
-from creditflow.training.config import ConfigError
+from creditflow.rollout.modules import bare_module
 
 logger = logging.getLogger(__name__)
 
@@ -81,17 +82,10 @@ LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "0.0.0.0")
 def import_vllm():
     """The ``vllm`` package, or an ImportError saying how to get it."""
     try:
-        import vllm
+        import vllm  # noqa: PLC0415 - vLLM is an optional extra (make install-vllm)
     except ImportError as error:
         raise ImportError(VLLM_MISSING) from error
     return vllm
-
-
-def bare_model(module: torch.nn.Module) -> torch.nn.Module:
-    """The model inside a ``DistributedDataParallel`` wrapper, else ``module``."""
-    if isinstance(module, torch.nn.parallel.DistributedDataParallel):
-        return module.module
-    return module
 
 
 def checkpoint_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
@@ -110,7 +104,7 @@ def save_checkpoint(model: torch.nn.Module, folder: str) -> None:
     names) as one safetensors file in ``folder``. Not ``save_pretrained``: it drops the tied
     ``lm_head.weight``, and vLLM 0.32's in-place reload of a tied model then leaves the old
     head in place."""
-    from safetensors.torch import save_file
+    from safetensors.torch import save_file  # noqa: PLC0415 - only when weights are pushed to vLLM
 
     os.makedirs(folder, exist_ok=True)
     model.config.save_pretrained(folder)
@@ -322,7 +316,7 @@ class VLLMBackend:
 
     def unsupported_reason(self, module: torch.nn.Module) -> str | None:
         """Why vLLM cannot sample from ``module`` (None: it can)."""
-        model = bare_model(module)
+        model = bare_module(module)
         if not isinstance(model, PreTrainedModel):
             return (
                 f"{type(model).__name__} is not a transformers model; vLLM builds its engine "
@@ -333,7 +327,7 @@ class VLLMBackend:
         if getattr(model.config, "vision_config", None) is not None:
             return "a vision-language model: this backend sends token ids, not images"
         vllm = import_vllm()
-        from vllm import ModelRegistry
+        from vllm import ModelRegistry  # noqa: PLC0415 - vLLM is an optional extra (make install-vllm)
 
         architecture = type(model).__name__
         if architecture not in ModelRegistry.get_supported_archs():
@@ -347,7 +341,7 @@ class VLLMBackend:
     def load_weights(self, module: torch.nn.Module, version: int) -> None:
         """Copy ``module``'s current weights into the engine and remember ``version``."""
         start = time.perf_counter()
-        model = bare_model(module)
+        model = bare_module(module)
         if self.mode == "colocate":
             llm = self._colocated_engine(model)
             if "weights" in self._asleep:
@@ -375,9 +369,9 @@ class VLLMBackend:
             self.load_weights(module, request.weights_version)
         start = time.perf_counter()
         if self.mode == "colocate":
-            rows, version = self._generate_colocated(bare_model(module), request)
+            rows, version = self._generate_colocated(bare_module(module), request)
         else:
-            rows, version = self._generate_on_server(bare_model(module), request)
+            rows, version = self._generate_on_server(bare_module(module), request)
         generation = assemble_generation(rows, request, version)
         generation.timings["vllm/generate_s"] = time.perf_counter() - start
         if self._last_load_s is not None:
@@ -420,7 +414,7 @@ class VLLMBackend:
                 "VLLM_ENABLE_V1_MULTIPROCESSING or set it to 0"
             )
         vllm = import_vllm()
-        from vllm.platforms import current_platform
+        from vllm.platforms import current_platform  # noqa: PLC0415 - vLLM is an optional extra (make install-vllm)
 
         config = copy.deepcopy(model.config)
         # A model built from a config (not from_pretrained) has no `architectures`, which is
@@ -468,9 +462,9 @@ class VLLMBackend:
     def _generate_colocated(
         self, model: torch.nn.Module, request: GenerationRequest
     ) -> tuple[list[tuple[list[int], list[float]]], int]:
-        from vllm.inputs import TokensPrompt
+        from vllm.inputs import TokensPrompt  # noqa: PLC0415 - vLLM is an optional extra (make install-vllm)
 
-        from vllm import SamplingParams
+        from vllm import SamplingParams  # noqa: PLC0415 - vLLM is an optional extra (make install-vllm)
 
         llm = self._colocated_engine(model)
         if self._asleep:
@@ -527,7 +521,7 @@ class VLLMBackend:
         """A session to a server that answers ``/health``; waits up to ``connect_timeout_s``."""
         if self._session is not None:
             return self._session
-        import requests
+        import requests  # noqa: PLC0415 - only for a vLLM server (the vllm extra)
 
         session = requests.Session()
         deadline = time.monotonic() + self.connect_timeout_s
@@ -606,10 +600,10 @@ class VLLMBackend:
         if self._transfer is not None:
             return self._transfer
         import_vllm()
-        from vllm.distributed.weight_transfer.base import ParamMeta, WeightSource
-        from vllm.distributed.weight_transfer.clients import HTTPVLLMWeightSyncClient
-        from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
-        from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo
+        from vllm.distributed.weight_transfer.base import ParamMeta, WeightSource  # noqa: PLC0415 - vLLM is an optional extra (make install-vllm)
+        from vllm.distributed.weight_transfer.clients import HTTPVLLMWeightSyncClient  # noqa: PLC0415 - vLLM is an optional extra (make install-vllm)
+        from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory  # noqa: PLC0415 - vLLM is an optional extra (make install-vllm)
+        from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo  # noqa: PLC0415 - vLLM is an optional extra (make install-vllm)
 
         workers = self._http().get(f"{self.server_url}/get_world_size", timeout=30)
         workers.raise_for_status()
@@ -697,11 +691,11 @@ def vocab_size(model: torch.nn.Module) -> int:
 def cpu_attention_reason(model: torch.nn.Module) -> str | None:
     """On a CPU-only vLLM, the head sizes its attention kernel lacks (None: supported or not
     on CPU)."""
-    from vllm.platforms import current_platform
+    from vllm.platforms import current_platform  # noqa: PLC0415 - vLLM is an optional extra (make install-vllm)
 
     if not current_platform.is_cpu():
         return None
-    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend  # noqa: PLC0415 - vLLM is an optional extra (make install-vllm)
 
     config = model.config.get_text_config()
     head_size = getattr(config, "head_dim", None) or (

@@ -4,15 +4,16 @@
 - ``tapo.py``: TAPO's step-level advantages, the translation segment, the sign-conflict rate
   (SPEC section 1).
 - ``tor.py``: ToR's batch-global token selection and weights, with its ablations (SPEC 2).
-- ``page.py``: page-level GRPO's page reward and config, for the reranker policy (SPEC 3.5).
 
 Adding a method means adding a module and a row here, not a branch in the training loop.
+(Page-level GRPO is plain ``grpo`` on a reward of its own: ``creditflow.experience.page_reward``.)
 ``validate_strategies`` checks a config's strategy specs before any model is built.
 """
 
 from __future__ import annotations
 
-from creditflow.training.config import ConfigError, GRPOConfig
+from creditflow.errors import ConfigError
+from creditflow.training.config import GRPOConfig
 from creditflow.training.strategies.base import (
     AdvantageStrategy,
     Metrics,

@@ -19,8 +19,9 @@ from typing import Any, Protocol
 
 import torch
 
+from creditflow.errors import ConfigError
 from creditflow.rollout.batch import RolloutBatch
-from creditflow.training.config import ConfigError, GRPOConfig
+from creditflow.training.config import GRPOConfig
 
 Metrics = dict[str, float]
 Spec = Mapping[str, Any]  # {"name": strategy, ...its options}, as written in the parameters
@@ -117,8 +118,14 @@ def no_options(spec: Spec, config: GRPOConfig) -> None:
     reject_unknown_options(spec, {"name"})
 
 
+def spec_scale_by_std(spec: Spec) -> bool:
+    """Whether an advantage spec divides each group's centred rewards by their std: GRPO's
+    default, unless the spec says ``scale_by_std: false`` (Dr. GRPO)."""
+    return spec.get("scale_by_std", True)
+
+
 def check_scale_by_std(spec: Spec) -> None:
-    scale = spec.get("scale_by_std", True)
+    scale = spec_scale_by_std(spec)
     if not isinstance(scale, bool):
         raise ConfigError(f"advantage.scale_by_std must be true or false, got {scale!r}")
 

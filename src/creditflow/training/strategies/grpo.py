@@ -19,6 +19,7 @@ from creditflow.training.strategies.base import (
     check_scale_by_std,
     no_options,
     reject_unknown_options,
+    spec_scale_by_std,
     weighted_reward,
 )
 
@@ -33,7 +34,7 @@ def grpo_advantages(
     """Trajectory-level GRPO: zscore of the weighted reward sum on every token (centred only
     with ``scale_by_std: false``). -> (B, T)"""
     total = weighted_reward(rewards, config.rewards)  # (B,)
-    adv = group_zscore(total, batch.group_size, scale_by_std=spec.get("scale_by_std", True))
+    adv = group_zscore(total, batch.group_size, scale_by_std=spec_scale_by_std(spec))
     token_adv = adv.unsqueeze(1) * batch.completion_mask  # (B, T)
     return token_adv, {"adv/abs_mean": adv.abs().mean().item()}
 

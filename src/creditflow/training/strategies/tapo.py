@@ -18,9 +18,10 @@ from typing import Any
 import torch
 
 from creditflow.algorithms import segment_token_advantages, sign_conflict_rate, tapo_advantages
+from creditflow.errors import ConfigError
 from creditflow.rewards import translation_segment_end
 from creditflow.rollout.batch import RolloutBatch
-from creditflow.training.config import ConfigError, GRPOConfig
+from creditflow.training.config import GRPOConfig
 from creditflow.training.strategies.base import (
     AdvantageStrategy,
     Metrics,
@@ -28,6 +29,7 @@ from creditflow.training.strategies.base import (
     Spec,
     check_scale_by_std,
     reject_unknown_options,
+    spec_scale_by_std,
 )
 
 TRANSLATION, REASONING, PADDING = 0, 1, -1
@@ -89,10 +91,15 @@ def tapo_reward_names(spec: Spec) -> tuple[str, str]:
     )
 
 
+def tapo_alpha(spec: Spec) -> float:
+    """The weight of A_trans on translation tokens (SPEC section 1); 0.5 unless set."""
+    return spec.get("alpha", 0.5)
+
+
 def validate_tapo(spec: Spec, config: GRPOConfig) -> None:
     reject_unknown_options(spec, TAPO_OPTIONS)
     check_scale_by_std(spec)
-    alpha = spec.get("alpha", 0.5)
+    alpha = tapo_alpha(spec)
     if not 0.0 <= float(alpha) <= 1.0:
         raise ConfigError(f"advantage.alpha must be in [0, 1], got {alpha}")
 
@@ -111,8 +118,8 @@ def tapo_token_advantages(
         rewards[translation],  # (B,)
         rewards[reasoning],  # (B,)
         batch.group_size,
-        float(spec.get("alpha", 0.5)),
-        scale_by_std=spec.get("scale_by_std", True),
+        float(tapo_alpha(spec)),
+        scale_by_std=spec_scale_by_std(spec),
     )
     # Column order follows the segment ids: TRANSLATION = 0, REASONING = 1.
     segment_adv = torch.stack([adv_trans, adv_reason], dim=1)  # (B, 2)

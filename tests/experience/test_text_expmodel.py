@@ -1,4 +1,4 @@
-"""The text-only ExpModel (training.text_expmodel): prompt encoding, catalogue pairs, the scale
+"""The text-only ExpModel (experience.text_expmodel): prompt encoding, catalogue pairs, the scale
 match, a tiny SFT + PFT run, and the paired s_exp effect table."""
 
 import numpy as np
@@ -6,10 +6,10 @@ import pandas as pd
 import pytest
 import torch
 
+from creditflow.experience import expmodel_data, expmodel_pft, text_expmodel
+from creditflow.experience.reporting import paired_gains_by_band, teacher_agreement
 from creditflow.models import build_tiny_qwen2, train_bpe_tokenizer
 from creditflow.models.scorer import ExpScorer
-from creditflow.reporting import paired_gains_by_band, teacher_agreement
-from creditflow.training import expmodel, text_expmodel
 from creditflow.training.sft import run_sft
 from creditflow.training.supervised import SupervisedConfig
 
@@ -94,9 +94,9 @@ def test_tiny_sft_then_pft_trains_and_scores_every_item(tokenizer):
     before = [p.detach().clone() for p in scorer.parameters()]
     pairs = text_expmodel.catalogue_pairs(ANNOTATIONS, margin=0.5, max_pairs=6)
     training = SupervisedConfig.from_params(
-        {"steps": 4, "batch_size": 2, "learning_rate": 1e-2}, **expmodel.EXPMODEL_TRAINING
+        {"steps": 4, "batch_size": 2, "learning_rate": 1e-2}, **expmodel_data.EXPMODEL_TRAINING
     )
-    options = expmodel.PFTOptions(heldout_fraction=0.34, heldout_split="pairs")
+    options = expmodel_pft.PFTOptions(heldout_fraction=0.34, heldout_split="pairs")
     scorer, pft_history, accuracy = text_expmodel.train_text_expmodel_pft(
         scorer, tokenizer, prompts, pairs, training=training, options=options, progress=False
     )

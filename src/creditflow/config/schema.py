@@ -12,10 +12,10 @@ an int is taken for a float):
 - :func:`signature_block`: the block of options a node passes straight to a function as
   keyword arguments (its signature is the schema).
 - :func:`problems` / :func:`check_group`: one group's parameters against its block, every
-  problem on one line of a :class:`~creditflow.training.config.ConfigError`.
+  problem on one line of a :class:`~creditflow.errors.ConfigError`.
 
 The blocks of the project's parameter groups live in :mod:`creditflow.pipelines.parameters`;
-:class:`creditflow.hooks.ParameterCheckHook` runs them before a run's first node.
+:class:`creditflow.hooks.parameter_check.ParameterCheckHook` runs them before a run's first node.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Annotated, Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 from pydantic_core import PydanticCustomError
 
-from creditflow.training.config import ConfigError
+from creditflow.errors import ConfigError
 
 # Shorthands for the common constraints.
 Count = Annotated[int, Field(ge=1)]  # a size or number of steps: >= 1

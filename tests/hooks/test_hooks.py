@@ -18,10 +18,9 @@ from kedro.pipeline import Node, Pipeline
 from kedro.runner import SequentialRunner
 from mlflow.tracking import MlflowClient
 
-from creditflow.hooks import (
-    CREDENTIALS_DATASET,
+from creditflow.hooks.credentials import CREDENTIALS_DATASET, CredentialsHook
+from creditflow.hooks.run_manifest import (
     MANIFEST_DIR,
-    CredentialsHook,
     RunManifestHook,
     find_seeds,
     git_state,
@@ -228,7 +227,9 @@ def test_find_seeds_walks_mappings_only() -> None:
 
 
 def test_package_versions_report_missing_distributions(monkeypatch) -> None:
-    monkeypatch.setattr("creditflow.hooks.MANIFEST_PACKAGES", ("numpy", "no-such-dist-xyz"))
+    monkeypatch.setattr(
+        "creditflow.hooks.run_manifest.MANIFEST_PACKAGES", ("numpy", "no-such-dist-xyz")
+    )
     assert package_versions() == {
         "python": platform.python_version(),
         "numpy": metadata.version("numpy"),

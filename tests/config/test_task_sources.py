@@ -1,4 +1,4 @@
-"""``tapo.tasks.source`` / ``tor.tasks.source`` (creditflow.task_sources.TaskSourceHook): the
+"""``tapo.tasks.source`` / ``tor.tasks.source`` (creditflow.hooks.task_source.TaskSourceHook): the
 named catalog dataset stands under the task node's fixed input, an unknown name fails before
 the first node listing the datasets of that schema, and the README's "Your own data" example
 works as written in a Kedro session."""
@@ -16,14 +16,13 @@ from kedro.io.core import Version
 from kedro.pipeline import Pipeline, node
 from kedro_datasets.pandas import CSVDataset, ParquetDataset
 
-from creditflow.hooks import MissingInputsError
+from creditflow.config.task_sources import SYNTHETIC, TASK_SOURCES, task_datasets
+from creditflow.errors import ConfigError, MissingInputsError, TaskSourceError
+from creditflow.hooks.task_source import TaskSourceHook
 from creditflow.ingest.schemas import MATH_TEXT_SCHEMA, VISUAL_SCHEMA
-from creditflow.ingest.task_sources import TaskSourceError
 from creditflow.pipelines.tapo import create_pipeline as tapo_pipeline
 from creditflow.pipelines.tor import create_pipeline as tor_pipeline
-from creditflow.task_sources import SYNTHETIC, TASK_SOURCES, TaskSourceHook, task_datasets
-from creditflow.tasks import sources
-from creditflow.training.config import ConfigError
+from creditflow.tasks import splits
 from tests.kedro_project import NodeCounter, copy_project
 
 pytestmark = pytest.mark.filterwarnings("ignore:register_new_resolver:UserWarning")
@@ -62,7 +61,7 @@ def _reading(name: str) -> Pipeline:
 
 
 def test_the_constants_match_the_schemas_and_the_pipelines():
-    assert SYNTHETIC == sources.SYNTHETIC
+    assert SYNTHETIC == splits.SYNTHETIC
     assert TASK_SOURCES["tapo"].schema == MATH_TEXT_SCHEMA.name
     assert TASK_SOURCES["tor"].schema == VISUAL_SCHEMA.name
     assert TASK_SOURCES["tapo"].dataset in tapo_pipeline().only_nodes("build_tapo_tasks").inputs()

@@ -8,17 +8,18 @@ import pytest
 import torch
 
 from creditflow.algorithms import page_reward
-from creditflow.models.reranker import PointerReranker, RerankerConfig
-from creditflow.rollout import Policy, RerankerPolicy, format_ranking, parse_rankings
-from creditflow.tasks.reranking import (
-    CATEGORY_VOCABULARY,
-    HIDDEN_COLUMNS,
-    ClickModel,
-    generate_catalogue,
-    generate_sessions,
+from creditflow.experience.page_reward import (
+    LoggedClicks,
+    PageReward,
+    SimulatedFeedback,
+    page_reward_of,
 )
-from creditflow.training import CheckpointStore, GRPOConfig, GRPOTrainer
-from creditflow.training.reranking import (
+from creditflow.experience.reranker_policy import (
+    RerankerPolicy,
+    format_ranking,
+    parse_rankings,
+)
+from creditflow.experience.reranker_training import (
     FEATURE_NAMES,
     PRETRAIN_TRAINING,
     augmented_targets,
@@ -31,12 +32,16 @@ from creditflow.training.reranking import (
     teacher_forcing_nll,
     title_signals,
 )
-from creditflow.training.strategies.page import (
-    LoggedClicks,
-    PageReward,
-    SimulatedFeedback,
-    page_reward_of,
+from creditflow.models.reranker import PointerReranker, RerankerConfig
+from creditflow.rollout import Policy
+from creditflow.tasks.reranking import (
+    CATEGORY_VOCABULARY,
+    HIDDEN_COLUMNS,
+    ClickModel,
+    generate_catalogue,
+    generate_sessions,
 )
+from creditflow.training import CheckpointStore, GRPOConfig, GRPOTrainer
 from creditflow.training.supervised import SupervisedConfig
 
 L = 10
@@ -223,7 +228,7 @@ def test_pretraining_keeps_its_optimizer_and_resumes_from_checkpoints(
 
     calls = []
     monkeypatch.setattr(
-        "creditflow.training.reranking.teacher_forcing_nll", lambda *a: calls.append(a)
+        "creditflow.experience.reranker_training.teacher_forcing_nll", lambda *a: calls.append(a)
     )
     loaded = _reranker()  # the same starting weights: the same run
     again = pretrain_reranker(loaded, feats, mask, targets, training=training, checkpoints=store)

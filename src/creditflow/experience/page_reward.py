@@ -4,7 +4,7 @@
 page (``SimulatedFeedback``, issue 15) or the logged-click nDCG (``LoggedClicks``).
 
 Nothing in the loop is specific to pages: the method is this reward and the config it runs
-under (one ``"page"`` reward, one pointer step per candidate). ``grpo_runs.run_page_grpo``
+under (one ``"page"`` reward, one pointer step per candidate). ``page_grpo.run_page_grpo``
 puts them together with the reranker policy.
 
 Shape symbols: ``N`` sessions, ``B`` sampled pages, ``L`` candidates per session.
@@ -26,10 +26,11 @@ from creditflow.algorithms.feedback import (
     expected_page_feedback,
     sample_page_feedback,
 )
-from creditflow.rollout.reranker_policy import parse_rankings
+from creditflow.errors import ConfigError
+from creditflow.experience.reranker_policy import parse_rankings
+from creditflow.experience.reranker_training import logged_sessions
 from creditflow.tasks.reranking import ClickModel, candidate_response
-from creditflow.training.config import ConfigError, GRPOConfig
-from creditflow.training.reranking import logged_sessions
+from creditflow.training.config import GRPOConfig
 from creditflow.training.strategies import validate_strategies
 
 # Set by ``page_grpo_config``, never by parameters: the engine's scalar reward is PageReward's
@@ -205,7 +206,7 @@ class PageReward:
         self.alpha, self.beta, self.k, self.gain_mode = float(alpha), float(beta), int(k), gain_mode
 
     def run_key(self) -> tuple[list[torch.Tensor], list[object]]:
-        """Tensors and settings that make a run (``grpo_runs.run_page_grpo``'s checkpoint key)."""
+        """Tensors and settings that make a run (``page_grpo.run_page_grpo``'s checkpoint key)."""
         tensors, settings = self.business.run_key()
         return [*tensors, self.exp_scores], [
             *settings,

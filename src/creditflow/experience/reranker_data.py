@@ -3,8 +3,8 @@
 The pipelines ``annotation`` -> ``expmodel_sft`` -> ``expmodel_pft`` -> ``experience_scoring``
 -> ``augmented_targets`` -> ``reranker_pretrain`` -> ``reranker_grpo`` -> ``reranker_eval`` pass
 sessions, item scores and rankings between them as tables; this module splits the sessions,
-turns the tables into the padded tensors the engines take (``training.reranking``,
-``grpo_runs.run_page_grpo``), rankings back into tables, and ranks and evaluates held-out
+turns the tables into the padded tensors the engines take (``experience.reranker_training``,
+``page_grpo.run_page_grpo``), rankings back into tables, and ranks and evaluates held-out
 sessions with the trained rerankers.
 
 Shape symbols: ``N`` sessions, ``L`` candidates per session, ``F`` candidate features.
@@ -21,14 +21,14 @@ import pandas as pd
 import torch
 
 from creditflow.annotation import QUERY_COLUMN
-from creditflow.models.reranker import PointerReranker
-from creditflow.rollout.reranker_policy import greedy_rankings
-from creditflow.training.reranking import (
+from creditflow.experience.reranker_policy import greedy_rankings
+from creditflow.experience.reranker_training import (
     FEATURE_NAMES,
     evaluate_rankings,
     logged_sessions,
     session_features,
 )
+from creditflow.models.reranker import PointerReranker
 
 RANKING_COLUMNS = ("session_id", "ranking", "ranked_items")
 # The ranker name of the logged production order in evaluation tables.
@@ -62,7 +62,7 @@ def split_sessions(
 
 def session_exp_scores(sessions: pd.DataFrame, item_scores: pd.DataFrame) -> torch.Tensor:
     """``(N, L)`` float32 ``s_exp`` of each session's candidates, right-padded with 0 like
-    ``training.reranking.session_features``. ``item_scores`` is ``item_id, s_exp`` (one score
+    ``experience.reranker_training.session_features``. ``item_scores`` is ``item_id, s_exp`` (one score
     per item) or, with a ``query_text`` column, s_{q,v} per (query, item)
     (``expmodel_sft.score_mode: query``): each candidate then gets its score for the
     session's query.
@@ -294,3 +294,23 @@ def evaluate_pages(
         frame[metrics] = sum(d[metrics] for d in draws) / len(draws)
         frames.append(frame.assign(ranker=name))
     return pd.concat(frames, ignore_index=True)
+
+
+# Evaluated rankers, in table order: the logged production order (LOGGED), then
+# the greedy pages of the rerankers (name -> which reranker_pretrain setting says what the model
+# reads). The four pre-trained ones are target x inputs : click or y_aug
+# target, with or without the s_exp features; every other feature is the same for all.
+RERANKER_INPUTS = {
+    "click_pretrained": "click",
+    "click_exp_pretrained": "click_exp",
+    "yaug_no_exp_pretrained": "yaug_no_exp",
+    "yaug_pretrained": "yaug",
+    "yaug_page_grpo": "yaug",
+}
+
+
+def named_rerankers(
+    *models: PointerReranker, names: Mapping[str, str] = RERANKER_INPUTS
+) -> dict[str, PointerReranker]:
+    """``models`` under the names of ``names`` (default: the chain's ``RERANKER_INPUTS``)."""
+    return dict(zip(names, models, strict=True))

@@ -2,7 +2,7 @@
 
 ``tapo.tasks.source`` / ``tor.tasks.source`` is :data:`SYNTHETIC` (the seeded generators of
 :mod:`creditflow.tasks.tapo` / :mod:`creditflow.tasks.tor`) or the name of a catalog dataset
-in a task schema (:mod:`creditflow.ingest.task_sources` validates it). A catalog source has no
+in a task schema (:mod:`creditflow.ingest.source_rows` validates it). A catalog source has no
 separate evaluation set, so :func:`split_by_problem_id` holds out a seeded fraction of its
 problems: every row of a problem (all its languages, for MGSM) lands on one side, so no
 problem is trained on in one language and evaluated in another.

@@ -17,7 +17,7 @@ A source must declare its schema in its catalog entry, ``metadata: {task_schema:
 (tapo), ``{task_schema: visual}`` (tor), ``{task_schema: ranking_items}`` or
 ``{task_schema: ranking_impressions}`` (annotation): that is how a name is known to be a task dataset
 before anything loads, and how an unknown name's error lists the ones there are. The rows are
-checked against the schema when the node loads them (:mod:`creditflow.ingest.task_sources`, :mod:`creditflow.ingest.ranking_sources`).
+checked against the schema when the node loads them (:mod:`creditflow.ingest.source_rows`, :mod:`creditflow.ingest.ranking_sources`).
 
 A bad source fails only runs that read it, before their first node: the hook records the
 problem when the catalog is created and raises it from ``before_pipeline_run``.
@@ -30,11 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kedro.framework.hooks import hook_impl
-from kedro.io import AbstractVersionedDataset, CatalogProtocol, MemoryDataset
-from kedro.pipeline import Pipeline
-
-SYNTHETIC = "synthetic"  # = creditflow.tasks.sources.SYNTHETIC (not imported: pandas, numpy)
+SYNTHETIC = "synthetic"  # = creditflow.tasks.splits.SYNTHETIC (not imported: pandas, numpy)
 SCHEMA_KEY = "task_schema"  # the catalog entry's metadata key naming its task schema
 
 
@@ -118,59 +114,3 @@ def source_problem(entry: str, source: Any, conf_catalog: Mapping[str, Any]) -> 
     guess = difflib.get_close_matches(source, valid, n=1, cutoff=0.6)
     hint = f" (did you mean `{guess[0]}`?)" if guess else ""
     return f"{parameter}: no catalog dataset `{source}`{hint}; use {listed}; {declare}"
-
-
-class TaskSourceHook:
-    """Registers each comparison's task source under its fixed input name (module docstring);
-    fails a run that reads a source that is unknown, or versioned and never saved, before its
-    first node."""
-
-    def __init__(self) -> None:
-        self._problems: dict[str, str] = {}  # input name -> what is wrong with its source
-        self._sources: dict[str, str] = {}  # input name -> the catalog dataset it stands for
-
-    @hook_impl
-    def after_catalog_created(
-        self,
-        catalog: CatalogProtocol,
-        conf_catalog: dict[str, Any],
-        parameters: dict[str, Any],
-    ) -> None:
-        self._problems, self._sources = {}, {}
-        tree = parameters.get("parameters") or {}
-        for entry, spec in TASK_SOURCES.items():
-            if not isinstance(tree.get(spec.group), Mapping):
-                continue  # this project (or env) has no such group
-            source = spec.value(tree)
-            problem = source_problem(entry, source, conf_catalog)
-            if problem is not None:
-                self._problems[spec.dataset] = problem
-            elif source == SYNTHETIC or not isinstance(source, str):
-                catalog[spec.dataset] = MemoryDataset(None)
-            else:
-                catalog[spec.dataset] = catalog.get(source)
-                self._sources[spec.dataset] = source
-
-    @hook_impl
-    def before_pipeline_run(self, pipeline: Pipeline, catalog: CatalogProtocol) -> None:
-        from kedro.io.core import VersionNotFoundError  # noqa: PLC0415
-
-        from creditflow.hooks import MissingInputsError  # noqa: PLC0415
-        from creditflow.training.config import ConfigError  # noqa: PLC0415 - imports torch
-
-        inputs = pipeline.inputs()
-        problems = [problem for name, problem in self._problems.items() if name in inputs]
-        if problems:
-            raise ConfigError("\n".join(problems))
-        for name, source in self._sources.items():
-            dataset = catalog.get(name) if name in inputs else None
-            if not isinstance(dataset, AbstractVersionedDataset):
-                continue
-            try:
-                dataset.resolve_load_version()
-            except VersionNotFoundError as error:
-                raise MissingInputsError(
-                    f"the task source `{source}` ({name}) has no saved version yet: run the "
-                    "pipeline that saves it first (`kedro run --pipelines data_ingest` for the "
-                    "ingested tables)"
-                ) from error

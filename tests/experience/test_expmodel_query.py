@@ -10,25 +10,27 @@ import torch
 from creditflow.annotation import DIMENSIONS, QUERY_COLUMN, HeuristicAnnotator
 from creditflow.annotation.heuristic import query_topic
 from creditflow.annotation.schema import query_prompt
-from creditflow.models import build_tiny_processor, build_tiny_qwen2_5_vl, train_vl_tokenizer
-from creditflow.models.scorer import ExpScorer
-from creditflow.reporting import evaluate_experience_scores, mean_query_tau, query_truth
-from creditflow.tasks.reranking import CATEGORY_VOCABULARY, generate_catalogue
-from creditflow.training.expmodel import (
+from creditflow.experience.expmodel_data import (
     PAIR_COLUMNS,
     check_score_mode,
     expmodel_prompt,
-    expmodel_prompts,
-    expmodel_sft_examples,
     expmodel_target,
-    pair_scores,
     preference_pairs,
     query_candidates,
-    score_items,
     split_items,
 )
-from creditflow.training.reranker_data import session_exp_scores
-from tests.training.test_expmodel import IMAGE_SIZE, TINY_VL
+from creditflow.experience.expmodel_scoring import pair_scores, score_items
+from creditflow.experience.expmodel_sft import expmodel_prompts, expmodel_sft_examples
+from creditflow.experience.reporting import (
+    evaluate_experience_scores,
+    mean_query_tau,
+    query_truth,
+)
+from creditflow.experience.reranker_data import session_exp_scores
+from creditflow.models import build_tiny_processor, build_tiny_qwen2_5_vl, train_vl_tokenizer
+from creditflow.models.scorer import ExpScorer
+from creditflow.tasks.reranking import CATEGORY_VOCABULARY, generate_catalogue
+from tests.experience.test_expmodel import IMAGE_SIZE, TINY_VL
 
 # --- the prompt ---------------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""The parameter schemas (creditflow.config_schema, creditflow.pipelines.parameters) and the
+"""The parameter schemas (creditflow.config.schema, creditflow.pipelines.parameters) and the
 hook that runs them before a run's first node: every probe of the fail-fast issue fails in
 seconds, naming the key, with a suggestion where a key is misspelt."""
 
@@ -14,16 +14,16 @@ from kedro.config import OmegaConfigLoader
 from kedro.framework.project import configure_project
 from kedro.framework.session import KedroSession
 
-from creditflow.config_schema import (
+from creditflow.config.schema import (
     check_group,
     dataclass_block,
     problems,
     signature_block,
     unknown_keys_message,
 )
+from creditflow.errors import ConfigError
 from creditflow.pipeline_registry import register_pipelines
 from creditflow.pipelines.parameters import SCHEMAS, check_parameters
-from creditflow.training.config import ConfigError
 from tests.kedro_project import NodeCounter, copy_project
 
 
@@ -97,7 +97,7 @@ PROBES = [
         r"tor: comparison.baseline 'unifrom' is not a strategy; valid: tor, .*uniform",
     ),
     # Task sources (issue 13): the split's knobs; the source's name is checked against the
-    # catalog by task_sources.TaskSourceHook (tests/test_task_sources.py).
+    # catalog by hooks.task_source.TaskSourceHook (tests/config/test_task_sources.py).
     ("tapo.tasks.heldout_fraction", 1.0, r"tapo.tasks.heldout_fraction: .*less than 1"),
     ("tapo.tasks.max_eval_problems", 0, r"tapo.tasks.max_eval_problems: .*greater than or equal"),
     ("tapo.tasks.source", 3, r"tapo.tasks.source: input should be a valid string"),

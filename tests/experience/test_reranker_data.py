@@ -1,4 +1,4 @@
-"""The reranker chain's tables <-> padded tensors (``training.reranker_data``), the seeded
+"""The reranker chain's tables <-> padded tensors (``experience.reranker_data``), the seeded
 reranker builder and greedy decoding; also ``checked_options``, which the preference-pair and
 MovieLens-session nodes use."""
 
@@ -8,11 +8,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from creditflow.models.reranker import build_reranker
-from creditflow.rollout.reranker_policy import greedy_rankings
-from creditflow.tasks.reranking import generate_catalogue, generate_sessions
-from creditflow.training.config import checked_options
-from creditflow.training.reranker_data import (
+from creditflow.config.values import checked_options
+from creditflow.experience.reranker_data import (
     LOGGED,
     evaluate_pages,
     inputs_for,
@@ -25,7 +22,10 @@ from creditflow.training.reranker_data import (
     session_exp_scores,
     split_sessions,
 )
-from creditflow.training.reranking import FEATURE_NAMES, session_features
+from creditflow.experience.reranker_policy import greedy_rankings
+from creditflow.experience.reranker_training import FEATURE_NAMES, session_features
+from creditflow.models.reranker import build_reranker
+from creditflow.tasks.reranking import generate_catalogue, generate_sessions
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """Generative reranker engine pieces: features, targets, teacher-forced pre-training and
 evaluation (SPEC section 3, steps 4-5). The page-level GRPO reward is in
-``training.strategies.page``.
+``experience.page_reward``.
 
 Shape symbols: ``N`` sessions, ``B`` sampled pages, ``L`` candidates per session (the longest
 session; shorter ones are padded at the end), ``F`` features. ``mask`` is True on real

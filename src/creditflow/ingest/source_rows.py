@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 from PIL import Image
 
+from creditflow.errors import TaskSourceError
 from creditflow.ingest.schemas import MATH_TEXT_SCHEMA, VISUAL_SCHEMA, TableSchema
 
 # The optional gold reasoning column of each schema: the SFT target's reasoning before the
@@ -36,19 +37,6 @@ REASONING_COLUMNS = {MATH_TEXT_SCHEMA.name: "reasoning_en", VISUAL_SCHEMA.name: 
 _TEXT_AS_LOADED = (
     "load the column as text (a CSV: `load_args: {dtype: str, keep_default_na: false}`)"
 )
-
-
-class TaskSourceError(ValueError):
-    """A task source breaks its schema; the message names the dataset, row and column."""
-
-    def __init__(
-        self, dataset: str, problem: str, fix: str, row: int | None = None, column: str = ""
-    ) -> None:
-        self.dataset, self.row, self.column = dataset, row, column
-        where = f"task source `{dataset}`"
-        where += f", row {row}" if row is not None else ""
-        where += f", column `{column}`" if column else ""
-        super().__init__(f"{where}: {problem}. Fix: {fix}.")
 
 
 def math_text_problems(data: Any, dataset: str) -> pd.DataFrame:

@@ -1,6 +1,7 @@
 """A text-only ExpModel (SPEC section 3, steps 2-3) for catalogues without covers (MovieLens).
 
-The same two stages as the VL ExpModel of ``training.expmodel``, on a text Qwen2:
+The same two stages as the VL ExpModel (``experience.expmodel_sft`` / ``expmodel_pft``), on a
+text Qwen2:
 
 - SFT: ``training.sft.run_sft`` on (item prompt, teacher annotation) pairs, the prompt being
   ``text_expmodel_prompt`` (title, year, genres, tags) in the chat template, the target
@@ -8,12 +9,12 @@ The same two stages as the VL ExpModel of ``training.expmodel``, on a text Qwen2
   tokens only;
 - PFT: ``ExpScorer`` on the SFT'd ``model.model`` (no LM head), trained by the shared
   ``SupervisedTrainer`` on ordered pairs (A > B) of items whose teacher scores differ by at least
-  a margin (``catalogue_pairs``), with ``expmodel.pft_loss``
+  a margin (``catalogue_pairs``), with ``expmodel_pft.pft_loss``
   (``-mean(log sigmoid(s+ - s-)) + lambda mean((s+ + s-)^2)``).
 
 ``score_text_items`` then scores any item from its text alone, the teacher-annotated ones and,
 what the model is for, the ones the teacher could not judge (too few ratings). Scores are per
-item (``expmodel.SCORE_COLUMNS``): MovieLens has no search queries.
+item (``expmodel_data.SCORE_COLUMNS``): MovieLens has no search queries.
 
 Shape symbols: ``B`` prompts, ``P`` prompt tokens (left-padded).
 """
@@ -30,8 +31,8 @@ import numpy as np
 import pandas as pd
 import torch
 
+from creditflow.experience import expmodel_data, expmodel_pft, expmodel_scoring
 from creditflow.models.scorer import ExpScorer
-from creditflow.training import expmodel
 from creditflow.training.supervised import SupervisedConfig, SupervisedTrainer
 
 logger = logging.getLogger(__name__)
@@ -100,7 +101,7 @@ def catalogue_pairs(
         raise ValueError(f"margin must be > 0 (0 would pair ties both ways), got {margin}")
     if isinstance(max_pairs, bool) or not isinstance(max_pairs, int) or max_pairs < 1:
         raise ValueError(f"max_pairs must be an int >= 1, got {max_pairs!r}")
-    ok = expmodel.ok_annotations(annotations).drop_duplicates("item_id")
+    ok = expmodel_data.ok_annotations(annotations).drop_duplicates("item_id")
     ids, scores = ok["item_id"].to_numpy(), ok["overall"].to_numpy(dtype=np.float64)
     gaps = np.abs(scores[:, None] - scores[None, :]) >= margin - 1e-9  # (I, I)
     n_possible = int(np.triu(gaps, k=1).sum())
@@ -153,21 +154,21 @@ def train_text_expmodel_pft(
     pairs: pd.DataFrame,
     *,
     training: SupervisedConfig,
-    options: expmodel.PFTOptions | None = None,
+    options: expmodel_pft.PFTOptions | None = None,
     progress: bool = True,
 ) -> tuple[ExpScorer, list[dict[str, float]], float]:
     """SPEC 3.3 on text: train ``scorer`` in place on ``pairs`` (``catalogue_pairs``).
 
-    Part of the pairs is held out as ``expmodel.train_expmodel_pft`` does
-    (``options.heldout_fraction`` / ``heldout_split``, ``expmodel.split_pairs``) and scored
+    Part of the pairs is held out as ``expmodel_pft.train_expmodel_pft`` does
+    (``options.heldout_fraction`` / ``heldout_split``, ``expmodel_data.split_pairs``) and scored
     after training. Each step scores the ``2 b`` items of ``b`` pairs in one left-padded
-    forward, preferred items first (``expmodel.pft_loss``).
+    forward, preferred items first (``expmodel_pft.pft_loss``).
 
     Returns:
-        ``(scorer, history, heldout_accuracy)`` as ``expmodel.train_expmodel_pft``.
+        ``(scorer, history, heldout_accuracy)`` as ``expmodel_pft.train_expmodel_pft``.
     """
-    options = options or expmodel.PFTOptions()
-    train_pairs, heldout_pairs = expmodel.split_pairs(
+    options = options or expmodel_pft.PFTOptions()
+    train_pairs, heldout_pairs = expmodel_data.split_pairs(
         pairs, options.heldout_fraction, training.seed, options.heldout_split, list(prompts)
     )
     device = next(scorer.parameters()).device
@@ -182,7 +183,7 @@ def train_text_expmodel_pft(
         scorer,
         len(train_pairs),
         batch_fn,
-        lambda inputs: expmodel.pft_loss(scorer, inputs, options.lam),
+        lambda inputs: expmodel_pft.pft_loss(scorer, inputs, options.lam),
         training,
         None,
         parameters=scorer.parameters_to_train(options.train_backbone),
@@ -194,7 +195,9 @@ def train_text_expmodel_pft(
     if not heldout_pairs.empty:
         needed = pd.unique(heldout_pairs[list(PAIR_COLUMNS)].to_numpy().ravel())
         scores = score_text_items(scorer, tokenizer, prompts, needed, 2 * training.batch_size)
-        heldout_accuracy = expmodel.pair_accuracy(*expmodel.pair_scores(heldout_pairs, scores))
+        heldout_accuracy = expmodel_pft.pair_accuracy(
+            *expmodel_scoring.pair_scores(heldout_pairs, scores)
+        )
     logger.info(
         "text ExpModel PFT: %d steps on %d pairs, final loss %.4f, held-out accuracy %.3f",
         training.steps,
@@ -213,7 +216,7 @@ def score_text_items(
     item_ids: Sequence[Any],
     batch_size: int = 64,
 ) -> pd.DataFrame:
-    """``expmodel.SCORE_COLUMNS`` (``item_id, s_exp``) of ``item_ids`` in their order, each
+    """``expmodel_data.SCORE_COLUMNS`` (``item_id, s_exp``) of ``item_ids`` in their order, each
     scored from its prompt alone in eval mode (restored afterwards)."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -221,20 +224,22 @@ def score_text_items(
     unknown = [i for i in ids if i not in prompts]
     if unknown:
         raise ValueError(f"{len(unknown)} item(s) have no prompt, e.g. {unknown[:5]}")
-    values = expmodel.batched_scores(
+    values = expmodel_scoring.batched_scores(
         scorer,
         len(ids),
         lambda chunk: prompt_inputs(tokenizer, [prompts[i] for i in ids[chunk]]),
         batch_size,
     )
-    return pd.DataFrame({"item_id": ids, "s_exp": values}, columns=list(expmodel.SCORE_COLUMNS))
+    return pd.DataFrame(
+        {"item_id": ids, "s_exp": values}, columns=list(expmodel_data.SCORE_COLUMNS)
+    )
 
 
 def on_reference_scale(scores: np.ndarray, reference: np.ndarray) -> np.ndarray:
     """``scores`` moved affinely to the mean and standard deviation of ``reference``:
     ``mean(ref) + std(ref) (s - mean(s)) / std(s)``; the order of the scores is kept.
 
-    A reranker reads s_exp raw (``training.reranking.FEATURE_NAMES``: ``exp_score``, beside the
+    A reranker reads s_exp raw (``experience.reranker_training.FEATURE_NAMES``: ``exp_score``, beside the
     scale-free ``exp_rank_gain``), so scores of another ExpModel, on its own arbitrary PFT
     scale, must be put on the scale of those it was trained with.
 

@@ -10,31 +10,31 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from creditflow.annotation import HeuristicAnnotator, parse_annotation
-from creditflow.models import build_tiny_processor, build_tiny_qwen2_5_vl, train_vl_tokenizer
-from creditflow.models.scorer import ExpScorer
-from creditflow.tasks.reranking import generate_catalogue, generate_sessions
-from creditflow.training.config import ConfigError
-from creditflow.training.expmodel import (
+from creditflow.errors import ConfigError
+from creditflow.experience.expmodel_data import (
     EXPMODEL_TRAINING,
     HELDOUT_SPLITS,
     PAIR_COLUMNS,
     TRAIN,
     UNSEEN,
-    PFTOptions,
-    collate_expmodel_sft,
     expmodel_prompt,
-    expmodel_sft_examples,
-    expmodel_sft_loss,
     expmodel_target,
-    pair_accuracy,
     pairs_within,
     preference_pairs,
-    score_items,
     split_ids,
     split_items,
-    train_expmodel_pft,
+)
+from creditflow.experience.expmodel_pft import PFTOptions, pair_accuracy, train_expmodel_pft
+from creditflow.experience.expmodel_scoring import score_items
+from creditflow.experience.expmodel_sft import (
+    collate_expmodel_sft,
+    expmodel_sft_examples,
+    expmodel_sft_loss,
     train_expmodel_sft,
 )
+from creditflow.models import build_tiny_processor, build_tiny_qwen2_5_vl, train_vl_tokenizer
+from creditflow.models.scorer import ExpScorer
+from creditflow.tasks.reranking import generate_catalogue, generate_sessions
 from creditflow.training.sft import IGNORE_INDEX
 from creditflow.training.supervised import SupervisedConfig
 

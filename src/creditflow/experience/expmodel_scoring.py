@@ -1,0 +1,111 @@
+"""ExpModel scoring: every item's (or every query-item pair's) experience score s_exp, batched, in
+eval mode."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from creditflow.annotation import QUERY_COLUMN
+from creditflow.experience.expmodel_data import (
+    SCORE_COLUMNS,
+    _ItemPrompts,
+    _queries_of,
+    is_per_query,
+)
+from creditflow.models.scorer import ExpScorer
+
+
+@torch.inference_mode()
+def score_items(
+    scorer: ExpScorer,
+    processor: Any,
+    items_df: pd.DataFrame,
+    batch_size: int = 32,
+    units: pd.DataFrame | None = None,
+) -> pd.DataFrame:
+    """The experience score of every item: ``SCORE_COLUMNS`` (``item_id``, ``s_exp``) in
+    ``items_df`` order; with ``units`` (``QUERY_COLUMN, item_id``, e.g. ``query_candidates``),
+    s_{q,v} of every (query, item) of it instead, in its order, the query first. Runs in eval
+    mode (restored afterwards); batches are left-padded, and the scorer pools the last real
+    token, so a score does not depend on its batch beyond float rounding.
+
+    Raises:
+        ValueError: a unit names an item missing from ``items_df``.
+    """
+    _check_positive(batch_size=batch_size)
+    prompts = _ItemPrompts(items_df)
+    item_ids = prompts.ids if units is None else units["item_id"].tolist()
+    queries = [None] * len(item_ids) if units is None else units[QUERY_COLUMN].tolist()
+    unknown = sorted(set(item_ids) - set(prompts.ids))
+    if unknown:
+        raise ValueError(f"units name items missing from items_df: {unknown[:10]}")
+    values = batched_scores(
+        scorer,
+        len(item_ids),
+        lambda chunk: prompts.inputs(processor, item_ids[chunk], queries[chunk]),
+        batch_size,
+    )
+    frame = pd.DataFrame({"item_id": item_ids, "s_exp": values}, columns=list(SCORE_COLUMNS))
+    return (
+        frame
+        if units is None
+        else frame.assign(**{QUERY_COLUMN: queries})[[QUERY_COLUMN, *SCORE_COLUMNS]]
+    )
+
+
+@torch.inference_mode()
+def batched_scores(
+    scorer: ExpScorer,
+    n_units: int,
+    inputs_of: Callable[[slice], dict[str, torch.Tensor]],
+    batch_size: int,
+) -> np.ndarray:
+    """``(n_units,)`` float32 scores of ``scorer`` in eval mode (its mode restored
+    afterwards), ``batch_size`` units per forward; ``inputs_of(chunk)`` gives the model inputs
+    of the units in ``chunk`` (a slice), on any device."""
+    device = next(scorer.parameters()).device
+    was_training = scorer.training
+    scorer.eval()
+    scores = []
+    try:
+        for start in range(0, n_units, batch_size):
+            inputs = inputs_of(slice(start, start + batch_size))
+            scores.append(scorer(**{k: v.to(device) for k, v in inputs.items()}).float().cpu())
+    finally:
+        scorer.train(was_training)
+    return torch.cat(scores).numpy() if scores else np.zeros(0, dtype=np.float32)
+
+
+def unit_scores(
+    scores: pd.DataFrame, item_ids: Sequence[Any], queries: Sequence[Any]
+) -> np.ndarray:
+    """``(n,)`` s_exp of each (query, item) from ``score_items`` output: s_{q,v} when the
+    scores are per query, the item's own score otherwise (then ``queries`` is not read).
+
+    Raises:
+        KeyError: a (query, item) or item without a score.
+    """
+    if is_per_query(scores):
+        lookup = scores.set_index([QUERY_COLUMN, "item_id"])["s_exp"]
+        return lookup.loc[list(zip(queries, item_ids, strict=True))].to_numpy()
+    return scores.set_index("item_id")["s_exp"].loc[list(item_ids)].to_numpy()
+
+
+def pair_scores(pairs_df: pd.DataFrame, scores: pd.DataFrame) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(s+ (P,), s- (P,))`` of the pairs (per query or per item) under ``scores``."""
+    queries = _queries_of(pairs_df)
+    return tuple(
+        torch.tensor(unit_scores(scores, pairs_df[side].tolist(), queries))
+        for side in ("pos_item", "neg_item")
+    )
+
+
+def _check_positive(**values: float) -> None:
+    for name, value in values.items():
+        if not value > 0:
+            raise ValueError(f"{name} must be > 0, got {value}")

@@ -1,0 +1,232 @@
+"""RunManifestHook and its helpers: a JSON manifest per run (git state, package versions, device,
+seeds, parameters, the datasets read and written)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import platform
+import subprocess
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kedro.framework.hooks import hook_impl
+from kedro.io import AbstractVersionedDataset, CatalogProtocol
+from kedro.pipeline import Pipeline
+
+from creditflow.redaction import redact, scrub
+
+if TYPE_CHECKING:
+    pass
+
+logger = logging.getLogger(__name__)
+
+MANIFEST_DIR = "data/08_reporting/run_manifests"
+# Distributions whose versions every manifest records (None when one is not installed).
+MANIFEST_PACKAGES = (
+    "creditflow",
+    "torch",
+    "transformers",
+    "accelerate",
+    "kedro",
+    "kedro-datasets",
+    "numpy",
+    "pandas",
+)
+
+
+def git_state(path: str | Path) -> dict[str, Any]:
+    """Commit checked out at ``path`` and whether the work tree differs from it.
+
+    ``dirty`` counts untracked files that git does not ignore too: new source files change what
+    runs. Both are None outside a git work tree or where git is not installed.
+    """
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(path), *args], capture_output=True, text=True, check=True, timeout=30
+        ).stdout.strip()
+
+    try:
+        commit = git("rev-parse", "HEAD")
+        dirty = bool(git("status", "--porcelain"))
+    except (OSError, subprocess.CalledProcessError, subprocess.TimeoutExpired):
+        return {"commit": None, "dirty": None}
+    return {"commit": commit, "dirty": dirty}
+
+
+def package_versions() -> dict[str, str | None]:
+    """Python's version and those of :data:`MANIFEST_PACKAGES`."""
+    versions: dict[str, str | None] = {"python": platform.python_version()}
+    for name in MANIFEST_PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def device_info() -> dict[str, Any]:
+    """The accelerator a run sees: ``{"type": "cpu"}`` or CUDA's device names."""
+    import torch  # noqa: PLC0415 - read once per run; kedro commands without runs skip it
+
+    if not torch.cuda.is_available():
+        return {"type": "cpu"}
+    names = [torch.cuda.get_device_name(index) for index in range(torch.cuda.device_count())]
+    return {"type": "cuda", "names": names, "cuda_version": torch.version.cuda}
+
+
+def find_seeds(params: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Every parameter named ``seed`` or ``*_seed``, keyed by its dotted path.
+
+    >>> find_seeds({"train": {"seed": 1, "sampler": {"data_seed": 2}}, "seeds": [3]})
+    {'train.seed': 1, 'train.sampler.data_seed': 2}
+    """
+    seeds: dict[str, Any] = {}
+    for key, value in params.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            seeds |= find_seeds(value, f"{name}.")
+        elif key == "seed" or str(key).endswith("_seed"):
+            seeds[name] = value
+    return seeds
+
+
+def pipeline_parameters(pipeline: Pipeline, catalog: CatalogProtocol) -> dict[str, Any]:
+    """The parameters the pipeline's nodes take, as the catalog holds them (overrides applied).
+
+    Keyed by name without the ``params:`` prefix (``params:train.lr`` -> ``train.lr``); a node
+    taking ``parameters`` (all of them) makes this the whole parameter tree.
+    """
+    inputs = pipeline.inputs()
+    if "parameters" in inputs:
+        return dict(catalog.load("parameters"))
+    names = sorted(name for name in inputs if name.startswith("params:"))
+    return {name.removeprefix("params:"): catalog.load(name) for name in names}
+
+
+def _dataset_record(catalog: CatalogProtocol, name: str, operation: str) -> dict[str, Any]:
+    """Type and resolved version of dataset ``name`` right after a load or save."""
+    dataset = catalog.get(name)
+    version = None
+    if isinstance(dataset, AbstractVersionedDataset):
+        # Right after the operation both resolve from the dataset's cache: the pinned or
+        # latest version that was just read, or the session's save version.
+        if operation == "load":
+            version = dataset.resolve_load_version()
+        else:
+            version = dataset.resolve_save_version()
+    return {"type": type(dataset).__name__ if dataset is not None else None, "version": version}
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class RunManifestHook:
+    """Writes ``<manifest_dir>/<run_id>.json`` when a run completes or fails.
+
+    Args:
+        manifest_dir: folder of the manifests; a relative one is taken from the project root.
+
+    The manifest holds: ``run_id``, ``status`` ("completed" or "failed") and ``error``,
+    ``started_at`` / ``finished_at`` / ``duration_s`` (UTC), ``run_params`` (Kedro's, with the
+    runtime parameter overrides), ``git``, ``packages``, ``device``, ``parameters`` (those the
+    pipeline's nodes take), ``seeds`` found in them, the session's ``save_version`` and
+    ``datasets.loaded`` / ``datasets.saved``: dataset name -> type and resolved version (None
+    for unversioned datasets). Parameter datasets appear under ``parameters`` only.
+
+    Secret-named values (``api_key``, ``token`` ...; :func:`creditflow.redaction.redact`) in
+    ``run_params`` and ``parameters`` read ``[REDACTED]``, and ``error`` is scrubbed.
+    """
+
+    def __init__(self, manifest_dir: str | Path = MANIFEST_DIR) -> None:
+        self.manifest_dir = Path(manifest_dir)
+        self._save_version: str | None = None
+        self._catalog: CatalogProtocol | None = None
+        self._started_at: datetime | None = None
+        self._loaded: dict[str, dict[str, Any]] = {}
+        self._saved: dict[str, dict[str, Any]] = {}
+
+    @hook_impl
+    def after_catalog_created(self, catalog: CatalogProtocol, save_version: str) -> None:
+        self._catalog = catalog
+        self._save_version = save_version
+
+    @hook_impl
+    def before_pipeline_run(self, pipeline: Pipeline, catalog: CatalogProtocol) -> None:
+        # Hook instances live as long as the process (settings.HOOKS): reset per run.
+        self._catalog = catalog
+        self._started_at = _now()
+        self._loaded, self._saved = {}, {}
+
+    @hook_impl
+    def after_dataset_loaded(self, dataset_name: str) -> None:
+        if self._catalog is not None and not is_parameter_dataset(dataset_name):
+            self._loaded[dataset_name] = _dataset_record(self._catalog, dataset_name, "load")
+
+    @hook_impl
+    def after_dataset_saved(self, dataset_name: str) -> None:
+        if self._catalog is not None:
+            self._saved[dataset_name] = _dataset_record(self._catalog, dataset_name, "save")
+
+    @hook_impl
+    def after_pipeline_run(
+        self, run_params: dict[str, Any], pipeline: Pipeline, catalog: CatalogProtocol
+    ) -> None:
+        self.write_manifest(run_params, pipeline, catalog, status="completed")
+
+    @hook_impl
+    def on_pipeline_error(
+        self,
+        error: Exception,
+        run_params: dict[str, Any],
+        pipeline: Pipeline,
+        catalog: CatalogProtocol,
+    ) -> None:
+        self.write_manifest(run_params, pipeline, catalog, status="failed", error=error)
+
+    def write_manifest(
+        self,
+        run_params: Mapping[str, Any],
+        pipeline: Pipeline,
+        catalog: CatalogProtocol,
+        status: str,
+        error: BaseException | None = None,
+    ) -> Path:
+        """Write this run's manifest and return its path."""
+        finished_at = _now()
+        started_at = self._started_at or finished_at
+        run_id = run_params.get("run_id") or self._save_version or finished_at.isoformat()
+        project_path = Path(run_params.get("project_path") or Path.cwd())
+        parameters = redact(pipeline_parameters(pipeline, catalog))
+        manifest = {
+            "run_id": run_id,
+            "status": status,
+            "error": None if error is None else scrub(f"{type(error).__name__}: {error}"),
+            "started_at": started_at.isoformat(),
+            "finished_at": finished_at.isoformat(),
+            "duration_s": round((finished_at - started_at).total_seconds(), 3),
+            "run_params": redact(run_params),
+            "git": git_state(project_path),
+            "packages": package_versions(),
+            "device": device_info(),
+            "parameters": parameters,
+            "seeds": find_seeds(parameters),
+            "save_version": self._save_version,
+            "datasets": {"loaded": self._loaded, "saved": self._saved},
+        }
+        path = project_path / self.manifest_dir / f"{run_id}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # default=str: runtime parameters from the CLI may hold dates or paths.
+        path.write_text(json.dumps(manifest, indent=2, default=str) + "\n", encoding="utf-8")
+        logger.info("Run manifest (%s) written to %s", status, path)
+        self._started_at = None
+        return path
+
+
+def is_parameter_dataset(dataset_name: str) -> bool:
+    return dataset_name == "parameters" or dataset_name.startswith("params:")
