@@ -17,7 +17,7 @@ export TOKENIZERS_PARALLELISM := false
 # several times longer (an ExpModel SFT step: 0.73 s on one thread, 6.8 s on two at load 8).
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: install install-dev run test test-fast lint format viz clean-data airflow
+.PHONY: install install-dev run test test-fast lint format viz docs clean-data airflow
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -48,6 +48,12 @@ lint: $(DEV_STAMP)
 format: $(DEV_STAMP)
 	$(BIN)/ruff check --fix src tests benchmarks
 	$(BIN)/ruff format src tests benchmarks
+
+# The documentation site (mkdocs.yml) in site/ (git-ignored): the parameter reference is
+# generated from the parameter schemas first, then the site is built strictly.
+docs: $(DEV_STAMP)
+	$(BIN)/python docs/gen_parameters.py
+	$(BIN)/mkdocs build --strict
 
 # Static kedro-viz site of the pipelines in build/ (git-ignored): open it with
 # `python -m http.server -d build`, or run the live app with `kedro viz run` instead.

@@ -75,6 +75,10 @@ class Block(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
     RENAMED: ClassVar[Mapping[str, str]] = {}
+    # The typed config or function whose docstring documents the fields of a block built from
+    # it (dataclass_block, signature_block); None for a block written by hand, whose fields
+    # the YAML comments document.
+    DOCUMENTED_BY: ClassVar[Any] = None
 
 
 def _yaml_type(hint: Any) -> Any:
@@ -155,7 +159,9 @@ def dataclass_block(
         else:
             specs[item.name] = (hint, ...)
     specs.update(extra_fields or {})
-    return _with_check(name or f"{cls.__name__}Block", specs, check, getattr(cls, "RENAMED", {}))
+    block = _with_check(name or f"{cls.__name__}Block", specs, check, getattr(cls, "RENAMED", {}))
+    block.DOCUMENTED_BY = cls  # whose docstring describes the fields (the parameter reference)
+    return block
 
 
 def signature_block(
@@ -175,7 +181,9 @@ def signature_block(
         hint = _yaml_type(hints.get(arg, Any))
         default = ... if parameter.default is parameter.empty else parameter.default
         specs[arg] = (hint, default)
-    return _with_check(name or f"{func.__name__}_options", specs, None, {})
+    block = _with_check(name or f"{func.__name__}_options", specs, None, {})
+    block.DOCUMENTED_BY = func
+    return block
 
 
 def _path(group: str, loc: tuple[Any, ...]) -> str:
