@@ -148,7 +148,9 @@ def run_comparison(project: Path, group: str, params: dict[str, Any]) -> dict[st
 
 def cell(table: pd.Series, column: str) -> str:
     """``mean [low, high]`` of an interval column (``+0.024 [-0.003, +0.051]``); ``-`` where
-    there is no interval (NaN bounds are shown as missing, never filled in)."""
+    there is no interval (NaN bounds are shown as missing, never filled in). An interval that
+    holds 0 is a null: it says so with the minimum detectable effect at 80 % power, when the
+    table has it (``+0.002 [-0.010, +0.014] not detectable (MDE 0.017)``)."""
     mean = table.get(column)
     if mean is None or pd.isna(mean):
         return "-"
@@ -156,7 +158,11 @@ def cell(table: pd.Series, column: str) -> str:
     low, high = table.get(f"{stem}_ci_low_{split}"), table.get(f"{stem}_ci_high_{split}")
     if low is None or pd.isna(low) or pd.isna(high):
         return f"{mean:+.3f} [no interval]"
-    return f"{mean:+.3f} [{low:+.3f}, {high:+.3f}]"
+    text = f"{mean:+.3f} [{low:+.3f}, {high:+.3f}]"
+    mde = table.get(f"{stem}_mde_{split}")
+    if low <= 0.0 <= high and mde is not None and not pd.isna(mde):
+        text += f" not detectable (MDE {mde:.3f})"
+    return text
 
 
 def markdown_table(group: str, table: pd.DataFrame) -> str:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from creditflow.reporting.stats import t_interval
+from creditflow.reporting.stats import minimum_detectable_effect, t_interval
 
 BASELINE = "uniform"
 WARM_START = "sft"
@@ -44,12 +44,15 @@ def interval_cell(values: list[float]) -> str:
     >>> interval_cell([0.02, 0.04, 0.06])  # se = 0.01155, t(2) = 4.3027
     '+0.040 [-0.010, +0.090]'
     """
-    mean, _, low, high = t_interval(values)
+    mean, se, low, high = t_interval(values)
     if pd.isna(mean):
         return "-"
     if pd.isna(low):
         return f"{mean:+.3f} [no interval]"
-    return f"{mean:+.3f} [{low:+.3f}, {high:+.3f}]"
+    text = f"{mean:+.3f} [{low:+.3f}, {high:+.3f}]"
+    if low <= 0.0 <= high:
+        text += f" not detectable (MDE {minimum_detectable_effect(se, len(values)):.3f})"
+    return text
 
 
 def pooled_per_seed(tables: Path) -> pd.DataFrame:

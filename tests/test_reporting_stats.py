@@ -6,6 +6,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
 from creditflow.reporting.stats import (
     PROBLEMS_BASIS,
@@ -13,6 +14,7 @@ from creditflow.reporting.stats import (
     comparison_intervals,
     difference_interval,
     interval_basis,
+    minimum_detectable_effect,
     paired_differences,
     t_interval,
 )
@@ -164,7 +166,7 @@ def test_comparison_intervals_columns_and_no_interval_for_the_baseline_itself():
     assert list(table.columns) == [
         f"eval_reward_{what}{stat}_seen"
         for what in ("gain", "vs_baseline")
-        for stat in ("", "_se", "_ci_low", "_ci_high")
+        for stat in ("", "_se", "_ci_low", "_ci_high", "_mde")
     ]
     # s - base = 0.2 on every (problem, seed): a zero-width interval at 0.2.
     assert table.loc[
@@ -187,3 +189,29 @@ def test_comparison_intervals_columns_and_no_interval_for_the_baseline_itself():
     assert comparison_intervals(
         scores[scores["policy"] != "sft"], ["id"], "sft", "base", "eval_reward", "seen"
     ).empty
+
+
+def test_the_minimum_detectable_effect_by_hand_and_its_power():
+    # n = 5: (t(0.975, 4) + t(0.8, 4)) * se = (2.7764 + 0.9410) * 0.01
+    assert minimum_detectable_effect(0.01, 5) == pytest.approx(0.037174, abs=1e-6)
+    assert np.isnan(minimum_detectable_effect(0.01, 1))
+    assert np.isnan(minimum_detectable_effect(float("nan"), 5))
+    # A true effect of one MDE (se known) is detected by the two-sided t test with about 80 %
+    # probability: the exact power from the noncentral t, 0.79 at n = 5, 0.80 at n = 40.
+    for n, expected in ((5, 0.791), (40, 0.800)):
+        df, d = n - 1, minimum_detectable_effect(1.0, n)
+        critical = stats.t.ppf(0.975, df)
+        power = 1 - stats.nct.cdf(critical, df, d) + stats.nct.cdf(-critical, df, d)
+        assert power == pytest.approx(expected, abs=0.002)
+
+
+def test_the_comparison_table_carries_the_mde_of_each_difference():
+    ids = ["a", "b"]
+    rows = [("sft", np.nan, i, 0.0) for i in ids]
+    rows += [("s", seed, i, 0.1 + 0.02 * seed) for seed in (0, 1, 2, 3) for i in ids]
+    scores = pd.DataFrame(rows, columns=["policy", "seed", "id", "value"])
+    table = comparison_intervals(scores, ["id"], "sft", None, "eval_reward", "seen")
+    se = table.loc["s", "eval_reward_gain_se_seen"]
+    assert table.loc["s", "eval_reward_gain_mde_seen"] == pytest.approx(
+        minimum_detectable_effect(se, 4)
+    )

@@ -83,3 +83,24 @@ def test_the_tor_markdown_adds_the_sampled_accuracy_where_it_was_measured(seeds)
         "| uniform | 5 | seeds | 0.500 | +0.000 [no interval] | - "
         "| 0.450 | +0.050 [+0.020, +0.080] | - |"
     )
+
+
+def test_a_null_is_read_with_its_minimum_detectable_effect(seeds):
+    row = pd.Series(
+        {
+            "accuracy_vs_baseline_synthetic": 0.002,
+            "accuracy_vs_baseline_ci_low_synthetic": -0.010,
+            "accuracy_vs_baseline_ci_high_synthetic": 0.014,
+            "accuracy_vs_baseline_mde_synthetic": 0.0171,
+            "accuracy_gain_synthetic": 0.03,
+            "accuracy_gain_ci_low_synthetic": 0.01,
+            "accuracy_gain_ci_high_synthetic": 0.05,
+            "accuracy_gain_mde_synthetic": 0.02,
+        }
+    )
+    assert (
+        seeds.cell(row, "accuracy_vs_baseline_synthetic")
+        == "+0.002 [-0.010, +0.014] not detectable (MDE 0.017)"
+    )
+    # an interval that excludes 0 is not a null: no MDE
+    assert seeds.cell(row, "accuracy_gain_synthetic") == "+0.030 [+0.010, +0.050]"

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from scipy import stats
 
 from creditflow.reporting.stats import t_interval
 
@@ -34,8 +35,14 @@ def _per_seed(accuracy: dict[str, list[float]], seeds: list[int], sft: float = 0
 
 
 def cell(values: list[float]) -> str:
-    mean, _, low, high = t_interval(values)
-    return f"{mean:+.3f} [{low:+.3f}, {high:+.3f}]"
+    """The expected cell: the interval and, for a null, (t(0.975) + t(0.8)) * se."""
+    mean, se, low, high = t_interval(values)
+    text = f"{mean:+.3f} [{low:+.3f}, {high:+.3f}]"
+    if low <= 0 <= high:
+        df = len(values) - 1
+        mde = (stats.t.ppf(0.975, df) + stats.t.ppf(0.8, df)) * se
+        text += f" not detectable (MDE {mde:.3f})"
+    return text
 
 
 def test_batches_pool_into_one_interval_paired_by_seed(tmp_path):

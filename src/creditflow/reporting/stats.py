@@ -1,4 +1,4 @@
-"""Confidence intervals of the strategy comparisons (tapo, tor; issue 17): pure functions on
+"""Confidence intervals of the strategy comparisons (tapo, tor): pure functions on
 score tables, no Kedro and no I/O.
 
 A comparison asks whether a training procedure (a strategy's GRPO from the warm start) beats
@@ -22,6 +22,12 @@ spread between problems, which both policies share, cancels. The interval is the
 
 Where an interval cannot be computed (fewer than two seeds or problems) its bounds are NaN,
 never a guess.
+
+A null (an interval that holds 0) is read with its **minimum detectable effect**
+(``minimum_detectable_effect``): the smallest true difference the same number of seeds (or
+problems) and the observed spread would have detected with 80 % power. "Within noise" then
+says how large an effect the budget could have seen; a claim smaller than that is "not
+detectable at this budget", not refuted.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import pandas as pd
 from scipy import stats
 
 CONFIDENCE = 0.95
+POWER = 0.8  # of the minimum detectable effect
 SEEDS_BASIS = "seeds"  # t over per-seed mean differences
 PROBLEMS_BASIS = "problems (1 seed)"  # t over per-problem differences of one seed
 DIFFERENCE = "diff"  # the column of paired_differences' differences
@@ -54,6 +61,31 @@ class Interval:
     high: float
     n: int
     basis: str
+
+    @property
+    def mde(self) -> float:
+        """The minimum detectable effect at ``POWER`` for this interval's ``n`` and ``se``."""
+        return minimum_detectable_effect(self.se, self.n)
+
+
+def minimum_detectable_effect(
+    se: float, n: int, confidence: float = CONFIDENCE, power: float = POWER
+) -> float:
+    """The smallest true mean difference that a two-sided one-sample t test at level
+    ``1 - confidence``, over ``n`` values with standard error ``se``, detects with probability
+    ``power``: ``(t_{(1+c)/2, n-1} + t_{power, n-1}) * se`` (the usual normal-approximation
+    formula with t quantiles, since ``se`` is estimated from the same ``n`` values). NaN for
+    fewer than two values or an unknown ``se``.
+
+    >>> round(minimum_detectable_effect(1.0, 5), 4)  # t(0.975, 4) = 2.7764, t(0.8, 4) = 0.9410
+    3.7174
+    """
+    if not 0.0 < power < 1.0:
+        raise ValueError(f"power must be in (0, 1), got {power}")
+    if n < 2 or se is None or np.isnan(se):
+        return float("nan")
+    df = n - 1
+    return float((stats.t.ppf((1 + confidence) / 2, df) + stats.t.ppf(power, df)) * se)
 
 
 def t_interval(
@@ -149,11 +181,11 @@ def comparison_intervals(
     problems, one row per policy of ``scores`` but ``warm_start`` (``paired_differences``'
     layout; index ``policy``, in table order):
 
-    - ``<metric>_gain_<split>`` and ``<metric>_gain_{se,ci_low,ci_high}_<split>``: the paired
-      difference to ``warm_start``;
-    - ``<metric>_vs_baseline_<split>`` and ``<metric>_vs_baseline_{se,ci_low,ci_high}_<split>``:
-      to ``baseline``; NaN on the baseline's own row, and on every row when ``baseline`` is
-      None or has no scores.
+    - ``<metric>_gain_<split>`` and ``<metric>_gain_{se,ci_low,ci_high,mde}_<split>``: the
+      paired difference to ``warm_start``, with its minimum detectable effect at 80 % power;
+    - ``<metric>_vs_baseline_<split>`` and
+      ``<metric>_vs_baseline_{se,ci_low,ci_high,mde}_<split>``: to ``baseline``; NaN on the
+      baseline's own row, and on every row when ``baseline`` is None or has no scores.
 
     No rows when ``warm_start`` has no scores.
     """
@@ -175,11 +207,11 @@ def comparison_intervals(
 
 def _interval_columns(interval: Interval | None, name: str, split: str) -> dict[str, float]:
     """``<name>_<split>``, ``<name>_se_<split>``, ``<name>_ci_low_<split>``,
-    ``<name>_ci_high_<split>``; NaN for no interval."""
+    ``<name>_ci_high_<split>``, ``<name>_mde_<split>``; NaN for no interval."""
     nan = float("nan")
     if interval is None:
-        values = (nan, nan, nan, nan)
+        values = (nan, nan, nan, nan, nan)
     else:
-        values = (interval.mean, interval.se, interval.low, interval.high)
-    names = ("", "_se", "_ci_low", "_ci_high")
+        values = (interval.mean, interval.se, interval.low, interval.high, interval.mde)
+    names = ("", "_se", "_ci_low", "_ci_high", "_mde")
     return {f"{name}{stat}_{split}": v for stat, v in zip(names, values, strict=True)}

@@ -81,7 +81,7 @@ def tor_intervals(
     ``accuracy_gain_<set>`` over the warm start and ``accuracy_vs_baseline_<set>`` to
     ``baseline`` for the greedy accuracy (``reward/reasoning``), the same
     ``sampled_accuracy_*`` columns for the sampled accuracy where the evaluation has it
-    (``SAMPLED_ACCURACY``), each with ``_se_``, ``_ci_low_`` and ``_ci_high_`` columns.
+    (``SAMPLED_ACCURACY``), each with ``_se_``, ``_ci_low_``, ``_ci_high_`` and ``_mde_`` columns.
     Indexed by policy."""
     tasks = evaluations[evaluations["dataset"] == task_dataset]
     metrics = {"accuracy": "reward/reasoning"}
