@@ -18,7 +18,7 @@ from creditflow.ingest.schemas import (
 )
 from creditflow.pipelines.data_ingest import create_pipeline
 
-# Dataset -> (schema, rows on the real shared data).
+# Dataset -> (schema, rows on the real data sets, as creditflow fetch-data puts them).
 EXPECTED = {
     "mgsm_problems": (MATH_TEXT_SCHEMA, 2000),  # 250 problems x 8 languages
     "gsm8k_train_problems": (MATH_TEXT_SCHEMA, 7473),
@@ -56,7 +56,7 @@ def _run(pipeline, params: dict) -> dict[str, object]:
 
 
 @pytest.fixture
-def params(project_root: Path, shared_data: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
+def params(project_root: Path, raw_data: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
     """The project's own data_ingest parameters, run from the project root like kedro run."""
     monkeypatch.chdir(project_root)
     return _conf(project_root, "parameters")["data_ingest"]
@@ -70,7 +70,7 @@ def test_pipeline_ingests_every_source_with_its_schema(params: dict) -> None:
         check_frame(outputs[name], schema)
         assert len(outputs[name]) == rows, name
     tabmwp = outputs["tabmwp_problems"]
-    assert tabmwp["image_path"].str.startswith("../shared/data/tabmwp_numeric300/tables/").all()
+    assert tabmwp["image_path"].str.startswith("data/01_raw/tabmwp_numeric300/tables/").all()
     assert outputs["movielens_ratings"].dtypes.astype(str).to_dict() == {
         "user_id": "int64",
         "item_id": "int64",
@@ -122,12 +122,12 @@ def test_catalog_declares_every_output_as_a_versioned_primary_parquet(project_ro
 
 
 def test_versioned_catalog_entry_saves_and_loads(
-    project_root: Path, shared_data: Path, tmp_path: Path
+    project_root: Path, raw_data: Path, tmp_path: Path
 ) -> None:
     entry = _conf(project_root, "catalog")["mathvision_problems"]
     entry = entry | {"filepath": str(tmp_path / entry["filepath"])}
     catalog = DataCatalog.from_config({"mathvision_problems": entry})
-    frame = load_mathvision(shared_data / "mathvision_testmini", max_rows=20)
+    frame = load_mathvision(raw_data / "mathvision_testmini", max_rows=20)
     catalog.save("mathvision_problems", frame)
     loaded = catalog.load("mathvision_problems")
     check_frame(loaded, VISUAL_SCHEMA)
