@@ -41,7 +41,7 @@ def raw_data() -> Path:
     a test that takes it is skipped, saying how to fetch them, when one is absent."""
     missing = missing_sets(RAW_DATA)
     if missing:
-        pytest.skip(f"raw data set(s) {', '.join(missing)} not in {RAW_DATA_DIR}: {FETCH_HINT}")
+        pytest.skip(f"raw data set(s) {', '.join(missing)} not in {RAW_DATA_DIR}. {FETCH_HINT}")
     return RAW_DATA
 
 

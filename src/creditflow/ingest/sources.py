@@ -25,7 +25,7 @@ COPY_HINT = (
     "(or `make data FROM=<folder>`)"
 )
 FETCH_HINT = (
-    f"fetch them with {COPY_HINT}, or with internet `creditflow fetch-data` to download them "
+    f"Fetch them with {COPY_HINT}, or with internet `creditflow fetch-data` to download them "
     "from their public sources (docs/data.md)"
 )
 

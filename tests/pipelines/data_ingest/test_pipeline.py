@@ -5,9 +5,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from kedro.config import OmegaConfigLoader
+from kedro.framework.session import KedroSession
 from kedro.io import DataCatalog, MemoryDataset
 from kedro.runner import SequentialRunner
 
+from creditflow.errors import RawDataMissingError
 from creditflow.ingest import check_frame, load_mathvision
 from creditflow.ingest.schemas import (
     MATH_TEXT_SCHEMA,
@@ -16,7 +18,10 @@ from creditflow.ingest.schemas import (
     MOVIELENS_TAGS_SCHEMA,
     VISUAL_SCHEMA,
 )
+from creditflow.ingest.sources import RAW_SOURCES
 from creditflow.pipelines.data_ingest import create_pipeline
+from creditflow.pipelines.data_ingest.pipeline import NODE_SOURCES, check_pipeline_raw_data
+from tests.kedro_project import NodeCounter, copy_project
 
 # Dataset -> (schema, rows on the real data sets, as creditflow fetch-data puts them).
 EXPECTED = {
@@ -135,3 +140,45 @@ def test_versioned_catalog_entry_saves_and_loads(
     pd.testing.assert_frame_equal(loaded.assign(choices=loaded["choices"].map(list)), frame)
     versions = list((tmp_path / "data/03_primary/mathvision_problems.parquet").iterdir())
     assert len(versions) == 1 and (versions[0] / "mathvision_problems.parquet").is_file()
+
+
+# --- a clone without the raw data sets ------------------------------------------------------
+
+
+def test_every_ingest_node_names_the_raw_data_set_it_reads() -> None:
+    assert set(NODE_SOURCES) == {node.name for node in create_pipeline().nodes}
+    assert set(NODE_SOURCES.values()) == set(RAW_SOURCES)
+
+
+def test_a_clone_without_raw_data_fails_before_the_first_node_saying_how_to_fetch(
+    project_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The project's conf in a fresh folder with an empty data/01_raw, run as `kedro run
+    --pipelines data_ingest` runs it: every hook of settings.py, no node started."""
+    project = copy_project(project_root, tmp_path, monkeypatch)
+    (project / "data" / "01_raw").mkdir(parents=True)
+    counter = NodeCounter()
+    with KedroSession.create(project_path=project) as session:
+        session._hook_manager.register(counter)
+        with pytest.raises(RawDataMissingError) as error:
+            session.run(pipeline_names=["data_ingest"])
+    assert counter.started == []
+    assert str(error.value).startswith(
+        "raw data set(s) gsm8k, mathvision, mgsm, movielens, tabmwp not in data/01_raw: "
+        "gsm8k (no folder gsm8k/); mathvision (no folder mathvision_testmini/); "
+    )
+    assert "Fetch them with `creditflow fetch-data --from <folder holding a copy" in str(
+        error.value
+    )
+    assert "or with internet `creditflow fetch-data` to download them" in str(error.value)
+
+
+def test_the_raw_data_check_names_only_the_sets_the_run_reads(tmp_path: Path) -> None:
+    params = {"raw_data_dir": str(tmp_path), "mgsm_languages": ["en"]}
+    visual = create_pipeline().only_nodes_with_tags("visual")
+    with pytest.raises(RawDataMissingError, match=r"raw data set\(s\) mathvision, tabmwp not in"):
+        check_pipeline_raw_data(visual, params)
+    (tmp_path / "tabmwp_numeric300" / "tables").mkdir(parents=True)
+    (tmp_path / "tabmwp_numeric300" / "problems_shared.json").write_text("{}")
+    with pytest.raises(RawDataMissingError, match=r"tabmwp \(missing tables/ \(absent or empty"):
+        check_pipeline_raw_data(create_pipeline().only_nodes("ingest_tabmwp_problems"), params)
