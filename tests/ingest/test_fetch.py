@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 from PIL import Image
 
-from creditflow.__main__ import COPY_ENV, fetch_data
+from creditflow.__main__ import COPY_ENV, fetch_data, main
 from creditflow.errors import DownloadError, RawDataMissingError
 from creditflow.ingest import download
 from creditflow.ingest.download import (
@@ -157,6 +157,16 @@ def test_the_command_line_takes_the_copy_from_an_option_or_the_environment(
     assert result.exit_code == 1
     assert "Error: the local copy" in result.output
     assert "tabmwp (missing problems_shared.json)" in result.output
+
+
+def test_the_creditflow_script_dispatches_fetch_data(tmp_path: Path) -> None:
+    """`creditflow fetch-data ...` (and `python -m creditflow fetch-data ...`) is the fetch
+    step (anything else stays `kedro run`'s options)."""
+    copy, raw = _tiny_copy(tmp_path / "copy"), tmp_path / "raw"
+    with pytest.raises(SystemExit) as done:
+        main(["fetch-data", "--from", str(copy), "--to", str(raw), "--source", "tabmwp"])
+    assert done.value.code == 0
+    assert missing_sets(raw, ["tabmwp"]) == {}
 
 
 def test_the_command_line_defaults_to_the_projects_raw_data_dir(

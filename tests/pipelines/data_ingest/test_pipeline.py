@@ -5,6 +5,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from kedro.config import OmegaConfigLoader
+from kedro.framework.project import configure_project
 from kedro.framework.session import KedroSession
 from kedro.io import DataCatalog, MemoryDataset
 from kedro.runner import SequentialRunner
@@ -19,6 +20,7 @@ from creditflow.ingest.schemas import (
     VISUAL_SCHEMA,
 )
 from creditflow.ingest.sources import RAW_SOURCES
+from creditflow.pipeline_registry import register_pipelines
 from creditflow.pipelines.data_ingest import create_pipeline
 from creditflow.pipelines.data_ingest.pipeline import NODE_SOURCES, check_pipeline_raw_data
 from tests.kedro_project import NodeCounter, copy_project
@@ -182,3 +184,12 @@ def test_the_raw_data_check_names_only_the_sets_the_run_reads(tmp_path: Path) ->
     (tmp_path / "tabmwp_numeric300" / "problems_shared.json").write_text("{}")
     with pytest.raises(RawDataMissingError, match=r"tabmwp \(missing tables/ \(absent or empty"):
         check_pipeline_raw_data(create_pipeline().only_nodes("ingest_tabmwp_problems"), params)
+
+
+def test_the_default_run_needs_no_raw_data_set() -> None:
+    """`kedro run` / `make run` (the experience chain on its synthetic world) reads neither the
+    raw data sets nor the tables ingested from them, so a fresh clone runs it as it is."""
+    configure_project("creditflow")  # find_pipelines needs the package configured
+    default = register_pipelines()["__default__"]
+    assert "params:data_ingest" not in default.inputs()
+    assert not default.inputs() & create_pipeline().all_outputs()
