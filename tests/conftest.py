@@ -22,8 +22,12 @@ settings.register_profile(
 )
 settings.load_profile("creditflow")
 
+from creditflow.ingest.sources import FETCH_HINT, RAW_DATA_DIR, missing_sets  # noqa: E402
+
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
-SHARED_DATA = (PROJECT_ROOT.parent / "shared" / "data").resolve()
+# The project's raw data dir: `creditflow fetch-data` fills it (`make test` first copies the
+# sets from ../shared/data when that folder exists, as it does in CI).
+RAW_DATA = PROJECT_ROOT / RAW_DATA_DIR
 
 
 @pytest.fixture(scope="session")
@@ -32,11 +36,13 @@ def project_root() -> Path:
 
 
 @pytest.fixture(scope="session")
-def shared_data() -> Path:
-    """The real data sets of ../shared/data (read-only; never copied into the repo)."""
-    if not SHARED_DATA.is_dir():
-        pytest.skip(f"shared data not found at {SHARED_DATA}")
-    return SHARED_DATA
+def raw_data() -> Path:
+    """data/01_raw of the project, holding every raw data set (tests read them, never write);
+    a test that takes it is skipped, saying how to fetch them, when one is absent."""
+    missing = missing_sets(RAW_DATA)
+    if missing:
+        pytest.skip(f"raw data set(s) {', '.join(missing)} not in {RAW_DATA_DIR}. {FETCH_HINT}")
+    return RAW_DATA
 
 
 def pytest_collection_modifyitems(config, items):

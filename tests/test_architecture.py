@@ -54,6 +54,8 @@ DEFERRED_IMPORTS = {
     # parameter schemas pull in the training engine (torch, transformers: seconds).
     ("creditflow.hooks.parameter_check", "creditflow.pipelines.comparison"),
     ("creditflow.hooks.parameter_check", "creditflow.pipelines.parameters"),
+    # Likewise for the raw data check: the ingest loaders pull in pandas.
+    ("creditflow.hooks.raw_data", "creditflow.pipelines.data_ingest.pipeline"),
 }
 
 

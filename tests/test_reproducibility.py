@@ -102,10 +102,10 @@ def deterministic_torch() -> Iterator[None]:
 
 
 def run_tapo_smallest(
-    shared_data: Path, checkpoint_root: Path, overrides: dict | None = NONTRIVIAL
+    raw_data: Path, checkpoint_root: Path, overrides: dict | None = NONTRIVIAL
 ) -> dict[str, Any]:
     """One run of the whole tapo pipeline; returns everything two runs should agree on."""
-    mgsm = load_mgsm(Path(shared_data) / "mgsm", ["en", "de", "zh"], max_rows=2)
+    mgsm = load_mgsm(Path(raw_data) / "mgsm", ["en", "de", "zh"], max_rows=2)
     pipeline = create_pipeline()
     datasets = {
         **parameter_datasets("tapo", smallest_tapo_params(overrides)),
@@ -172,10 +172,10 @@ _SUBPROCESS_RUN = textwrap.dedent(
 
 
 @pytest.mark.slow
-def test_tapo_reruns_are_bit_identical_in_process_and_in_a_fresh_interpreter(shared_data, tmp_path):
+def test_tapo_reruns_are_bit_identical_in_process_and_in_a_fresh_interpreter(raw_data, tmp_path):
     # A different checkpoint directory per run, so no run resumes another's finished run.
-    first = run_tapo_smallest(shared_data, tmp_path / "ckpt1")
-    second = run_tapo_smallest(shared_data, tmp_path / "ckpt2")
+    first = run_tapo_smallest(raw_data, tmp_path / "ckpt1")
+    second = run_tapo_smallest(raw_data, tmp_path / "ckpt2")
 
     # The comparison is not vacuous: every GRPO step ran, and two strategies had non-zero
     # gradients and moved every weight of the warm start.
@@ -195,7 +195,7 @@ def test_tapo_reruns_are_bit_identical_in_process_and_in_a_fresh_interpreter(sha
     # reward worker, fresh tokenizer library state.
     out = tmp_path / "fresh.pt"
     env = {**os.environ, "PYTHONHASHSEED": "12345", "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-c", _SUBPROCESS_RUN, str(shared_data), str(tmp_path / "ckpt3")]
+    command = [sys.executable, "-c", _SUBPROCESS_RUN, str(raw_data), str(tmp_path / "ckpt3")]
     completed = subprocess.run(
         [*command, str(out)],
         cwd=PROJECT_ROOT,

@@ -1,13 +1,75 @@
 """creditflow file for ensuring the package is executable
 as `creditflow` and `python -m creditflow`
+
+``creditflow fetch-data ...`` fills the raw data dir (docs/data.md); anything else is
+``kedro run``'s options (``creditflow --pipelines tapo``).
 """
 
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
+import click
+from kedro.config import OmegaConfigLoader
 from kedro.framework.cli.utils import find_run_command
 from kedro.framework.project import configure_project
+from kedro.utils import find_kedro_project
+
+from creditflow.ingest.config import IngestConfig
+from creditflow.ingest.fetch import fetch_raw_data
+from creditflow.ingest.sources import RAW_SOURCES
+
+COPY_ENV = "CREDITFLOW_DATA_COPY"
+
+
+def _raw_data_dir() -> Path:
+    """data_ingest.raw_data_dir of the project around the working directory (conf/local
+    included), from the project root."""
+    project = find_kedro_project(Path.cwd())
+    if project is None:
+        raise click.ClickException(
+            f"{Path.cwd()} is not inside a Kedro project: run this from the creditflow "
+            "checkout, or name the target folder with --to"
+        )
+    with warnings.catch_warnings():
+        # Kedro's loader calls an OmegaConf API that warns it is deprecated, to every user.
+        warnings.filterwarnings("ignore", "register_new_resolver", UserWarning)
+        loader = OmegaConfigLoader(str(project / "conf"), base_env="base", default_run_env="local")
+        params = loader["parameters"]["data_ingest"]
+    return project / IngestConfig.from_params(params).raw_data_dir
+
+
+@click.command(name="fetch-data")
+@click.option(
+    "--from",
+    "copy_dir",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    envvar=COPY_ENV,
+    help=f"A local copy: a folder holding one sub-folder per data set (mgsm/, gsm8k/, ...). "
+    f"Default: ${COPY_ENV}; without either, the sets are downloaded from their public sources.",
+)
+@click.option(
+    "--to",
+    "raw_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where the sets go. Default: data_ingest.raw_data_dir of the project (data/01_raw).",
+)
+@click.option(
+    "--source",
+    "keys",
+    multiple=True,
+    type=click.Choice(sorted(RAW_SOURCES)),
+    help="Fetch only this set (repeatable). Default: all of them.",
+)
+def fetch_data(copy_dir: Path | None, raw_dir: Path | None, keys: tuple[str, ...]) -> None:
+    """Put the raw data sets where data_ingest reads them, and check each one."""
+    try:
+        lines = fetch_raw_data(raw_dir or _raw_data_dir(), copy_dir, keys or None)
+    except (OSError, ValueError, RuntimeError) as error:
+        raise click.ClickException(str(error)) from error
+    for line in lines:
+        click.echo(line)
 
 
 def main(*args, **kwargs) -> Any:
@@ -17,6 +79,9 @@ def main(*args, **kwargs) -> Any:
     interactive = hasattr(sys, "ps1")
     kwargs["standalone_mode"] = not interactive
 
+    argv = list(args[0]) if args else sys.argv[1:]
+    if argv[:1] == ["fetch-data"]:
+        return fetch_data.main(argv[1:], prog_name="creditflow fetch-data", **kwargs)
     run = find_run_command(package_name)
     return run(*args, **kwargs)
 

@@ -15,6 +15,16 @@ class MissingInputsError(RuntimeError):
     """A run reads datasets that were never saved."""
 
 
+class RawDataMissingError(MissingInputsError):
+    """Raw data sets a run or a test reads are not in the project's raw data folder; the message
+    names them and says how to fetch them (``creditflow fetch-data``)."""
+
+
+class DownloadError(RuntimeError):
+    """A raw data set could not be downloaded from its public source; the message names the
+    address and says how to fetch from a local copy instead."""
+
+
 class DataValidationError(ValueError):
     """A raw source file breaks its documented format; the message names file and line."""
 

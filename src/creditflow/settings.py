@@ -16,11 +16,13 @@ from creditflow.hooks.credentials import CredentialsHook
 from creditflow.hooks.mlflow_tracking import MlflowTrackingHook
 from creditflow.hooks.parameter_check import ParameterCheckHook
 from creditflow.hooks.pinned_versions import PinnedVersionsHook
+from creditflow.hooks.raw_data import RawDataHook
 from creditflow.hooks.run_manifest import RunManifestHook
 from creditflow.hooks.task_source import TaskSourceHook
 
 # Hooks are executed in a Last-In-First-Out (LIFO) order.
 # ParameterCheckHook last, so it runs first and fails a run before MLflow opens one;
+# RawDataHook next: a data_ingest run whose raw data sets are absent fails saying how to fetch;
 # PinnedVersionsHook fixes the run's dataset versions before any of them loads;
 # TaskSourceHook puts tapo.tasks.source / tor.tasks.source under the task nodes' fixed input
 # names (README "Your own data") and fails a run whose source is unknown before pinning.
@@ -30,6 +32,7 @@ HOOKS = (
     MlflowTrackingHook(),
     PinnedVersionsHook(),
     TaskSourceHook(),
+    RawDataHook(),
     ParameterCheckHook(),
 )
 

@@ -117,6 +117,11 @@ PROBES = [
     ),
     ("annotation.annotator.options", {"temperture": 1}, r"unknown heuristic annotator option"),
     ("data_ingest.bogus", 1, r"data_ingest: unknown key `bogus`"),
+    (
+        "data_ingest.shared_data_dir",
+        "old/data",
+        r"data_ingest: `shared_data_dir` is now `raw_data_dir`",
+    ),
     ("experience_scoring.bogus", 1, r"experience_scoring: unknown key `bogus`"),
     ("expmodel_sft.bogus", 1, r"expmodel_sft: unknown key `bogus`"),
     ("expmodel_sft.sft", {}, r"expmodel_sft: `sft` is now `training \(and max_length\)`"),

@@ -238,7 +238,7 @@ def test_package_versions_report_missing_distributions(monkeypatch) -> None:
 
 
 def test_session_run_of_the_project_writes_manifest_and_mlflow_run(
-    project_root: Path, shared_data: Path, tmp_path: Path, monkeypatch
+    project_root: Path, raw_data: Path, tmp_path: Path, monkeypatch
 ) -> None:
     """One data_ingest node through ``KedroSession`` with the hooks of settings.py.
 
@@ -246,7 +246,7 @@ def test_session_run_of_the_project_writes_manifest_and_mlflow_run(
     catalog paths, manifests and mlruns/ resolve) is tmp_path and the repo stays untouched.
     """
     copy_project(project_root, tmp_path, monkeypatch)
-    overrides = {"data_ingest": {"max_rows_per_source": 3, "shared_data_dir": str(shared_data)}}
+    overrides = {"data_ingest": {"max_rows_per_source": 3, "raw_data_dir": str(raw_data)}}
     with KedroSession.create(project_path=tmp_path, runtime_params=overrides) as session:
         run_id = session.session_id
         session.run(pipeline_names=["data_ingest"], node_names=["ingest_mathvision_problems"])

@@ -1,4 +1,4 @@
-"""MGSM and GSM8K loaders on the real shared data and on small broken files."""
+"""MGSM and GSM8K loaders on the real data sets and on small broken files."""
 
 import json
 from pathlib import Path
@@ -13,13 +13,13 @@ LANGUAGES = ("en", "de", "es", "fr", "ja", "ru", "th", "zh")
 
 
 @pytest.fixture(scope="module")
-def mgsm(shared_data: Path) -> pd.DataFrame:
-    return load_mgsm(shared_data / "mgsm", LANGUAGES)
+def mgsm(raw_data: Path) -> pd.DataFrame:
+    return load_mgsm(raw_data / "mgsm", LANGUAGES)
 
 
 @pytest.fixture(scope="module")
-def gsm8k_test(shared_data: Path) -> pd.DataFrame:
-    return load_gsm8k(shared_data / "gsm8k", "test")
+def gsm8k_test(raw_data: Path) -> pd.DataFrame:
+    return load_gsm8k(raw_data / "gsm8k", "test")
 
 
 def test_mgsm_has_250_aligned_problems_per_language(mgsm: pd.DataFrame) -> None:
@@ -48,8 +48,8 @@ def test_mgsm_strips_thousands_commas(mgsm: pd.DataFrame) -> None:
     assert not mgsm["answer"].str.contains(",").any()
 
 
-def test_gsm8k_counts_ids_and_answers(shared_data: Path, gsm8k_test: pd.DataFrame) -> None:
-    train = load_gsm8k(shared_data / "gsm8k", "train")
+def test_gsm8k_counts_ids_and_answers(raw_data: Path, gsm8k_test: pd.DataFrame) -> None:
+    train = load_gsm8k(raw_data / "gsm8k", "train")
     for frame, split, rows in ((train, "train", 7473), (gsm8k_test, "test", 923)):
         check_frame(frame, MATH_TEXT_SCHEMA)
         assert len(frame) == rows
@@ -73,12 +73,12 @@ def test_mgsm_english_is_gsm8k_test_lines_0_to_249(
     pd.testing.assert_frame_equal(english, gsm8k)
 
 
-def test_max_rows_caps_each_source(shared_data: Path) -> None:
-    capped = load_mgsm(shared_data / "mgsm", ["de", "zh"], max_rows=3)
+def test_max_rows_caps_each_source(raw_data: Path) -> None:
+    capped = load_mgsm(raw_data / "mgsm", ["de", "zh"], max_rows=3)
     assert capped[["id", "language"]].values.tolist() == [
         [f"mgsm-000{i}", language] for language in ("de", "zh") for i in range(3)
     ]
-    test = load_gsm8k(shared_data / "gsm8k", "test", max_rows=5)
+    test = load_gsm8k(raw_data / "gsm8k", "test", max_rows=5)
     assert test["id"].tolist() == [f"gsm8k-test-000{i}" for i in range(5)]
 
 

@@ -1,4 +1,4 @@
-"""MovieLens loader on the real shared data and on small broken files."""
+"""MovieLens loader on the real data sets and on small broken files."""
 
 from pathlib import Path
 
@@ -16,8 +16,8 @@ from creditflow.ingest.schemas import MOVIELENS_ITEMS_SCHEMA, MOVIELENS_RATINGS_
 
 
 @pytest.fixture(scope="module")
-def movielens(shared_data: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    return load_movielens(shared_data / "movielens_ml_latest_small")
+def movielens(raw_data: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    return load_movielens(raw_data / "movielens_ml_latest_small")
 
 
 def test_movielens_real_counts_and_schemas(movielens) -> None:
@@ -49,8 +49,8 @@ def test_movielens_items_parse_genres_and_year(movielens) -> None:
     assert not items["title"].str.endswith(" ").any()
 
 
-def test_max_rows_caps_ratings_but_keeps_the_catalogue(shared_data: Path) -> None:
-    ratings, items = load_movielens(shared_data / "movielens_ml_latest_small", max_rows=10)
+def test_max_rows_caps_ratings_but_keeps_the_catalogue(raw_data: Path) -> None:
+    ratings, items = load_movielens(raw_data / "movielens_ml_latest_small", max_rows=10)
     assert len(ratings) == 10
     assert len(items) == 9742
 

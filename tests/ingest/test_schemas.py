@@ -17,6 +17,7 @@ from creditflow.ingest.schemas import (
     check_frame,
     conform_frame,
 )
+from creditflow.ingest.sources import RAW_DATA_DIR
 
 
 def _visual_frame() -> pd.DataFrame:
@@ -91,10 +92,10 @@ def test_unknown_dtype_is_refused() -> None:
 def test_config_from_the_project_parameters(project_root: Path) -> None:
     params = yaml.safe_load((project_root / "conf/base/parameters_data_ingest.yml").read_text())
     config = IngestConfig.from_params(params["data_ingest"])
-    assert config.shared_data_dir == Path("../shared/data")
+    assert config.raw_data_dir == Path("data/01_raw") == RAW_DATA_DIR  # where fetch-data puts them
     assert config.mgsm_languages == ("en", "de", "es", "fr", "ja", "ru", "th", "zh")
     assert config.max_rows_per_source is None
-    assert config.source_dir("tabmwp") == Path("../shared/data/tabmwp_numeric300")
+    assert config.source_dir("tabmwp") == Path("data/01_raw/tabmwp_numeric300")
     assert set(SOURCE_DIRS) == {"mgsm", "gsm8k", "mathvision", "tabmwp", "movielens"}
 
 
@@ -112,15 +113,21 @@ def test_config_from_the_project_parameters(project_root: Path) -> None:
     ],
 )
 def test_config_rejects_bad_knobs(change: dict, message: str) -> None:
-    params = {"shared_data_dir": "d", "mgsm_languages": ["en"], "max_rows_per_source": None}
+    params = {"raw_data_dir": "d", "mgsm_languages": ["en"], "max_rows_per_source": None}
     IngestConfig.from_params(params)
     with pytest.raises(ValueError, match=message):
         IngestConfig.from_params(params | change)
 
 
 def test_config_requires_the_data_dir_and_knows_only_its_sources() -> None:
-    with pytest.raises(ValueError, match=r"missing parameter\(s\) \['shared_data_dir'\]"):
+    with pytest.raises(ValueError, match=r"missing parameter\(s\) \['raw_data_dir'\]"):
         IngestConfig.from_params({"mgsm_languages": ["en"]})
-    config = IngestConfig.from_params({"shared_data_dir": "d", "mgsm_languages": ["en"]})
+    config = IngestConfig.from_params({"raw_data_dir": "d", "mgsm_languages": ["en"]})
     with pytest.raises(ValueError, match="unknown source 'mathv'; valid ones: .*'mathvision'"):
         config.source_dir("mathv")
+
+
+def test_the_old_data_dir_key_says_its_new_name() -> None:
+    old = {"shared_data_dir": "somewhere", "mgsm_languages": ["en"]}
+    with pytest.raises(ValueError, match=r"shared_data_dir is now data_ingest.raw_data_dir"):
+        IngestConfig.from_params(old)

@@ -149,5 +149,7 @@ def test_read_csv_rejects_missing_column_and_ragged_rows(tmp_path: Path) -> None
 
 
 def test_missing_file_says_where_it_looked(tmp_path: Path) -> None:
-    with pytest.raises(DataValidationError, match="file not found .*shared_data_dir"):
+    with pytest.raises(
+        DataValidationError, match="file not found .*raw_data_dir.*creditflow fetch-data"
+    ):
         read_jsonl(tmp_path / "absent.jsonl")

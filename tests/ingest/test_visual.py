@@ -1,4 +1,4 @@
-"""MATH-Vision and TabMWP loaders on the real shared data and on small broken files."""
+"""MATH-Vision and TabMWP loaders on the real data sets and on small broken files."""
 
 import json
 from pathlib import Path
@@ -11,20 +11,20 @@ from creditflow.ingest import DataValidationError, check_frame, load_mathvision,
 from creditflow.ingest.schemas import VISUAL_SCHEMA
 
 
-def test_mathvision_real_data(shared_data: Path) -> None:
-    frame = load_mathvision(shared_data / "mathvision_testmini")
+def test_mathvision_real_data(raw_data: Path) -> None:
+    frame = load_mathvision(raw_data / "mathvision_testmini")
     check_frame(frame, VISUAL_SCHEMA)
     assert len(frame) == 208
     # SOURCE.md: 134 multiple-choice, 74 free-form.
     assert (frame["choices"].map(len) > 0).sum() == 134
     first = frame.iloc[0]
     assert (first["id"], first["answer"], first["choices"]) == ("mathvision-4", "6", [])
-    assert first["image_path"] == (shared_data / "mathvision_testmini/images/4.jpg").as_posix()
+    assert first["image_path"] == (raw_data / "mathvision_testmini/images/4.jpg").as_posix()
     assert frame["image_path"].map(lambda p: Path(p).is_file()).all()
 
 
-def test_tabmwp_real_data_is_image_only_and_numeric(shared_data: Path) -> None:
-    frame = load_tabmwp(shared_data / "tabmwp_numeric300")
+def test_tabmwp_real_data_is_image_only_and_numeric(raw_data: Path) -> None:
+    frame = load_tabmwp(raw_data / "tabmwp_numeric300")
     check_frame(frame, VISUAL_SCHEMA)
     assert len(frame) == 210
     assert (frame["choices"].map(len) == 0).all()  # free-text problems only
@@ -36,15 +36,15 @@ def test_tabmwp_real_data_is_image_only_and_numeric(shared_data: Path) -> None:
 
 
 def test_image_paths_stay_relative_to_a_relative_data_dir(
-    project_root: Path, shared_data: Path, monkeypatch: pytest.MonkeyPatch
+    project_root: Path, raw_data: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(project_root)
-    relative = Path("../shared/data")
-    assert relative.resolve() == shared_data  # conftest's SHARED_DATA is ../shared/data
+    relative = Path("data/01_raw")
+    assert relative.resolve() == raw_data  # the project's raw data dir
     frame = load_tabmwp(relative / "tabmwp_numeric300", max_rows=2)
     assert frame["image_path"].tolist() == [
-        "../shared/data/tabmwp_numeric300/tables/385.png",
-        "../shared/data/tabmwp_numeric300/tables/462.png",
+        "data/01_raw/tabmwp_numeric300/tables/385.png",
+        "data/01_raw/tabmwp_numeric300/tables/462.png",
     ]
 
 
@@ -162,11 +162,9 @@ def test_tabmwp_duplicate_pid(tmp_path: Path) -> None:
         load_tabmwp(folder)
 
 
-def test_max_rows_keeps_the_first_problems(shared_data: Path) -> None:
-    full = load_tabmwp(shared_data / "tabmwp_numeric300")
-    pd.testing.assert_frame_equal(
-        load_tabmwp(shared_data / "tabmwp_numeric300", max_rows=4), full[:4]
-    )
+def test_max_rows_keeps_the_first_problems(raw_data: Path) -> None:
+    full = load_tabmwp(raw_data / "tabmwp_numeric300")
+    pd.testing.assert_frame_equal(load_tabmwp(raw_data / "tabmwp_numeric300", max_rows=4), full[:4])
 
 
 @pytest.mark.parametrize("content", [b"", b"\x89PNG", b"not an image at all"])

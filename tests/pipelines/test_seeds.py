@@ -90,13 +90,11 @@ def _assert_two_seeds(catalog, group: str, strategies, root: Path, metric: str, 
 
 
 @pytest.mark.slow
-def test_two_tapo_seeds_give_two_rows_per_strategy_and_intervals(
-    project_root, shared_data, tmp_path
-):
+def test_two_tapo_seeds_give_two_rows_per_strategy_and_intervals(project_root, raw_data, tmp_path):
     torch.set_num_threads(1)
     strategies = ["grpo_sum", "tapo"]  # the baseline first
     params = _params(project_root, "tapo", TAPO_SMALLEST, strategies)
-    mgsm = load_mgsm(shared_data / "mgsm", ["en", "de"], max_rows=1)
+    mgsm = load_mgsm(raw_data / "mgsm", ["en", "de"], max_rows=1)
     pipeline = tapo.create_pipeline(strategies)
     inputs = {"mgsm_problems": MemoryDataset(mgsm), "tapo_source_problems": MemoryDataset(None)}
     catalog = _catalog("tapo", pipeline, params, inputs, tmp_path / "ckpt", strategies)
@@ -106,19 +104,15 @@ def test_two_tapo_seeds_give_two_rows_per_strategy_and_intervals(
 
 
 @pytest.mark.slow
-def test_two_tor_seeds_give_two_rows_per_strategy_and_intervals(
-    project_root, shared_data, tmp_path
-):
+def test_two_tor_seeds_give_two_rows_per_strategy_and_intervals(project_root, raw_data, tmp_path):
     torch.set_num_threads(1)
     strategies = ["uniform", "tor"]
     smallest = deep_update(TOR_SMALLEST, {"evaluation": {"tabmwp_max": 1, "mathvision_max": 1}})
     params = _params(project_root, "tor", smallest, strategies)
     inputs = {
-        "tabmwp_problems": MemoryDataset(
-            load_tabmwp(shared_data / "tabmwp_numeric300", max_rows=1)
-        ),
+        "tabmwp_problems": MemoryDataset(load_tabmwp(raw_data / "tabmwp_numeric300", max_rows=1)),
         "mathvision_problems": MemoryDataset(
-            load_mathvision(shared_data / "mathvision_testmini", max_rows=1)
+            load_mathvision(raw_data / "mathvision_testmini", max_rows=1)
         ),
         "tor_source_problems": MemoryDataset(None),
     }

@@ -146,16 +146,16 @@ def test_screen_answer_never_raises_on_math_like_text(text):
 # --- ordinary answers: the caps change no score ------------------------------------------
 
 
-def _real_gold_answers(shared_data):
-    with open(shared_data / "gsm8k" / "test_shared.jsonl", encoding="utf-8") as f:
+def _real_gold_answers(raw_data):
+    with open(raw_data / "gsm8k" / "test_shared.jsonl", encoding="utf-8") as f:
         gsm8k = [json.loads(line)["answer"].split("#### ")[-1].strip() for line in f]
     mgsm = []
-    for path in sorted((shared_data / "mgsm").glob("mgsm_*.tsv")):
+    for path in sorted((raw_data / "mgsm").glob("mgsm_*.tsv")):
         with open(path, encoding="utf-8", newline="") as f:
             mgsm += [row[1] for row in csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)]
-    with open(shared_data / "tabmwp_numeric300" / "problems_shared.json", encoding="utf-8") as f:
+    with open(raw_data / "tabmwp_numeric300" / "problems_shared.json", encoding="utf-8") as f:
         tabmwp = [str(p["answer"]) for p in json.load(f).values()]
-    with open(shared_data / "mathvision_testmini" / "testmini_shared.jsonl", encoding="utf-8") as f:
+    with open(raw_data / "mathvision_testmini" / "testmini_shared.jsonl", encoding="utf-8") as f:
         mathvision = [json.loads(line)["answer"] for line in f]
     return gsm8k + mgsm + tabmwp + mathvision
 
@@ -191,17 +191,17 @@ SYMBOLIC = [
 ]
 
 
-def test_the_screen_passes_every_real_gold_answer(shared_data):
-    golds = _real_gold_answers(shared_data)
+def test_the_screen_passes_every_real_gold_answer(raw_data):
+    golds = _real_gold_answers(raw_data)
     assert len(golds) > 3000
     rejected = [g for g in golds if screen_answer(reasoning_module.normalize_thousands(g))]
     assert not rejected, rejected[:5]
 
 
-def test_the_caps_change_no_ordinary_score(shared_data, monkeypatch):
+def test_the_caps_change_no_ordinary_score(raw_data, monkeypatch):
     """Parity with the unscreened, unbudgeted path on real answers (right, with a digit
     appended, negated) and on pairs of symbolic answers checked against each other."""
-    golds = _real_gold_answers(shared_data)[::10]  # a few hundred, every source
+    golds = _real_gold_answers(raw_data)[::10]  # a few hundred, every source
     completions, answers = [], []
     for gold in golds:
         for boxed in (gold, f"{gold}1", f"-{gold}"):

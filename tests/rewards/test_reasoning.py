@@ -13,17 +13,17 @@ from hypothesis import strategies as st
 from creditflow.rewards import extract_boxed_answer, normalize_thousands, reasoning_reward
 
 
-def _gsm8k_answers(shared_data, n_plain=100):
+def _gsm8k_answers(raw_data, n_plain=100):
     """Every GSM8K test answer that is not a plain integer, plus ``n_plain`` that are."""
-    with open(shared_data / "gsm8k" / "test_shared.jsonl", encoding="utf-8") as f:
+    with open(raw_data / "gsm8k" / "test_shared.jsonl", encoding="utf-8") as f:
         answers = [json.loads(line)["answer"].split("#### ")[-1].strip() for line in f]
     special = [a for a in answers if not a.isdigit()]
     # Lines 250+ (0-249 are MGSM's English problems, tested below).
     return special + [a for a in answers[250:] if a.isdigit()][:n_plain]
 
 
-def _mgsm_answers(shared_data):
-    with open(shared_data / "mgsm" / "mgsm_en.tsv", encoding="utf-8", newline="") as f:
+def _mgsm_answers(raw_data):
+    with open(raw_data / "mgsm" / "mgsm_en.tsv", encoding="utf-8", newline="") as f:
         return [row[1] for row in csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)]
 
 
@@ -31,8 +31,8 @@ def _as_completion(boxed):
     return f"<translation>Q?</translation> Adding it all up gives \\boxed{{{boxed}}}."
 
 
-def test_real_gold_answers_score_one_and_off_by_one_scores_zero(shared_data):
-    gsm8k, mgsm = _gsm8k_answers(shared_data), _mgsm_answers(shared_data)
+def test_real_gold_answers_score_one_and_off_by_one_scores_zero(raw_data):
+    gsm8k, mgsm = _gsm8k_answers(raw_data), _mgsm_answers(raw_data)
     assert len(mgsm) == 250
     golds = gsm8k + mgsm
     assert {"2,125", "1,450,000", "-10"} <= set(golds)  # the comma and sign cases are in

@@ -13,8 +13,8 @@ from creditflow.rewards import TRANSLATION_METRICS, translation_reward
 from creditflow.rewards import translation as translation_module
 
 
-def _mgsm_questions(shared_data, language):
-    with open(shared_data / "mgsm" / f"mgsm_{language}.tsv", encoding="utf-8", newline="") as f:
+def _mgsm_questions(raw_data, language):
+    with open(raw_data / "mgsm" / f"mgsm_{language}.tsv", encoding="utf-8", newline="") as f:
         return [row[0] for row in csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)]
 
 
@@ -22,23 +22,23 @@ def _wrap(translation, reasoning="so the answer is \\boxed{1}"):
     return f"<translation>{translation}</translation> {reasoning}"
 
 
-def test_english_question_against_itself_scores_one(shared_data):
-    english = _mgsm_questions(shared_data, "en")
+def test_english_question_against_itself_scores_one(raw_data):
+    english = _mgsm_questions(raw_data, "en")
     assert len(english) == 250
     rewards = translation_reward([_wrap(q) for q in english], english)
     assert rewards == pytest.approx([1.0] * 250, abs=1e-9)
 
 
-def test_german_question_against_english_scores_below_one(shared_data):
-    english = _mgsm_questions(shared_data, "en")
-    german = _mgsm_questions(shared_data, "de")
+def test_german_question_against_english_scores_below_one(raw_data):
+    english = _mgsm_questions(raw_data, "en")
+    german = _mgsm_questions(raw_data, "de")
     rewards = translation_reward([_wrap(q) for q in german], english)
     assert all(0.0 <= r < 1.0 for r in rewards)
 
 
-def test_matches_sacrebleu_chrf_plus_plus_loop(shared_data):
-    english = _mgsm_questions(shared_data, "en")[:40]
-    french = _mgsm_questions(shared_data, "fr")[:40]
+def test_matches_sacrebleu_chrf_plus_plus_loop(raw_data):
+    english = _mgsm_questions(raw_data, "en")[:40]
+    french = _mgsm_questions(raw_data, "fr")[:40]
     # Partial translations: the first half of each English question's words.
     hypotheses = [" ".join(q.split()[: len(q.split()) // 2]) for q in english] + french
     references = english + english

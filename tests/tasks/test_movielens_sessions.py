@@ -23,9 +23,9 @@ N_RATED = L - NEGATIVES
 
 
 @pytest.fixture(scope="module")
-def movielens(shared_data):
+def movielens(raw_data):
     # The first 12k ratings (file order = by user) hold 80-odd whole users: fast and real.
-    return load_movielens(shared_data / "movielens_ml_latest_small", max_rows=12_000)
+    return load_movielens(raw_data / "movielens_ml_latest_small", max_rows=12_000)
 
 
 @pytest.fixture(scope="module")

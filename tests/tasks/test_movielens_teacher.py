@@ -22,8 +22,8 @@ PARAMS = {"expmodel": {"item_text": {"max_tags": 3}, "teacher": {"min_ratings": 
 
 
 @pytest.fixture(scope="module")
-def movielens(shared_data):
-    folder = shared_data / "movielens_ml_latest_small"
+def movielens(raw_data):
+    folder = raw_data / "movielens_ml_latest_small"
     ratings, items = load_movielens(folder, max_rows=12_000)
     return ratings, items, load_movielens_tags(folder, items)
 

@@ -1,4 +1,4 @@
-"""Raw-source ingestion: one small loader per shared data set, each validated on load.
+"""Raw-source ingestion: one small loader per raw data set, each validated on load.
 
 The loaders are the project's I/O layer for raw files (TSV, JSON lines, JSON, CSV). They
 return pandas frames that follow the schemas documented in :mod:`creditflow.ingest.schemas`

@@ -9,16 +9,12 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-# Folder of each source under the shared data dir (see each folder's SOURCE.md).
-SOURCE_DIRS = {
-    "mgsm": "mgsm",
-    "gsm8k": "gsm8k",
-    "mathvision": "mathvision_testmini",
-    "tabmwp": "tabmwp_numeric300",
-    "movielens": "movielens_ml_latest_small",
-}
+from creditflow.ingest.sources import RAW_SOURCES
+
+# Folder of each raw data set under the raw data dir (the table: creditflow.ingest.sources).
+SOURCE_DIRS = {key: source.folder for key, source in RAW_SOURCES.items()}
 
 _ISO_639_1 = re.compile(r"[a-z]{2}")
 
@@ -28,21 +24,31 @@ class IngestConfig:
     """Parsed ``params:data_ingest``.
 
     Attributes:
-        shared_data_dir: root of the shared data sets; a relative path is kept relative (it is
-            resolved against the working directory, the project root under ``kedro run``).
+        raw_data_dir: the folder of the raw data sets, one sub-folder each (filled by
+            ``creditflow fetch-data``); a relative path is kept relative (it is resolved
+            against the working directory, the project root under ``kedro run``).
         mgsm_languages: ISO 639-1 codes of the MGSM files to load (``mgsm_<code>.tsv``).
         max_rows_per_source: keep only the first N problems (MGSM: per language) or ratings
             of each source; None keeps all. Whole files are validated either way.
     """
 
-    shared_data_dir: Path
+    raw_data_dir: Path
     mgsm_languages: tuple[str, ...]
     max_rows_per_source: int | None = None
+    # Keys this group once took -> their new names (the parameter check says where they went).
+    RENAMED: ClassVar[Mapping[str, str]] = {"shared_data_dir": "raw_data_dir"}
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> IngestConfig:
         """Build from the parameter dict, raising ValueError on unknown, missing or bad knobs."""
-        valid = ("shared_data_dir", "mgsm_languages", "max_rows_per_source")
+        valid = ("raw_data_dir", "mgsm_languages", "max_rows_per_source")
+        renamed = sorted(set(params) & set(cls.RENAMED))
+        if renamed:
+            raise ValueError(
+                f"data_ingest.{renamed[0]} is now data_ingest.{cls.RENAMED[renamed[0]]} "
+                "(the raw data sets live in the project, data/01_raw, filled by `creditflow "
+                "fetch-data`; docs/data.md): rename the key in your parameters"
+            )
         unknown = sorted(set(params) - set(valid))
         if unknown:
             raise ValueError(f"data_ingest: unknown parameter(s) {unknown}; valid ones: {valid}")
@@ -61,10 +67,10 @@ class IngestConfig:
             raise ValueError(
                 f"data_ingest.max_rows_per_source must be null or an integer >= 1; got {max_rows!r}"
             )
-        return cls(Path(params["shared_data_dir"]), languages, max_rows)
+        return cls(Path(params["raw_data_dir"]), languages, max_rows)
 
     def source_dir(self, source: str) -> Path:
-        """The folder of ``source`` (a key of :data:`SOURCE_DIRS`) under the shared data dir."""
+        """The folder of ``source`` (a key of :data:`SOURCE_DIRS`) under the raw data dir."""
         if source not in SOURCE_DIRS:
             raise ValueError(f"unknown source {source!r}; valid ones: {sorted(SOURCE_DIRS)}")
-        return self.shared_data_dir / SOURCE_DIRS[source]
+        return self.raw_data_dir / SOURCE_DIRS[source]

@@ -97,8 +97,8 @@ VISUAL_SCHEMA = TableSchema(
         Column(
             "image_path",
             "str",
-            "image file, as a path under the configured shared data dir (relative when that "
-            "parameter is relative, e.g. ../shared/data/tabmwp_numeric300/tables/12.png)",
+            "image file, as a path under the configured raw data dir (relative when that "
+            "parameter is relative, e.g. data/01_raw/tabmwp_numeric300/tables/12.png)",
         ),
         Column("question", "str", "problem text (MATH-Vision keeps its <image1> placeholders)"),
         Column(

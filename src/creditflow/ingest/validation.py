@@ -104,7 +104,8 @@ def require_file(path: Path) -> Path:
             path,
             None,
             f"file not found (resolved to {path.resolve()})",
-            "check data_ingest.shared_data_dir; relative paths are taken from the project root",
+            "check data_ingest.raw_data_dir (relative paths are taken from the project root) and "
+            "fetch the data sets into it with `creditflow fetch-data` (docs/data.md)",
         )
     return path
 

@@ -1,10 +1,10 @@
 """MovieLens ranking sessions: the reranker's session frame (SPEC section 3) on real ratings.
 
-MovieLens (``movielens_ratings``, ``movielens_items``; see
-``shared/data/movielens_ml_latest_small/SOURCE.md``) has explicit ratings and no search queries,
-exposures or clicks. This module turns each user into one ranking session with the columns of
-the synthetic logs (``tasks.reranking.SESSION_COLUMNS``), so every reranker stage runs on it
-unchanged. Per user, ratings sorted by time (ties by ``item_id``):
+MovieLens (``movielens_ratings``, ``movielens_items``; see ``docs/data.md``) has explicit
+ratings and no search queries, exposures or clicks. This module turns each user into one
+ranking session with the columns of the synthetic logs (``tasks.reranking.SESSION_COLUMNS``),
+so every reranker stage runs on it unchanged. Per user, ratings sorted by time (ties by
+``item_id``):
 
 - the last ``n_candidates - n_negatives`` rated movies are held back as the rated candidates;
 - the ``history_length`` ratings just before them are the query context: ``query_text`` is the

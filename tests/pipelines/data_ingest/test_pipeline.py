@@ -5,9 +5,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from kedro.config import OmegaConfigLoader
+from kedro.framework.project import configure_project
+from kedro.framework.session import KedroSession
 from kedro.io import DataCatalog, MemoryDataset
 from kedro.runner import SequentialRunner
 
+from creditflow.errors import RawDataMissingError
 from creditflow.ingest import check_frame, load_mathvision
 from creditflow.ingest.schemas import (
     MATH_TEXT_SCHEMA,
@@ -16,9 +19,13 @@ from creditflow.ingest.schemas import (
     MOVIELENS_TAGS_SCHEMA,
     VISUAL_SCHEMA,
 )
+from creditflow.ingest.sources import RAW_SOURCES
+from creditflow.pipeline_registry import register_pipelines
 from creditflow.pipelines.data_ingest import create_pipeline
+from creditflow.pipelines.data_ingest.pipeline import NODE_SOURCES, check_pipeline_raw_data
+from tests.kedro_project import NodeCounter, copy_project
 
-# Dataset -> (schema, rows on the real shared data).
+# Dataset -> (schema, rows on the real data sets, as creditflow fetch-data puts them).
 EXPECTED = {
     "mgsm_problems": (MATH_TEXT_SCHEMA, 2000),  # 250 problems x 8 languages
     "gsm8k_train_problems": (MATH_TEXT_SCHEMA, 7473),
@@ -56,7 +63,7 @@ def _run(pipeline, params: dict) -> dict[str, object]:
 
 
 @pytest.fixture
-def params(project_root: Path, shared_data: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
+def params(project_root: Path, raw_data: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
     """The project's own data_ingest parameters, run from the project root like kedro run."""
     monkeypatch.chdir(project_root)
     return _conf(project_root, "parameters")["data_ingest"]
@@ -70,7 +77,7 @@ def test_pipeline_ingests_every_source_with_its_schema(params: dict) -> None:
         check_frame(outputs[name], schema)
         assert len(outputs[name]) == rows, name
     tabmwp = outputs["tabmwp_problems"]
-    assert tabmwp["image_path"].str.startswith("../shared/data/tabmwp_numeric300/tables/").all()
+    assert tabmwp["image_path"].str.startswith("data/01_raw/tabmwp_numeric300/tables/").all()
     assert outputs["movielens_ratings"].dtypes.astype(str).to_dict() == {
         "user_id": "int64",
         "item_id": "int64",
@@ -122,12 +129,12 @@ def test_catalog_declares_every_output_as_a_versioned_primary_parquet(project_ro
 
 
 def test_versioned_catalog_entry_saves_and_loads(
-    project_root: Path, shared_data: Path, tmp_path: Path
+    project_root: Path, raw_data: Path, tmp_path: Path
 ) -> None:
     entry = _conf(project_root, "catalog")["mathvision_problems"]
     entry = entry | {"filepath": str(tmp_path / entry["filepath"])}
     catalog = DataCatalog.from_config({"mathvision_problems": entry})
-    frame = load_mathvision(shared_data / "mathvision_testmini", max_rows=20)
+    frame = load_mathvision(raw_data / "mathvision_testmini", max_rows=20)
     catalog.save("mathvision_problems", frame)
     loaded = catalog.load("mathvision_problems")
     check_frame(loaded, VISUAL_SCHEMA)
@@ -135,3 +142,54 @@ def test_versioned_catalog_entry_saves_and_loads(
     pd.testing.assert_frame_equal(loaded.assign(choices=loaded["choices"].map(list)), frame)
     versions = list((tmp_path / "data/03_primary/mathvision_problems.parquet").iterdir())
     assert len(versions) == 1 and (versions[0] / "mathvision_problems.parquet").is_file()
+
+
+# --- a clone without the raw data sets ------------------------------------------------------
+
+
+def test_every_ingest_node_names_the_raw_data_set_it_reads() -> None:
+    assert set(NODE_SOURCES) == {node.name for node in create_pipeline().nodes}
+    assert set(NODE_SOURCES.values()) == set(RAW_SOURCES)
+
+
+def test_a_clone_without_raw_data_fails_before_the_first_node_saying_how_to_fetch(
+    project_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The project's conf in a fresh folder with an empty data/01_raw, run as `kedro run
+    --pipelines data_ingest` runs it: every hook of settings.py, no node started."""
+    project = copy_project(project_root, tmp_path, monkeypatch)
+    (project / "data" / "01_raw").mkdir(parents=True)
+    counter = NodeCounter()
+    with KedroSession.create(project_path=project) as session:
+        session._hook_manager.register(counter)
+        with pytest.raises(RawDataMissingError) as error:
+            session.run(pipeline_names=["data_ingest"])
+    assert counter.started == []
+    assert str(error.value).startswith(
+        "raw data set(s) gsm8k, mathvision, mgsm, movielens, tabmwp not in data/01_raw: "
+        "gsm8k (no folder gsm8k/); mathvision (no folder mathvision_testmini/); "
+    )
+    assert "Fetch them with `creditflow fetch-data --from <folder holding a copy" in str(
+        error.value
+    )
+    assert "or with internet `creditflow fetch-data` to download them" in str(error.value)
+
+
+def test_the_raw_data_check_names_only_the_sets_the_run_reads(tmp_path: Path) -> None:
+    params = {"raw_data_dir": str(tmp_path), "mgsm_languages": ["en"]}
+    visual = create_pipeline().only_nodes_with_tags("visual")
+    with pytest.raises(RawDataMissingError, match=r"raw data set\(s\) mathvision, tabmwp not in"):
+        check_pipeline_raw_data(visual, params)
+    (tmp_path / "tabmwp_numeric300" / "tables").mkdir(parents=True)
+    (tmp_path / "tabmwp_numeric300" / "problems_shared.json").write_text("{}")
+    with pytest.raises(RawDataMissingError, match=r"tabmwp \(missing tables/ \(absent or empty"):
+        check_pipeline_raw_data(create_pipeline().only_nodes("ingest_tabmwp_problems"), params)
+
+
+def test_the_default_run_needs_no_raw_data_set() -> None:
+    """`kedro run` / `make run` (the experience chain on its synthetic world) reads neither the
+    raw data sets nor the tables ingested from them, so a fresh clone runs it as it is."""
+    configure_project("creditflow")  # find_pipelines needs the package configured
+    default = register_pipelines()["__default__"]
+    assert "params:data_ingest" not in default.inputs()
+    assert not default.inputs() & create_pipeline().all_outputs()

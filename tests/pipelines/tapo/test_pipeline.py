@@ -73,9 +73,9 @@ def test_the_conflict_variant_reaches_the_synthetic_tasks(tapo_params):
 
 
 @pytest.mark.slow
-def test_tapo_pipeline_runs_end_to_end_and_resumes(tapo_params, shared_data, tmp_path):
+def test_tapo_pipeline_runs_end_to_end_and_resumes(tapo_params, raw_data, tmp_path):
     torch.set_num_threads(1)
-    mgsm = load_mgsm(shared_data / "mgsm", ["en", "de", "zh"], max_rows=2)
+    mgsm = load_mgsm(raw_data / "mgsm", ["en", "de", "zh"], max_rows=2)
     pipeline = create_pipeline()
     catalog = _catalog(pipeline, tapo_params, mgsm, tmp_path / "ckpt")
     SequentialRunner().run(pipeline, catalog)
@@ -152,7 +152,7 @@ CATALOG_SOURCE = {"sft": {"steps": 0}, "tasks": {"heldout_fraction": 0.25, "max_
 
 
 @pytest.mark.slow
-def test_tapo_trains_on_a_catalog_source_without_sft(tapo_params, shared_data, tmp_path):
+def test_tapo_trains_on_a_catalog_source_without_sft(tapo_params, raw_data, tmp_path):
     """GSM8K train as the source (English only), ``sft.steps: 0``: training rows and held-out
     rows are disjoint problem ids, the held-out rows are the evaluation (sampled as the
     synthetic ones are), MGSM is still evaluated, and the table has today's columns."""
@@ -161,8 +161,8 @@ def test_tapo_trains_on_a_catalog_source_without_sft(tapo_params, shared_data, t
         tapo_params,
         {**CATALOG_SOURCE, "tasks": {**CATALOG_SOURCE["tasks"], "source": "gsm8k_train_problems"}},
     )
-    gsm8k = load_gsm8k(shared_data / "gsm8k", "train", max_rows=8)
-    mgsm = load_mgsm(shared_data / "mgsm", ["en", "de"], max_rows=1)
+    gsm8k = load_gsm8k(raw_data / "gsm8k", "train", max_rows=8)
+    mgsm = load_mgsm(raw_data / "mgsm", ["en", "de"], max_rows=1)
     pipeline = create_pipeline()
     catalog = _catalog(pipeline, params, mgsm, tmp_path / "ckpt", source=gsm8k)
     SequentialRunner().run(pipeline, catalog)
@@ -197,7 +197,7 @@ def test_tapo_trains_on_a_catalog_source_without_sft(tapo_params, shared_data, t
 
 @pytest.mark.slow
 def test_mgsm_as_the_source_is_its_own_evaluation_with_rows_per_language(
-    tapo_params, shared_data, tmp_path
+    tapo_params, raw_data, tmp_path
 ):
     """MGSM split by problem id: a held-out id is evaluated in every language and is the
     MGSM evaluation (no MGSM row that was trained on is evaluated); the table adds one row
@@ -207,7 +207,7 @@ def test_mgsm_as_the_source_is_its_own_evaluation_with_rows_per_language(
         tapo_params,
         {**CATALOG_SOURCE, "tasks": {**CATALOG_SOURCE["tasks"], "source": "mgsm_problems"}},
     )
-    mgsm = load_mgsm(shared_data / "mgsm", ["en", "de", "zh"], max_rows=4)
+    mgsm = load_mgsm(raw_data / "mgsm", ["en", "de", "zh"], max_rows=4)
     pipeline = create_pipeline()
     catalog = _catalog(pipeline, params, mgsm, tmp_path / "ckpt", source=mgsm)
     SequentialRunner().run(pipeline, catalog)
@@ -235,14 +235,14 @@ FSDP_DISTRIBUTED = {"num_processes": 2, "accelerate": {"fsdp": {"fsdp_version": 
 
 
 @pytest.mark.slow
-def test_a_grpo_node_trains_sharded_and_hands_on_a_whole_model(tapo_params, shared_data, tmp_path):
+def test_a_grpo_node_trains_sharded_and_hands_on_a_whole_model(tapo_params, raw_data, tmp_path):
     """``tapo.grpo.distributed`` with FSDP through the ``tapo`` strategy's nodes: the trained
     policy the evaluation node reads is a plain model, and its checkpoints hold whole weights
     that a second run finds and does not retrain."""
     torch.set_num_threads(1)
     params = deep_update(tapo_params, {"grpo": {"rollout": {"name": "hf"}}})
     params["grpo"]["distributed"] = FSDP_DISTRIBUTED  # over the YAML's accelerate: null
-    mgsm = load_mgsm(shared_data / "mgsm", ["en"], max_rows=1)
+    mgsm = load_mgsm(raw_data / "mgsm", ["en"], max_rows=1)
     pipeline = create_pipeline().to_outputs("tapo_results_tapo")
     catalog = _catalog(pipeline, params, mgsm, tmp_path / "ckpt")
     SequentialRunner().run(pipeline, catalog)

@@ -75,12 +75,12 @@ def _catalog(
 
 
 @pytest.mark.slow
-def test_tor_pipeline_runs_end_to_end(tor_params, shared_data, tmp_path):
+def test_tor_pipeline_runs_end_to_end(tor_params, raw_data, tmp_path):
     torch.set_num_threads(1)
     real = {
-        "tabmwp_problems": load_tabmwp(shared_data / "tabmwp_numeric300", max_rows=3),
+        "tabmwp_problems": load_tabmwp(raw_data / "tabmwp_numeric300", max_rows=3),
         # The first rows of testmini are free-form; 12 rows include multiple choice ones.
-        "mathvision_problems": load_mathvision(shared_data / "mathvision_testmini", max_rows=12)
+        "mathvision_problems": load_mathvision(raw_data / "mathvision_testmini", max_rows=12)
         .sort_values("choices", key=lambda c: -c.map(len))
         .reset_index(drop=True),
     }
@@ -169,17 +169,17 @@ def test_tor_pipeline_runs_end_to_end(tor_params, shared_data, tmp_path):
 
 
 @pytest.mark.slow
-def test_tor_trains_on_tabmwp_as_its_source(tor_params, shared_data, tmp_path):
+def test_tor_trains_on_tabmwp_as_its_source(tor_params, raw_data, tmp_path):
     """TabMWP as the source (issue 13), split by problem id: the held-out TabMWP rows are the
     TabMWP evaluation (no trained-on row is evaluated), MATH-Vision is still evaluated, and
     the table has today's columns."""
     torch.set_num_threads(1)
     tasks = {"source": "tabmwp_problems", "heldout_fraction": 0.25, "max_eval_problems": 2}
     params = deep_update(tor_params, {"tasks": tasks})
-    tabmwp = load_tabmwp(shared_data / "tabmwp_numeric300", max_rows=8)
+    tabmwp = load_tabmwp(raw_data / "tabmwp_numeric300", max_rows=8)
     real = {
         "tabmwp_problems": tabmwp,
-        "mathvision_problems": load_mathvision(shared_data / "mathvision_testmini", max_rows=2),
+        "mathvision_problems": load_mathvision(raw_data / "mathvision_testmini", max_rows=2),
     }
     pipeline = create_pipeline()
     catalog = _catalog(pipeline, params, real, tmp_path / "ckpt", source=tabmwp)

@@ -3,11 +3,35 @@
 Output schemas are documented in ``creditflow.ingest.schemas``.
 """
 
+from collections.abc import Mapping
+from typing import Any
+
 from kedro.pipeline import Node, Pipeline
 
+from creditflow.ingest import IngestConfig
+from creditflow.ingest.sources import check_raw_data
 from creditflow.pipelines.data_ingest import nodes
 
 PARAMS = "params:data_ingest"
+# The raw data set (creditflow.ingest.sources.RAW_SOURCES) each node reads.
+NODE_SOURCES = {
+    "ingest_mgsm_problems": "mgsm",
+    "ingest_gsm8k_train_problems": "gsm8k",
+    "ingest_gsm8k_test_problems": "gsm8k",
+    "ingest_mathvision_problems": "mathvision",
+    "ingest_tabmwp_problems": "tabmwp",
+    "ingest_movielens": "movielens",
+    "ingest_movielens_tags": "movielens",
+}
+
+
+def check_pipeline_raw_data(pipeline: Pipeline, params: Mapping[str, Any]) -> None:
+    """RawDataMissingError, before any node runs, when a raw data set the ingest nodes of
+    ``pipeline`` read is not complete under ``params``' raw_data_dir; the message names the
+    sets and says how to fetch them (``hooks.raw_data.RawDataHook`` calls this)."""
+    keys = sorted({NODE_SOURCES[node.name] for node in pipeline.nodes if node.name in NODE_SOURCES})
+    if keys:
+        check_raw_data(IngestConfig.from_params(params).raw_data_dir, keys)
 
 
 def create_pipeline(**kwargs) -> Pipeline:
