@@ -298,7 +298,7 @@ def test_a_failed_first_save_and_other_write_errors_say_what_they_are(tmp_path, 
     _fail_like_a_full_disk(monkeypatch, "torch.save")
     with pytest.raises(CheckpointWriteError, match="there is no earlier checkpoint: running the "):
         store.save(1, _module(0), {})
-    monkeypatch.setattr(checkpoint_module, "_fsync", _raise(OSError(errno.EIO, "I/O error")))
+    monkeypatch.setattr(checkpoint_module, "fsync_path", _raise(OSError(errno.EIO, "I/O error")))
     monkeypatch.setattr(torch, "save", _raise(None))
     with pytest.raises(CheckpointWriteError, match=r"the write failed \(OSError: \[Errno 5\]"):
         store.save(1, _module(0), {})

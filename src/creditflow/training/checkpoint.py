@@ -161,12 +161,12 @@ class CheckpointStore:
             torch.save({"step": step, **state}, path / "trainer_state.pt")
             # COMPLETE may reach the disk only after what it vouches for.
             for written in (weights_file, path / "trainer_state.pt"):
-                _fsync(written)
-            _fsync(path)
+                fsync_path(written)
+            fsync_path(path)
             (path / "COMPLETE").write_text(str(step))
-            _fsync(path / "COMPLETE")
-            _fsync(path)
-            _fsync(self.directory)
+            fsync_path(path / "COMPLETE")
+            fsync_path(path)
+            fsync_path(self.directory)
         except (OSError, RuntimeError, SafetensorError) as error:
             raise self._write_failure(path, error) from error
         # Older checkpoints go only now, once this one is complete.
@@ -294,7 +294,7 @@ def _size(n_bytes: int) -> str:
     return exact if unit == "bytes" else f"{value:.1f} {unit} ({exact})"
 
 
-def _fsync(path: Path) -> None:
+def fsync_path(path: Path) -> None:
     """Flush a file's or a folder's contents to the disk (folders: their entries)."""
     flags = os.O_RDONLY | (os.O_DIRECTORY if path.is_dir() and hasattr(os, "O_DIRECTORY") else 0)
     descriptor = os.open(path, flags)
