@@ -19,6 +19,7 @@ from kedro_datasets.pandas import CSVDataset, JSONDataset, ParquetDataset
 from PIL import Image
 
 from creditflow.errors import TaskSourceError
+from creditflow.ingest import load_gsm8k, load_mathvision, load_mgsm, load_tabmwp
 from creditflow.ingest.schemas import MATH_TEXT_SCHEMA, VISUAL_SCHEMA
 from creditflow.ingest.source_rows import (
     MAX_TEXT_CHARS,
@@ -237,7 +238,7 @@ def test_a_huge_question_is_refused_on_load_in_training_and_held_out_rows(
         build_tapo_tasks(huge, params)
 
 
-def test_every_text_column_has_a_bound_and_real_data_fits_it_many_times_over():
+def test_every_schema_column_has_a_bound_and_text_at_the_bound_passes():
     assert set(MAX_TEXT_CHARS) >= {*MATH_TEXT_SCHEMA.names, *VISUAL_SCHEMA.names}
     assert MAX_TEXT_CHARS["answer"] == MAX_ANSWER_CHARS  # the reward's own cap
     frame = pd.DataFrame({c: ["1"] for c in MATH_TEXT_SCHEMA.names})
@@ -246,6 +247,19 @@ def test_every_text_column_has_a_bound_and_real_data_fits_it_many_times_over():
             math_text_problems(frame.assign(**{column: ["x" * limit]}), "at the bound")
             with _error(f"row 0, column `{column}`: {limit + 1:,} characters, over the bound"):
                 math_text_problems(frame.assign(**{column: ["x" * (limit + 1)]}), "past it")
+
+
+def test_the_real_sources_pass_every_check(shared_data):
+    # The ingested tables are the shipped task sources: none of their rows may trip a check.
+    mgsm = load_mgsm(shared_data / "mgsm", ["en", "de", "zh", "th"])
+    assert len(math_text_problems(mgsm, "mgsm_problems")) == len(mgsm)
+    gsm8k = load_gsm8k(shared_data / "gsm8k", "train")
+    assert len(math_text_problems(gsm8k, "gsm8k_train_problems")) == len(gsm8k) == 7473
+    for visual in (
+        load_tabmwp(shared_data / "tabmwp_numeric300"),
+        load_mathvision(shared_data / "mathvision_testmini"),
+    ):
+        assert len(visual_problems(visual, "visual")) == len(visual)
 
 
 @pytest.mark.parametrize(
@@ -327,7 +341,8 @@ def test_plain_numbers_pass_and_the_reasoning_reward_matches_each_as_written(ans
     assert reasoning_reward(boxed, [answer, answer]) == [1.0, 0.0]
 
 
-def test_an_answer_the_reward_would_reject_unread_is_refused():
+def test_an_answer_longer_than_the_rewards_cap_is_refused():
+    # The reasoning reward rejects a gold answer of more than MAX_ANSWER_CHARS unread.
     frame = pd.DataFrame({c: ["1"] for c in MATH_TEXT_SCHEMA.names})
     digits = "9" * (MAX_ANSWER_CHARS - 1)
     assert math_text_problems(frame.assign(answer=[digits]), "ok")["answer"][0] == digits

@@ -103,8 +103,8 @@ def normalize_thousands(text: str) -> str:
 
 def gold_answer(answer: str | int | float) -> str:
     """A gold answer as the reward compares it: a string, thousands separators dropped, outer
-    whitespace stripped. Task-source loaders check gold answers in this form, so a row is
-    refused on load exactly when the reward could never match it.
+    whitespace stripped. Task-source loaders check gold answers in this form, as the reward
+    will read them.
 
     >>> gold_answer(" 2,125 "), gold_answer(7)
     ('2125', '7')
