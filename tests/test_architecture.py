@@ -43,7 +43,9 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("settings", {"settings"}),
 ]
 PEER_IMPORTS = {
-    "ingest": {"tasks"},  # a task source's rows are checked against the task world's columns
+    # a task source's rows are checked against the task world's columns, and its gold
+    # answers as the reasoning reward reads them
+    "ingest": {"tasks", "rewards"},
     "experience": {"annotation"},  # the ExpModel learns the annotations (never the reverse)
 }
 # Function-level imports of creditflow modules hide arrows from a reader; the only ones allowed

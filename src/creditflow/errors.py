@@ -56,6 +56,11 @@ class CheckpointsInUse(RuntimeError):
     """Another run holds the lock on a checkpoint folder."""
 
 
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (a full disk, a lost mount); the message names the
+    folder, the cause, the free space and the earlier checkpoint that is still intact."""
+
+
 class DataParallelError(RuntimeError):
     """A worker process raised; the message holds the rank and traceback of the first failure."""
 

@@ -1,3 +1,5 @@
+import shutil
+
 import numpy as np
 import pytest
 import torch
@@ -195,3 +197,79 @@ def test_models_by_seed_round_trip_in_seed_order(tmp_path, model_a, model_b, inp
     assert torch.equal(_logits(loaded[2], input_ids), _logits(model_a, input_ids))
     with pytest.raises(DatasetError, match=r"seed \(int\): model"):
         dataset.save({"seed_0": model_a})
+
+
+def test_a_save_killed_midway_never_becomes_the_newest_version(
+    tmp_path, monkeypatch, model_a, model_b, input_ids
+):
+    # Before: the half-written V2 was the newest version, and loading "the stored warm start"
+    # failed with "no file named model.safetensors".
+    path = tmp_path / "policy"
+    HFModelDataset(str(path), version=Version(None, V1)).save(model_a)
+    killed_here = tmp_path / "killed" / "policy"
+    real_save = type(model_b).save_pretrained
+
+    def save_then_die(model, directory, **kwargs):
+        model.config.save_pretrained(directory)  # config.json written, the weights not yet
+        # What a kill at this instant leaves on the disk: this copy (no cleanup ever runs).
+        shutil.copytree(path, killed_here, symlinks=True)
+        raise KeyboardInterrupt  # the run dies here
+
+    monkeypatch.setattr(type(model_b), "save_pretrained", save_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        HFModelDataset(str(path), version=Version(None, V2)).save(model_b)
+    monkeypatch.setattr(type(model_b), "save_pretrained", real_save)
+
+    half_written = [p for p in (killed_here / V2).iterdir()]
+    assert [p.name.startswith(".policy.partial-") for p in half_written] == [True]
+    assert (half_written[0] / "config.json").is_file()
+    for root in (killed_here, path):  # as a kill left it; as the interrupted save left it
+        latest = HFModelDataset(str(root), version=Version(None, None), load_args=EAGER)
+        assert latest.list_versions(full_path=False) == [V1]
+        assert torch.equal(_logits(latest.load(), input_ids), _logits(model_a, input_ids))
+    assert not any((path / V2).iterdir())  # the interrupted save removed its hidden folder
+    # The next save of the killed run's version, and its load, work as ever.
+    HFModelDataset(str(killed_here), version=Version(None, V2)).save(model_b)
+    latest = HFModelDataset(str(killed_here), version=Version(None, None), load_args=EAGER)
+    assert latest.list_versions(full_path=False) == [V2, V1]
+    assert torch.equal(_logits(latest.load(), input_ids), _logits(model_b, input_ids))
+
+
+def test_an_unversioned_save_replaces_the_previous_one_whole(tmp_path, model_a, input_ids):
+    dataset = HFModelDataset(str(tmp_path / "policy"), load_args=EAGER)
+    dataset.save(model_a)
+    (tmp_path / "policy" / "stale.txt").write_text("from an older save")
+    dataset.save(model_a)
+    assert not (tmp_path / "policy" / "stale.txt").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["policy"]  # no hidden folder left
+    assert torch.equal(_logits(dataset.load(), input_ids), _logits(model_a, input_ids))
+
+
+def test_models_by_seed_and_tokenizers_are_saved_whole_or_not_at_all(
+    tmp_path, monkeypatch, model_a, tokenizer
+):
+    def fail(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    by_seed = HFModelsBySeedDataset(str(tmp_path / "policies"), version=Version(None, V1))
+    calls = []
+    real_save = type(model_a).save_pretrained
+
+    def second_seed_fails(model, directory, **kwargs):
+        calls.append(directory)
+        if len(calls) == 2:
+            fail()
+        real_save(model, directory, **kwargs)
+
+    monkeypatch.setattr(type(model_a), "save_pretrained", second_seed_fails)
+    with pytest.raises(DatasetError, match="No space left"):
+        by_seed.save({0: model_a, 1: model_a})
+    assert not HFModelsBySeedDataset(
+        str(tmp_path / "policies"), version=Version(None, None)
+    ).exists()
+    assert not any((tmp_path / "policies" / V1).iterdir())
+    monkeypatch.setattr(type(tokenizer), "save_pretrained", fail)
+    with pytest.raises(DatasetError, match="No space left"):
+        HFTokenizerDataset(str(tmp_path / "tok"), version=Version(None, V1)).save(tokenizer)
+    assert not HFTokenizerDataset(str(tmp_path / "tok"), version=Version(None, None)).exists()
+    assert not any((tmp_path / "tok" / V1).iterdir())

@@ -153,3 +153,44 @@ def test_missing_file_says_where_it_looked(tmp_path: Path) -> None:
         DataValidationError, match="file not found .*raw_data_dir.*creditflow fetch-data"
     ):
         read_jsonl(tmp_path / "absent.jsonl")
+
+
+@pytest.mark.parametrize("raw", ["1/0", "-3/0", "5/00", "٣", "３", "1٣"])
+def test_canonical_number_rejects_zero_denominators_and_non_ascii_digits(raw: str) -> None:
+    # '1/0' is sympy's zoo (infinite); math_verify reads no number in '٣' (Arabic-Indic 3).
+    with pytest.raises(ValueError):
+        canonical_number(raw)
+
+
+@pytest.mark.parametrize(
+    ("reader", "text", "line"),
+    [
+        (read_tsv, b"q one\t1\nq two\t2\nq thr\xffee\t3\n", 3),
+        (lambda path: read_csv(path, ["a"]), b"a,b\n1,2\n\xe9t\xe9,3\n", 3),
+        (read_jsonl, b'{"a": 1}\r\n{"a": "caf\xe9"}\r\n', 2),
+        (read_json_object, b'{\n "a": 1,\n "b": "\xc3("\n}\n', 3),
+    ],
+)
+def test_invalid_utf8_names_the_file_and_the_line(
+    tmp_path: Path, reader, text: bytes, line: int
+) -> None:
+    # Before: UnicodeDecodeError "'utf-8' codec can't decode byte 0xff in position 21",
+    # naming neither the file nor the line.
+    path = tmp_path / "latin1.txt"
+    path.write_bytes(text)
+    with pytest.raises(DataValidationError, match="invalid UTF-8: byte 0x") as err:
+        reader(path)
+    assert (err.value.path, err.value.line) == (path, line)
+    assert "Fix: save the file as UTF-8" in str(err.value)
+
+
+def test_readers_keep_line_numbers_and_newlines_as_before(tmp_path: Path) -> None:
+    path = tmp_path / "crlf.jsonl"
+    path.write_bytes('{"a": "é"}\r\n{"a": 2}\r\n'.encode())
+    assert [(at.line, record) for at, record in read_jsonl(path)] == [
+        (1, {"a": "é"}),
+        (2, {"a": 2}),
+    ]
+    tsv = tmp_path / "cr.tsv"
+    tsv.write_bytes(b'a "q"\t1\r\nb\t2\n')
+    assert [(at.line, row) for at, row in read_tsv(tsv)] == [(1, ['a "q"', "1"]), (2, ["b", "2"])]

@@ -178,3 +178,25 @@ def test_a_file_that_is_not_an_image_fails_at_ingest_naming_its_record(
     ) as err:
         load_tabmwp(folder)
     assert (err.value.path, err.value.line) == (folder / "problems_shared.json", 8)
+
+
+@pytest.mark.parametrize(
+    ("kind", "message"),
+    [
+        ("truncated_jpeg", r"\(OSError: image file is truncated"),
+        ("bomb", r"\(DecompressionBombError: Image size \(225000000 pixels\)"),
+        ("bomb_warning", r"\(DecompressionBombWarning: Image size \(100000000 pixels\)"),
+    ],
+)
+def test_an_image_that_does_not_decode_or_is_a_bomb_fails_at_ingest_naming_its_record(
+    tmp_path: Path, hostile_image, kind: str, message: str
+) -> None:
+    # Before: verify() passed a truncated JPEG (it reads no JPEG data) and the 10000 x 10000
+    # PNG; the 15000 x 15000 one raised Pillow's own error, naming neither file nor record.
+    folder = _mathvision_folder(tmp_path, [_mv("1"), _mv("2")])
+    (folder / "images" / "2.jpg").write_bytes(hostile_image(kind).read_bytes())
+    with pytest.raises(
+        DataValidationError, match=r"image .*images/2\.jpg is not a readable image " + message
+    ) as err:
+        load_mathvision(folder)
+    assert (err.value.path, err.value.line) == (folder / "testmini_shared.jsonl", 2)

@@ -1,16 +1,21 @@
 """Checkpoints: layout, retention, completeness marker, fingerprints; and bit-exact resume."""
 
 import copy
+import errno
 import gc
 import os
+import shutil
 import subprocess
 import sys
+import textwrap
 
 import pytest
 import torch
+from safetensors import SafetensorError
 
-from creditflow.errors import CheckpointsInUse
+from creditflow.errors import CheckpointsInUse, CheckpointWriteError
 from creditflow.training import CheckpointStore
+from creditflow.training import checkpoint as checkpoint_module
 from creditflow.training.checkpoint import run_store, state_fingerprint
 from tests.training.helpers import make_trainer
 
@@ -218,3 +223,142 @@ def test_run_store_comes_locked_and_a_pickled_copy_leaves_the_lock_behind(tmp_pa
     worker_copy.save(1, module, {})  # writes under its parent's lock
     assert store.latest() is not None
     store.release()
+
+
+# --- a full disk while saving -----------------------------------------------------------------
+# What each writer raised on a full tmpfs (measured with the script of the test below).
+FULL_DISK = {
+    "torch.save": RuntimeError(
+        "[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534"
+    ),
+    "safetensors": SafetensorError(
+        "Error while serializing: I/O error: No space left on device (os error 28)"
+    ),
+    "COMPLETE": OSError(errno.ENOSPC, "No space left on device"),
+}
+
+
+def _fail_like_a_full_disk(monkeypatch, writer: str) -> None:
+    """Make ``writer`` leave a partial file and raise what it raised on a full disk."""
+
+    def fail(_, where, *args, **kwargs):
+        with open(where, "wb") as f:
+            f.write(b"PK\x03\x04 half a file")
+        raise FULL_DISK[writer]
+
+    if writer == "torch.save":
+        monkeypatch.setattr(torch, "save", fail)
+    elif writer == "safetensors":
+        monkeypatch.setattr(checkpoint_module, "save_model", fail)
+    else:
+        real = checkpoint_module.Path.write_text
+
+        def write_text(self, text, *args, **kwargs):
+            if self.name == "COMPLETE":
+                raise FULL_DISK[writer]
+            return real(self, text, *args, **kwargs)
+
+        monkeypatch.setattr(checkpoint_module.Path, "write_text", write_text)
+
+
+@pytest.mark.parametrize("writer", list(FULL_DISK))
+def test_a_full_disk_names_the_folder_the_free_space_and_the_intact_previous_checkpoint(
+    tmp_path, monkeypatch, writer
+):
+    # Before: the run died with torch's "[enforce fail at inline_container.cc:672] . unexpected
+    # pos 576 vs 534" (or safetensors' error) naming no folder, the half-written step left behind.
+    store = CheckpointStore(tmp_path / "run", keep=1)
+    first = _module(0)
+    previous = store.save(1, first, {"history": [1.0]})
+    _fail_like_a_full_disk(monkeypatch, writer)
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(shutil, "disk_usage", lambda _: usage._replace(free=123_456))
+    with pytest.raises(CheckpointWriteError) as error:
+        store.save(2, _module(1), {"history": [1.0, 2.0]})
+    message = str(error.value)
+    assert message.startswith(
+        f"could not write checkpoint step-000002 in {store.directory}: the disk is full "
+        f"({type(FULL_DISK[writer]).__name__}: {FULL_DISK[writer]}); 120.6 KiB (123,456 bytes) "
+        "free on that file system. The half-written step-000002 was removed; the previous "
+        f"checkpoint {previous} is intact and running the same command again resumes from it."
+    )
+    assert isinstance(error.value.__cause__, type(FULL_DISK[writer]))
+    monkeypatch.undo()
+    assert [p.name for p in store.directory.iterdir() if p.name.startswith("step-")] == [
+        "step-000001"
+    ]
+    target = _module(2)
+    assert store.load_latest(target) == {"step": 1, "history": [1.0]}
+    for a, b in zip(first.parameters(), target.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_a_failed_first_save_and_other_write_errors_say_what_they_are(tmp_path, monkeypatch):
+    store = CheckpointStore(tmp_path / "run")
+    _fail_like_a_full_disk(monkeypatch, "torch.save")
+    with pytest.raises(CheckpointWriteError, match="there is no earlier checkpoint: running the "):
+        store.save(1, _module(0), {})
+    monkeypatch.setattr(checkpoint_module, "fsync_path", _raise(OSError(errno.EIO, "I/O error")))
+    monkeypatch.setattr(torch, "save", _raise(None))
+    with pytest.raises(CheckpointWriteError, match=r"the write failed \(OSError: \[Errno 5\]"):
+        store.save(1, _module(0), {})
+
+
+def _raise(error):
+    def fail(*args, **kwargs):
+        if error is not None:
+            raise error
+
+    return fail
+
+
+# On a 64 KiB tmpfs: a tiny checkpoint, then one whose weights do not fit (safetensors fails),
+# then, in a second folder, one whose trainer state does not fit (torch.save fails).
+_FULL_TMPFS_SCRIPT = """
+import sys
+import torch
+from creditflow.errors import CheckpointWriteError
+from creditflow.training import CheckpointStore
+for name, too_big in (("run_weights", "weights"), ("run_state", "state")):
+    store = CheckpointStore(f"{sys.argv[1]}/{name}", keep=1)
+    store.save(1, torch.nn.Linear(3, 2), {"history": []})
+    big = torch.nn.Linear(300, 300) if too_big == "weights" else torch.nn.Linear(3, 2)
+    try:
+        store.save(2, big, {"history": [0.0] * (60_000 if too_big == "state" else 1)})
+    except CheckpointWriteError as error:
+        print(error)
+        print(name, "cause:", type(error.__cause__).__name__)
+"""
+
+
+def _can_mount_a_tmpfs() -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    probe = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", "mount -t tmpfs -o size=64k tmpfs /mnt"],
+        capture_output=True,
+        check=False,
+    )
+    return probe.returncode == 0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _can_mount_a_tmpfs(), reason="needs unshare -rm to mount a small tmpfs")
+def test_a_really_full_disk_raises_the_named_error(tmp_path):
+    mount = tmp_path / "small"
+    mount.mkdir()
+    script = tmp_path / "fill.py"
+    script.write_text(textwrap.dedent(_FULL_TMPFS_SCRIPT))
+    run = subprocess.run(
+        [
+            "unshare", "-rm", "sh", "-c",
+            f"mount -t tmpfs -o size=64k tmpfs {mount} && {sys.executable} {script} {mount}",
+        ],
+        capture_output=True, text=True, check=False, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    for name, cause in (("run_weights", "SafetensorError"), ("run_state", "RuntimeError")):
+        folder = f"{mount}/{name}"
+        assert f"could not write checkpoint step-000002 in {folder}: the disk is full" in run.stdout
+        assert f"the previous checkpoint {folder}/step-000001 is intact" in run.stdout
+        assert f"{name} cause: {cause}" in run.stdout

@@ -13,9 +13,21 @@ is pinned::
         dtype: bfloat16
 
 Only local paths are supported: ``save_pretrained`` writes to a directory on disk.
+
+A save is atomic: it writes into a hidden folder beside the target
+(``.<basename>.partial-<pid>-<random>``), flushes it to the disk and only then renames it to
+``<basename>``. Kedro finds versions by that name, so a run killed mid-save leaves no
+half-written version to become "the newest" (before, loading the stored warm start then failed
+with ``no file named model.safetensors``); what it leaves is the hidden folder, which nothing
+reads and which may be deleted.
 """
 
+import contextlib
 import importlib
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -30,6 +42,7 @@ from kedro.io.core import (
 
 from creditflow.models.lora import is_lora_directory, is_lora_model, load_lora, save_lora
 from creditflow.models.tokenizer import load_tokenizer
+from creditflow.training.checkpoint import fsync_path
 
 _LOCAL_PROTOCOLS = ("file",)
 
@@ -102,6 +115,34 @@ class _HFDirectoryDataset(AbstractVersionedDataset[Any, Any]):
     def _save_dir(self) -> str:
         return get_filepath_str(self._get_save_path(), self._protocol)
 
+    @contextlib.contextmanager
+    def _staged_save_dir(self) -> Iterator[Path]:
+        """A hidden folder to write the artifact into, put in place as the save directory
+        only when the block ends without error (module docstring); on an error it is removed."""
+        final = Path(self._save_dir())
+        final.parent.mkdir(parents=True, exist_ok=True)
+        # Same parent, so the rename below never crosses file systems and is atomic.
+        staging = final.parent / f".{final.name}.partial-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        staging.mkdir()
+        try:
+            yield staging
+            _fsync_tree(staging)
+            if final.exists():  # unversioned: replace the previous save (versioned never exist)
+                previous = final.parent / f".{final.name}.replaced-{uuid.uuid4().hex[:8]}"
+                final.rename(previous)
+                try:
+                    staging.rename(final)
+                except OSError:
+                    previous.rename(final)  # keep the previous save where it was
+                    raise
+                shutil.rmtree(previous, ignore_errors=True)
+            else:
+                staging.rename(final)
+            fsync_path(final.parent)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+
     def _exists(self) -> bool:
         try:
             return Path(self._load_dir()).is_dir()
@@ -165,7 +206,8 @@ class HFModelDataset(_HFDirectoryDataset):
         return self._load_model(self._load_dir())
 
     def save(self, data: transformers.PreTrainedModel) -> None:
-        self._save_model(data, self._save_dir())
+        with self._staged_save_dir() as directory:
+            self._save_model(data, directory)
 
     def _load_model(self, directory: str | Path) -> transformers.PreTrainedModel:
         """``model_class.from_pretrained(directory, **load_args)``; a LoRA directory
@@ -221,9 +263,9 @@ class HFModelsBySeedDataset(HFModelDataset):
                 f"{type(self).__name__} saves a non-empty {{seed (int): model}} mapping; got "
                 f"keys {list(data)[:5]}"
             )
-        root = Path(self._save_dir())
-        for seed, model in data.items():
-            self._save_model(model, root / f"{self._SEED_DIR}{seed}")
+        with self._staged_save_dir() as root:
+            for seed, model in data.items():
+                self._save_model(model, root / f"{self._SEED_DIR}{seed}")
 
 
 class HFTokenizerDataset(_HFDirectoryDataset):
@@ -268,4 +310,14 @@ class HFTokenizerDataset(_HFDirectoryDataset):
         return self._loader.from_pretrained(self._load_dir(), **self._load_args)
 
     def save(self, data: Any) -> None:
-        data.save_pretrained(self._save_dir(), **self._save_args)
+        with self._staged_save_dir() as directory:
+            data.save_pretrained(directory, **self._save_args)
+
+
+def _fsync_tree(root: Path) -> None:
+    """Flush every file and folder under ``root`` (and ``root``) to the disk, so the rename
+    that makes it visible cannot reach the disk before its contents (a power loss)."""
+    for folder, _, files in os.walk(root, topdown=False):
+        for name in files:
+            fsync_path(Path(folder) / name)
+        fsync_path(Path(folder))

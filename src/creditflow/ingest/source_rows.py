@@ -14,22 +14,45 @@ Accepted cell values: text columns take non-empty strings, and integers (a CSV's
 ``answer`` column read as numbers), which become their decimal string; a float is refused
 (``12.0`` is no answer, and a column with a blank cell loads as floats). ``choices`` takes a
 list of strings, or a JSON list in a string (CSV); blank or null is free-form (no options).
+
+Hostile cells are refused, never repaired, so that what trains is what the file says:
+
+- text longer than its column's bound in :data:`MAX_TEXT_CHARS` (a 5 MB question would reach
+  SFT as a prompt of millions of tokens, or exhaust memory in evaluation);
+- control characters other than tab, newline and carriage return (C0, DEL and C1: a NUL in
+  ``11\\0`` makes an answer no completion can ever match, and a NUL in text is the mark of a
+  UTF-16 file read as UTF-8);
+- chat control tokens (``<|im_end|>``, ``<|im_start|>``, any ``<|name|>``): the tokenizer
+  reads them as the real control tokens, so a row could close the user turn and write an
+  assistant turn of its own;
+- a math-text ``answer`` that is no plain finite number as the reasoning reward reads it
+  (``gold_answer``): ``NaN``, ``inf``, a spreadsheet formula, ``1/0``; ``\\boxed{NaN}`` would
+  otherwise be "right".
+
+The same problem ``id`` with different answers in different languages is allowed (each row
+is scored against its own answer) but logged as a warning naming the ids.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import numbers
+import re
 from collections.abc import Sequence
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from PIL import Image
 
 from creditflow.errors import TaskSourceError
 from creditflow.ingest.schemas import MATH_TEXT_SCHEMA, VISUAL_SCHEMA, TableSchema
+from creditflow.ingest.validation import canonical_number, image_problem
+from creditflow.rewards.reasoning import MAX_ANSWER_CHARS, gold_answer
+
+logger = logging.getLogger(__name__)
 
 # The optional gold reasoning column of each schema: the SFT target's reasoning before the
 # answer; without it SFT trains on the answer format alone.
@@ -37,6 +60,30 @@ REASONING_COLUMNS = {MATH_TEXT_SCHEMA.name: "reasoning_en", VISUAL_SCHEMA.name: 
 _TEXT_AS_LOADED = (
     "load the column as text (a CSV: `load_args: {dtype: str, keep_default_na: false}`)"
 )
+# The most characters a cell of each column may hold, checked before anything else reads it.
+# Generous for real data: the longest question of GSM8K has 985 characters, of MGSM 693, of
+# TabMWP 514, of MATH-Vision 524 (their answers at most 9). An answer's bound is the reasoning
+# reward's own cap (a longer gold answer is rejected unread: its row could never be rewarded);
+# ``choices``' bound holds for each option. Columns not named here (the ranking sources'
+# titles, queries, ...) take DEFAULT_MAX_TEXT_CHARS.
+MAX_TEXT_CHARS = {
+    "id": 200,
+    "language": 35,
+    "image_path": 4096,
+    "question": 20_000,
+    "question_en": 20_000,
+    "reasoning_en": 50_000,
+    "reasoning": 50_000,
+    "answer": MAX_ANSWER_CHARS,
+    "choices": MAX_ANSWER_CHARS,
+}
+DEFAULT_MAX_TEXT_CHARS = 20_000
+# C0 controls but tab, newline and carriage return; DEL; C1 controls (mojibake, never text).
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+# Qwen's chat template and vision tokens (<|im_start|>, <|im_end|>, <|endoftext|>,
+# <|vision_start|>, <|image_pad|>, ...) and other families' (<|eot_id|>) share this form.
+_CHAT_TOKEN = re.compile(r"<\|\w+\|>")
+_DIGITS_ONLY = re.compile(r"[-0-9.,/]+")
 
 
 def math_text_problems(data: Any, dataset: str) -> pd.DataFrame:
@@ -44,8 +91,9 @@ def math_text_problems(data: Any, dataset: str) -> pd.DataFrame:
     ``MATH_TEXT_SCHEMA`` then ``reasoning_en`` ("" where the source has none), all str.
 
     Raises:
-        TaskSourceError: a column is missing, a cell is not text (see the module docstring),
-            ``question_en`` holds translation tags, or ``(id, language)`` repeats.
+        TaskSourceError: a column is missing, a cell is not text or is hostile (see the module
+            docstring), ``question_en`` holds translation tags, an ``answer`` is no finite
+            number, or ``(id, language)`` repeats.
     """
     frame = checked_frame(data, dataset, MATH_TEXT_SCHEMA, REASONING_COLUMNS[MATH_TEXT_SCHEMA.name])
     out = pd.DataFrame(
@@ -61,7 +109,9 @@ def math_text_problems(data: Any, dataset: str) -> pd.DataFrame:
                 row,
                 "question_en",
             )
+    values = [_answer_value(text, dataset, row) for row, text in enumerate(out["answer"])]
     _require_unique(out, MATH_TEXT_SCHEMA, dataset)
+    _warn_on_differing_answers(out["id"].tolist(), values, dataset)
     return out.astype("str")
 
 
@@ -72,8 +122,9 @@ def visual_problems(data: Any, dataset: str) -> pd.DataFrame:
     working directory, the project root under ``kedro run``).
 
     Raises:
-        TaskSourceError: a column is missing, a cell is not text, ``choices`` is not a list
-            of strings, an image is missing or unreadable, or an ``id`` repeats.
+        TaskSourceError: a column is missing, a cell is not text or is hostile (see the module
+            docstring), ``choices`` is not a list of strings, an image is missing, cannot be
+            decoded or is over Pillow's pixel bound, or an ``id`` repeats.
     """
     frame = checked_frame(data, dataset, VISUAL_SCHEMA, REASONING_COLUMNS[VISUAL_SCHEMA.name])
     text = [name for name in VISUAL_SCHEMA.names if name != "choices"]
@@ -146,8 +197,9 @@ def _optional_text_column(frame: pd.DataFrame, column: str, dataset: str) -> lis
 
 def _text(value: Any, dataset: str, row: int, column: str, allow_empty: bool = False) -> str:
     if isinstance(value, numbers.Integral) and not isinstance(value, bool | np.bool_):
-        return str(int(value))
+        return _checked_text(str(int(value)), dataset, row, column)
     if isinstance(value, str):
+        _checked_text(value, dataset, row, column)
         if not value.strip() and not allow_empty:
             raise TaskSourceError(
                 dataset, "empty text", f"fill in the {column} or drop the row", row, column
@@ -156,6 +208,90 @@ def _text(value: Any, dataset: str, row: int, column: str, allow_empty: bool = F
     raise TaskSourceError(
         dataset, f"{value!r} is a {type(value).__name__}, not text", _TEXT_AS_LOADED, row, column
     )
+
+
+def _checked_text(text: str, dataset: str, row: int, column: str) -> str:
+    """``text``, unless it is hostile (the module docstring): over its column's bound, or
+    holding a control character or a chat control token."""
+    limit = MAX_TEXT_CHARS.get(column, DEFAULT_MAX_TEXT_CHARS)
+    if len(text) > limit:  # first: the checks below scan the text
+        raise TaskSourceError(
+            dataset,
+            f"{len(text):,} characters, over the bound of {limit:,} for `{column}` "
+            "(creditflow.ingest.source_rows.MAX_TEXT_CHARS)",
+            "shorten it or drop the row (real problems run under 1,000 characters; a cell "
+            "this long is usually a whole file or column pasted into one cell)",
+            row,
+            column,
+        )
+    if found := _CONTROL.search(text):
+        raise TaskSourceError(
+            dataset,
+            f"holds the control character U+{ord(found.group()):04X} at character "
+            f"{found.start()} ({text[max(found.start() - 20, 0) : found.start()]!r} before it)",
+            "delete it: text may hold tab, newline and carriage return, no other control "
+            "character (NUL bytes throughout mean a UTF-16 file: save it as UTF-8)",
+            row,
+            column,
+        )
+    if found := _CHAT_TOKEN.search(text):
+        raise TaskSourceError(
+            dataset,
+            f"holds the chat control token {found.group()!r} at character {found.start()}",
+            "delete it: the tokenizer reads it as the real control token, so the row could "
+            "end its user turn and write a turn of its own",
+            row,
+            column,
+        )
+    return text
+
+
+def _answer_value(text: str, dataset: str, row: int) -> Fraction:
+    """A math-text answer's value: it must be a plain finite number (integer, decimal or
+    fraction) once the reasoning reward has normalised it (``gold_answer``: thousands
+    separators dropped, outer spaces stripped). ``canonical_number``'s grammar is a strict
+    subset of what the reward's parser (math_verify) reads as that number; math_verify itself
+    is no gate: it reads ``NaN`` as the product N*a*N, ``=1+1`` as 1 and ``5 apples`` as 5."""
+    gold = gold_answer(text)
+    try:
+        number = canonical_number(gold)
+    except ValueError as error:
+        # The grammar's own reason helps with digits ('1,5': a decimal comma; '1/0'), not
+        # with words or formulas.
+        why = f" ({error})" if _DIGITS_ONLY.fullmatch(gold) else ""
+        raise TaskSourceError(
+            dataset,
+            f"{text!r} is not a finite number{why}",
+            "write the final answer as a plain number, e.g. 12, -3.5 or 48/103 (thousands "
+            "commas are fine); NaN, inf, formulas and words are no answers",
+            row,
+            "answer",
+        ) from error
+    # No screen_answer here: a plain number within MAX_TEXT_CHARS["answer"] (the reward's
+    # length cap) has neither nesting nor its 10,000 digits.
+    return Fraction(number)
+
+
+def _warn_on_differing_answers(ids: list[str], values: list[Fraction], dataset: str) -> None:
+    """Log the problem ids whose rows (one per language) give different answers: allowed, each
+    row is scored against its own, but usually a row pasted into the wrong problem."""
+    answers: dict[str, set[Fraction]] = {}
+    for id_, value in zip(ids, values, strict=True):
+        answers.setdefault(id_, set()).add(value)
+    differing = [id_ for id_, found in answers.items() if len(found) > 1]
+    if differing:
+        shown = "; ".join(
+            f"`{id_}`: {sorted(str(v) for v in answers[id_])}" for id_ in differing[:10]
+        )
+        logger.warning(
+            "task source `%s`: %d problem id(s) have different answers in different languages "
+            "(each row is scored against its own answer; check the rows are not pasted into the "
+            "wrong problem): %s%s",
+            dataset,
+            len(differing),
+            shown,
+            "; ..." if len(differing) > 10 else "",
+        )
 
 
 def _is_missing(value: Any) -> bool:
@@ -176,7 +312,7 @@ def _choices(value: Any, dataset: str, row: int) -> list[str]:
     if isinstance(parsed, np.ndarray | Sequence) and not isinstance(parsed, str):
         items = list(parsed)
         if all(isinstance(item, str) for item in items):
-            return items
+            return [_checked_text(item, dataset, row, "choices") for item in items]
     raise TaskSourceError(
         dataset,
         f"{value!r} is not a list of strings",
@@ -188,18 +324,21 @@ def _choices(value: Any, dataset: str, row: int) -> list[str]:
 
 
 def _check_image(path: Path, dataset: str, row: int) -> None:
-    """The file exists and Pillow can parse it (``verify``: no pixels decoded), so a broken
-    image fails on load, naming its row, and not at evaluation after training."""
+    """The file exists and Pillow decodes it (``image_problem``: every pixel, at most Pillow's
+    pixel bound), so a broken, truncated or decompression-bomb image fails on load, naming its
+    row, and not at evaluation after training."""
     fix = "correct the path (relative paths are taken from the project root) or drop the row"
     if not path.is_file():
         problem = f"no image file at {path} (resolved to {path.resolve()})"
         raise TaskSourceError(dataset, problem, fix, row, "image_path")
-    try:
-        with Image.open(path) as image:
-            image.verify()
-    except (OSError, SyntaxError, ValueError) as error:  # PIL's errors for a bad file
-        problem = f"{path} is not a readable image ({type(error).__name__}: {error})"
-        raise TaskSourceError(dataset, problem, fix, row, "image_path") from error
+    if problem := image_problem(path):
+        raise TaskSourceError(
+            dataset,
+            f"{path} is not a readable image ({problem})",
+            "re-export the image (one over Pillow's pixel bound: scale it down) or drop the row",
+            row,
+            "image_path",
+        )
 
 
 def _require_unique(frame: pd.DataFrame, schema: TableSchema, dataset: str) -> None:

@@ -1,4 +1,5 @@
-"""Validation helpers shared by the loaders: located errors, numbers, fields and raw readers.
+"""Validation helpers shared by the loaders: located errors, numbers, fields, images and raw
+readers.
 
 Every error names the file and, where there is one, the 1-based line of the bad record in
 that file, says what is wrong and how to fix it.
@@ -7,21 +8,27 @@ that file, says what is wrong and how to fix it.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import re
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from PIL import Image
+
 from creditflow.errors import DataValidationError
 
 # A plain number after commas are stripped: integer, decimal or fraction, as the sources
 # write them ('18', '-3', '3.30', '48/103'); TabMWP labels its fractions decimal_number.
-_NUMBER = re.compile(r"-?(?:\d+(?:\.\d+)?|\.\d+|\d+/\d+)")
+# ASCII digits only: Python's \d also takes '٣' or '３', which the reasoning reward's
+# parser (math_verify) does not read as numbers.
+_NUMBER = re.compile(r"-?(?:[0-9]+(?:\.[0-9]+)?|\.[0-9]+|[0-9]+/[0-9]+)")
 # Commas are only accepted as thousands separators: in multilingual data '1,5' may be a
 # decimal comma, and stripping it would silently turn 1.5 into 15.
-_GROUPED = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
+_GROUPED = re.compile(r"-?[0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]+)?")
 _WHITESPACE = re.compile(r"\s*")
 
 
@@ -52,6 +59,8 @@ def canonical_number(text: str) -> str:
         text = text.replace(",", "")
     if not _NUMBER.fullmatch(text):
         raise ValueError(f"{text!r} is not a number (integer, decimal or fraction)")
+    if "/" in text and not int(text.partition("/")[2]):
+        raise ValueError(f"{text!r} divides by zero")
     return text
 
 
@@ -97,6 +106,35 @@ def require_unique(ids: Iterable[tuple[str, SourceLine]]) -> None:
         first_seen[id_] = at
 
 
+def image_problem(path: Path) -> str | None:
+    """Why Pillow cannot decode the image file at ``path``, or None when it can.
+
+    ``verify`` checks the file's structure (a PNG's checksums) but decodes nothing, and for a
+    JPEG it checks nothing at all: a truncated JPEG passed it and failed only when training
+    first read its pixels (``OSError: image file is truncated``, naming no file). So the pixels
+    are decoded too. An image over Pillow's pixel bound (``Image.MAX_IMAGE_PIXELS``, 89 M) is
+    refused before decoding, from its header: a decompression bomb (a PNG of a few KB that
+    decodes to gigabytes) is Pillow's error past twice the bound and only a warning below it.
+    """
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(path) as image:
+                image.verify()
+            with Image.open(path) as image:
+                image.load()
+    # PIL's errors for a bad file; the bomb error and (made an error above) warning
+    except (
+        OSError,
+        SyntaxError,
+        ValueError,
+        Image.DecompressionBombError,
+        Image.DecompressionBombWarning,
+    ) as error:
+        return f"{type(error).__name__}: {error}"
+    return None
+
+
 def require_file(path: Path) -> Path:
     """Return ``path`` if it is a file, else raise saying where it was looked for."""
     if not path.is_file():
@@ -110,12 +148,32 @@ def require_file(path: Path) -> Path:
     return path
 
 
+def read_text(path: Path) -> str:
+    """The whole of a UTF-8 text file. Invalid UTF-8 is an error naming the line and the byte
+    (Python's own error names neither the file nor the line, only a byte offset).
+
+    Raises:
+        DataValidationError: the file is missing or is not valid UTF-8.
+    """
+    data = require_file(path).read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line_start = data.rfind(b"\n", 0, err.start) + 1
+        raise SourceLine(path, data.count(b"\n", 0, err.start) + 1).error(
+            f"invalid UTF-8: byte {data[err.start]:#04x} at byte {err.start - line_start + 1} "
+            f"of the line ({err.reason})",
+            "save the file as UTF-8 (a spreadsheet's 'CSV UTF-8' export; a Windows-1252 or "
+            "Latin-1 file converts with `iconv -f cp1252 -t utf-8`)",
+        ) from err
+
+
 def read_tsv(path: Path) -> list[tuple[SourceLine, list[str]]]:
     """Rows of a header-less, quote-free TSV file with their line numbers."""
-    with require_file(path).open(encoding="utf-8", newline="") as f:
-        # QUOTE_NONE: MGSM questions contain bare double quotes (see mgsm/SOURCE.md).
-        reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
-        return [(SourceLine(path, reader.line_num), row) for row in reader]
+    f = io.StringIO(read_text(path), newline="")
+    # QUOTE_NONE: MGSM questions contain bare double quotes (see mgsm/SOURCE.md).
+    reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+    return [(SourceLine(path, reader.line_num), row) for row in reader]
 
 
 def read_csv(path: Path, required: Sequence[str]) -> tuple[list[int], dict[str, list[str]]]:
@@ -124,26 +182,25 @@ def read_csv(path: Path, required: Sequence[str]) -> tuple[list[int], dict[str, 
     Returns:
         (line numbers, {column: values}) for the ``required`` columns, one entry per row.
     """
-    with require_file(path).open(encoding="utf-8", newline="") as f:
-        # csv rather than pandas.read_csv: pandas silently turns a row with one field too
-        # many into an index column, and skipping blank lines would shift line numbers.
-        reader = csv.reader(f)
-        header = next(reader, [])
-        missing = [name for name in required if name not in header]
-        if missing:
-            raise SourceLine(path, 1).error(
-                f"header {header} lacks column(s) {missing}",
-                f"restore the header line (it needs {list(required)})",
+    # csv rather than pandas.read_csv: pandas silently turns a row with one field too
+    # many into an index column, and skipping blank lines would shift line numbers.
+    reader = csv.reader(io.StringIO(read_text(path), newline=""))
+    header = next(reader, [])
+    missing = [name for name in required if name not in header]
+    if missing:
+        raise SourceLine(path, 1).error(
+            f"header {header} lacks column(s) {missing}",
+            f"restore the header line (it needs {list(required)})",
+        )
+    lines, rows = [], []
+    for fields in reader:
+        if len(fields) != len(header):
+            raise SourceLine(path, reader.line_num).error(
+                f"{len(fields)} fields, but the header has {len(header)}",
+                "quote fields that contain commas and fill in empty ones",
             )
-        lines, rows = [], []
-        for fields in reader:
-            if len(fields) != len(header):
-                raise SourceLine(path, reader.line_num).error(
-                    f"{len(fields)} fields, but the header has {len(header)}",
-                    "quote fields that contain commas and fill in empty ones",
-                )
-            lines.append(reader.line_num)
-            rows.append(fields)
+        lines.append(reader.line_num)
+        rows.append(fields)
     positions = [header.index(name) for name in required]
     columns = {name: [row[i] for row in rows] for name, i in zip(required, positions, strict=True)}
     return lines, columns
@@ -152,18 +209,16 @@ def read_csv(path: Path, required: Sequence[str]) -> tuple[list[int], dict[str, 
 def read_jsonl(path: Path) -> list[tuple[SourceLine, dict[str, Any]]]:
     """JSON-lines records (objects) with their line numbers; blank lines are errors."""
     records = []
-    with require_file(path).open(encoding="utf-8") as f:
-        for number, text in enumerate(f, start=1):
-            at = SourceLine(path, number)
-            try:
-                record = json.loads(text)
-            except json.JSONDecodeError as err:
-                raise at.error(
-                    f"invalid JSON ({err.msg})", "write one JSON object per line"
-                ) from err
-            if not isinstance(record, dict):
-                raise at.error(f"a JSON {type(record).__name__}, not an object", "write an object")
-            records.append((at, record))
+    # newline=None: universal newlines, as open() reads text
+    for number, text in enumerate(io.StringIO(read_text(path), newline=None), start=1):
+        at = SourceLine(path, number)
+        try:
+            record = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise at.error(f"invalid JSON ({err.msg})", "write one JSON object per line") from err
+        if not isinstance(record, dict):
+            raise at.error(f"a JSON {type(record).__name__}, not an object", "write an object")
+        records.append((at, record))
     return records
 
 
@@ -173,7 +228,7 @@ def read_json_object(path: Path) -> list[tuple[SourceLine, str, Any]]:
     ``json.load`` gives no line numbers and silently keeps only the last of duplicate keys,
     so the top level is walked with ``raw_decode`` and duplicates are reported.
     """
-    text = require_file(path).read_text(encoding="utf-8")
+    text = read_text(path)
     decoder = json.JSONDecoder()
     members: list[tuple[SourceLine, str, Any]] = []
     line, counted = 1, 0

@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from PIL import Image
 
 from creditflow.ingest.schemas import VISUAL_SCHEMA, conform_frame
 from creditflow.ingest.validation import (
     SourceLine,
+    image_problem,
     number_field,
     read_json_object,
     read_jsonl,
@@ -98,20 +98,18 @@ def load_tabmwp(source_dir: Path, *, max_rows: int | None = None) -> pd.DataFram
 
 def _image_path(path: Path, at: SourceLine) -> str:
     """``path`` as a POSIX string, after checking the file exists and is an image Pillow can
-    read (``verify`` parses the whole file without decoding the pixels), so a broken image
-    fails here, naming its record, and not at evaluation after training."""
+    decode (``image_problem``: pixels decoded, pixel count bounded), so a broken image fails
+    here, naming its record, and not at evaluation after training."""
     if not path.is_file():
         raise at.error(
             f"image {path} not found", "restore the image file from the origin or drop the record"
         )
-    try:
-        with Image.open(path) as image:
-            image.verify()
-    except (OSError, SyntaxError, ValueError) as error:  # PIL's errors for a bad file
+    if problem := image_problem(path):
         raise at.error(
-            f"image {path} is not a readable image ({type(error).__name__}: {error})",
-            "restore the image file from the origin or drop the record",
-        ) from error
+            f"image {path} is not a readable image ({problem})",
+            "restore the image file from the origin (an image over Pillow's pixel bound: "
+            "scale it down) or drop the record",
+        )
     return path.as_posix()
 
 

@@ -101,6 +101,17 @@ def normalize_thousands(text: str) -> str:
     return _THOUSANDS.sub(lambda m: m.group().replace("{,}", "").replace(",", ""), text)
 
 
+def gold_answer(answer: str | int | float) -> str:
+    """A gold answer as the reward compares it: a string, thousands separators dropped, outer
+    whitespace stripped. Task-source loaders check gold answers in this form, as the reward
+    will read them.
+
+    >>> gold_answer(" 2,125 "), gold_answer(7)
+    ('2125', '7')
+    """
+    return normalize_thousands(str(answer)).strip()
+
+
 def screen_answer(
     answer: str,
     max_chars: int = MAX_ANSWER_CHARS,
@@ -167,7 +178,7 @@ def reasoning_outcomes(
     rows_of: dict[tuple[str, str], list[int]] = {}  # (predicted, gold) -> rows; checked once
     for row, (completion, answer) in enumerate(zip(completions, answers, strict=True)):
         predicted = extract_boxed_answer(completion)
-        gold = normalize_thousands(str(answer)).strip()
+        gold = gold_answer(answer)
         # Dropping thousands separators at most halves a text ("{,}123"): past twice the cap
         # it is rejected before the regex work on a possibly huge string.
         if predicted is not None and len(predicted) > 2 * max_answer_chars:

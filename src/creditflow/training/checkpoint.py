@@ -5,7 +5,11 @@ model: ``adapter_model.safetensors``, its adapter weights, instead of ``model.sa
 checkpoint counts only once ``COMPLETE`` is written, last, after the files and the folder are
 fsynced: a run killed mid-save, or a machine that loses power, resumes from the previous one.
 A checkpoint marked complete that still fails to load (a disk that lied about its sync, a
-file edited by hand) is reported and the previous complete one is used. The trainer state
+file edited by hand) is reported and the previous complete one is used. A save that fails (a
+full disk, which ``torch.save`` reports as ``[enforce fail at inline_container.cc:672] .
+unexpected pos 576 vs 534``) removes its half-written folder and raises
+``CheckpointWriteError`` naming the folder, the cause, the free space and the previous
+checkpoint, which a save never touches before its own is complete. The trainer state
 loads with ``torch.load(weights_only=True)``: tensors and plain containers only, so a crafted
 ``trainer_state.pt`` cannot run code on resume.
 
@@ -18,6 +22,7 @@ local: on a network file system without ``flock`` support it does not protect.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
@@ -31,9 +36,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, load_model, save_file, save_model
 
-from creditflow.errors import CheckpointsInUse
+from creditflow.errors import CheckpointsInUse, CheckpointWriteError
 from creditflow.models.lora import (
     ADAPTER_WEIGHTS,
     adapter_state_dict,
@@ -46,6 +52,17 @@ logger = logging.getLogger(__name__)
 _PREFIX = "step-"
 MODEL_WEIGHTS = "model.safetensors"
 LOCK_FILE = ".lock"
+# A full disk as each writer reports it (measured on a full tmpfs): an OSError's errno
+# (ENOSPC; EDQUOT for a quota); safetensors' Rust I/O error ("No space left on device (os
+# error 28)"); torch.save's zip writer, which sees only a short write ("unexpected pos 576 vs
+# 534"; "file write failed" for a large tensor).
+_DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+_DISK_FULL_TEXTS = (
+    "No space left on device",
+    "Disk quota exceeded",
+    "unexpected pos",
+    "file write failed",
+)
 
 
 class CheckpointStore:
@@ -133,26 +150,55 @@ class CheckpointStore:
         gathered by ``creditflow.training.fsdp.full_state_dicts``); ``module`` then only says
         which names are tied to one parameter."""
         path = self.directory / f"{_PREFIX}{step:06d}"
-        if path.exists():
-            shutil.rmtree(path)
-        path.mkdir(parents=True)
-        if weights is None:
-            weights_file = _save_weights(module, path)
-        else:
-            weights_file = _save_gathered_weights(weights, module, path)
-        torch.save({"step": step, **state}, path / "trainer_state.pt")
-        # COMPLETE may reach the disk only after what it vouches for.
-        for written in (weights_file, path / "trainer_state.pt"):
-            _fsync(written)
-        _fsync(path)
-        (path / "COMPLETE").write_text(str(step))
-        _fsync(path / "COMPLETE")
-        _fsync(path)
-        _fsync(self.directory)
+        try:
+            if path.exists():
+                shutil.rmtree(path)
+            path.mkdir(parents=True)
+            if weights is None:
+                weights_file = _save_weights(module, path)
+            else:
+                weights_file = _save_gathered_weights(weights, module, path)
+            torch.save({"step": step, **state}, path / "trainer_state.pt")
+            # COMPLETE may reach the disk only after what it vouches for.
+            for written in (weights_file, path / "trainer_state.pt"):
+                fsync_path(written)
+            fsync_path(path)
+            (path / "COMPLETE").write_text(str(step))
+            fsync_path(path / "COMPLETE")
+            fsync_path(path)
+            fsync_path(self.directory)
+        except (OSError, RuntimeError, SafetensorError) as error:
+            raise self._write_failure(path, error) from error
+        # Older checkpoints go only now, once this one is complete.
         for old in self.completed()[: -self.keep]:
             shutil.rmtree(old, ignore_errors=True)
         logger.info("saved checkpoint %s", path)
         return path
+
+    def _write_failure(self, path: Path, error: BaseException) -> CheckpointWriteError:
+        """The error for a save into ``path`` that raised ``error``, after removing the
+        half-written folder (never loaded, as it has no COMPLETE; removed to give its space
+        back). The free space is measured before that, as the write found it."""
+        try:
+            free = _size(shutil.disk_usage(self.directory).free)
+        except OSError:
+            free = "an unknown amount"
+        shutil.rmtree(path, ignore_errors=True)
+        cause = "the disk is full" if _is_disk_full(error) else "the write failed"
+        previous = self.latest()
+        kept = (
+            f"the previous checkpoint {previous} is intact and running the same command "
+            "again resumes from it"
+            if previous is not None
+            else "there is no earlier checkpoint: running the same command again starts this "
+            "training afresh"
+        )
+        return CheckpointWriteError(
+            f"could not write checkpoint {path.name} in {self.directory}: {cause} "
+            f"({type(error).__name__}: {error}); {free} free on that file system. The "
+            f"half-written {path.name} was removed; {kept}. Fix: free space there, or point "
+            "the checkpoint dataset's `filepath` (conf/base/catalog.yml) at a larger disk"
+        )
 
     def load(self, path: Path, module: torch.nn.Module) -> dict[str, Any]:
         """Load weights into ``module`` and return the saved trainer state. Both files are
@@ -231,7 +277,24 @@ def _save_gathered_weights(
     return path / MODEL_WEIGHTS
 
 
-def _fsync(path: Path) -> None:
+def _is_disk_full(error: BaseException) -> bool:
+    if isinstance(error, OSError) and error.errno in _DISK_FULL_ERRNOS:
+        return True
+    return any(text in str(error) for text in _DISK_FULL_TEXTS)
+
+
+def _size(n_bytes: int) -> str:
+    """``1.5 GiB (1,610,612,736 bytes)``."""
+    value, unit = float(n_bytes), "bytes"
+    for bigger in ("KiB", "MiB", "GiB", "TiB"):
+        if value < 1024:
+            break
+        value, unit = value / 1024, bigger
+    exact = f"{n_bytes:,} bytes"
+    return exact if unit == "bytes" else f"{value:.1f} {unit} ({exact})"
+
+
+def fsync_path(path: Path) -> None:
     """Flush a file's or a folder's contents to the disk (folders: their entries)."""
     flags = os.O_RDONLY | (os.O_DIRECTORY if path.is_dir() and hasattr(os, "O_DIRECTORY") else 0)
     descriptor = os.open(path, flags)
