@@ -249,15 +249,15 @@ def test_every_schema_column_has_a_bound_and_text_at_the_bound_passes():
                 math_text_problems(frame.assign(**{column: ["x" * (limit + 1)]}), "past it")
 
 
-def test_the_real_sources_pass_every_check(shared_data):
+def test_the_real_sources_pass_every_check(raw_data):
     # The ingested tables are the shipped task sources: none of their rows may trip a check.
-    mgsm = load_mgsm(shared_data / "mgsm", ["en", "de", "zh", "th"])
+    mgsm = load_mgsm(raw_data / "mgsm", ["en", "de", "zh", "th"])
     assert len(math_text_problems(mgsm, "mgsm_problems")) == len(mgsm)
-    gsm8k = load_gsm8k(shared_data / "gsm8k", "train")
+    gsm8k = load_gsm8k(raw_data / "gsm8k", "train")
     assert len(math_text_problems(gsm8k, "gsm8k_train_problems")) == len(gsm8k) == 7473
     for visual in (
-        load_tabmwp(shared_data / "tabmwp_numeric300"),
-        load_mathvision(shared_data / "mathvision_testmini"),
+        load_tabmwp(raw_data / "tabmwp_numeric300"),
+        load_mathvision(raw_data / "mathvision_testmini"),
     ):
         assert len(visual_problems(visual, "visual")) == len(visual)
 
