@@ -4,6 +4,7 @@ the deadline. Each ends its item as failed, with an error naming the limit, with
 deadline (each server gives up after GIVE_UP_S, so a regression fails on time instead of
 hanging the suite)."""
 
+import doctest
 import gzip
 import json
 import threading
@@ -12,7 +13,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from creditflow.annotation import retry_policy
 from creditflow.annotation.openai_backend import DEFAULT_MAX_REPLY_BYTES, OpenAIAnnotator
+from creditflow.annotation.retry_policy import retry_wait
 from tests.annotation.test_openai_backend import GOOD, GOOD_TEXT, items_for
 
 GIVE_UP_S = 20.0  # a hostile server stops misbehaving after this long
@@ -131,9 +134,7 @@ def test_a_trickling_reply_ends_at_the_request_deadline(hostile, tmp_path, catal
     assert 1.0 <= elapsed < BOUND_S
 
 
-def test_a_silent_server_costs_the_request_deadline_not_the_retries(
-    hostile, tmp_path, catalogue
-):
+def test_a_silent_server_costs_the_request_deadline_not_the_retries(hostile, tmp_path, catalogue):
     """Before: the default timeout_s (30 s) times 1 + max_retries (3) tries plus backoff,
     ~123 s per item. Now each request's timeout is cut to what is left of the deadline."""
     server = hostile(silent)
@@ -237,3 +238,32 @@ def test_a_wait_asked_past_the_deadline_is_not_waited(hostile, tmp_path, catalog
 def test_bounds_are_checked(option, value):
     with pytest.raises(ValueError, match=option):
         OpenAIAnnotator("http://x", "m", **{option: value})
+
+
+@pytest.mark.parametrize(
+    ("status", "headers", "retries_taken", "expected"),
+    [
+        (None, {}, 0, 0.5),  # no reply: backoff 0.5 * 2^0
+        (500, {}, 2, 2.0),  # 0.5 * 2^2
+        (503, {}, 10, 8.0),  # capped at MAX_BACKOFF_S
+        (408, {}, 0, 0.5),
+        (409, {}, 0, 0.5),
+        (400, {}, 0, None),  # repeating it cannot help
+        (400, {"X-Should-Retry": "true"}, 0, 0.5),  # unless the server says so
+        (503, {"x-should-retry": "false"}, 0, None),
+        (429, {"retry-after-ms": "250", "Retry-After": "9"}, 0, 0.25),
+        (429, {"Retry-After": "121"}, 0, None),  # past MAX_RETRY_AFTER_S: not retried
+        (429, {"Retry-After": "inf"}, 0, None),
+        (429, {"Retry-After": "0"}, 1, 1.0),  # no positive wait asked: the backoff
+        (429, {"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}, 0, 0.5),  # a date passed
+        (503, {}, 20, None),  # max_retries (20) spent
+    ],
+)
+def test_retry_policy(status, headers, retries_taken, expected):
+    wait = retry_wait(status, headers, retries_taken, max_retries=20, jitter=lambda: 0.0)
+    assert wait == expected
+
+
+def test_retry_policy_jitter_and_examples():
+    assert retry_wait(500, {}, 1, 3, jitter=lambda: 1.0) == 0.75  # 1.0 less 25 %
+    assert doctest.testmod(retry_policy).failed == 0
