@@ -265,10 +265,14 @@ class OpenAIAnnotator:
             outcomes = list(
                 tqdm(done, total=len(records), desc="annotate", disable=not self.progress)
             )
-        finally:
-            # When this thread is interrupted (a SIGTERM raises here), queued items are dropped
-            # and those in flight end within their deadlines.
-            pool.shutdown(wait=True, cancel_futures=True)
+        except BaseException:
+            # Interrupted (hooks.termination raises RunInterrupted here on SIGTERM): queued items
+            # are dropped and the error goes up at once, so the run's manifest and MLflow run
+            # are closed now; requests in flight end within their deadlines, and the process
+            # waits for them as it exits.
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown()
         rows = []
         for record, outcome in zip(records, outcomes, strict=True):
             item_id, query = record["item_id"], item_query(record)

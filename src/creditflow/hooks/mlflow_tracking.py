@@ -14,6 +14,7 @@ from kedro.io import CatalogProtocol
 from kedro.pipeline import Pipeline
 
 from creditflow import tracking
+from creditflow.errors import RunInterrupted
 from creditflow.hooks.run_manifest import is_parameter_dataset
 from creditflow.redaction import redact
 from creditflow.tracking import is_rank_zero, project_uri, tracking_enabled
@@ -32,6 +33,10 @@ class MlflowTrackingHook:
     kedro-mlflow (configured in ``conf/base/mlflow.yml``: store, experiment, how parameters
     are logged) opens the run, tags it with Kedro's run parameters, logs the parameters each
     node takes and closes the run FINISHED or FAILED. Around it this hook:
+
+    - closes a run stopped by SIGTERM (:class:`~creditflow.errors.RunInterrupted`, raised by
+      ``hooks.termination.SigtermHook``) ``KILLED``, MLflow's status for a run ended from
+      outside, rather than FAILED;
 
     - redacts: kedro-mlflow sees the nodes' parameters and the run parameters (whose
       ``runtime_params`` are the ``--params`` overrides) only through
@@ -162,8 +167,13 @@ class MlflowTrackingHook:
         pipeline: Pipeline,
         catalog: CatalogProtocol,
     ) -> None:
-        if self._mlflow is not None:
-            self._mlflow.on_pipeline_error(error, redact(run_params), pipeline, catalog)
+        if self._mlflow is None:
+            return
+        run_id = self._mlflow.run_id
+        self._mlflow.on_pipeline_error(error, redact(run_params), pipeline, catalog)
+        if run_id is not None and isinstance(error, RunInterrupted):
+            # kedro-mlflow has ended it FAILED; an interrupted run is MLflow's KILLED.
+            tracking.client(self._tracking_uri()).set_terminated(run_id, status="KILLED")
 
     def _tracking_uri(self) -> str:
         return self._mlflow.mlflow_config.server.mlflow_tracking_uri
