@@ -7,6 +7,8 @@ import json
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -214,6 +216,41 @@ def test_a_sigterm_ends_the_run_killed_with_an_interrupted_manifest(project: Pat
     assert manifest["status"] == "interrupted"
     assert manifest["error"].startswith("RunInterrupted: SIGTERM received")
     assert mlflow.active_run() is None
+
+
+# Two of these start at once: each imports MLflow, says it is ready, waits for the other, then
+# creates the store (before the lock, one of the two failed in MLflow's migrations with
+# "duplicate column name: step" or "table ... already exists", 3 times out of 3 here).
+CREATE_STORE = """
+import sys, time
+from pathlib import Path
+import mlflow.tracking
+from creditflow import tracking
+folder, me = Path(sys.argv[1]), sys.argv[2]
+(folder / f"ready-{me}").touch()
+while len(list(folder.glob("ready-*"))) < 2:
+    time.sleep(0.001)
+tracking.create_sqlite_store(f"sqlite:///{folder}/mlruns/mlflow.db")
+print("created")
+"""
+
+
+@pytest.mark.slow  # two processes import MLflow; one migrates the store, the other waits
+def test_two_processes_creating_a_new_store_at_once_both_succeed(tmp_path: Path) -> None:
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", CREATE_STORE, str(tmp_path), str(i)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    outputs = [process.communicate(timeout=300)[0] for process in processes]
+    assert [process.returncode for process in processes] == [0, 0], outputs
+    assert all(output.strip().endswith("created") for output in outputs), outputs
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+    assert [e.name for e in client.search_experiments()] == ["Default"]
 
 
 def test_tracking_off_opens_no_store(project: Path) -> None:

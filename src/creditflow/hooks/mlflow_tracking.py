@@ -34,6 +34,8 @@ class MlflowTrackingHook:
     are logged) opens the run, tags it with Kedro's run parameters, logs the parameters each
     node takes and closes the run FINISHED or FAILED. Around it this hook:
 
+    - creates a new SQLite store under a file lock (:func:`creditflow.tracking.create_sqlite_store`),
+      so two first runs in one folder do not both migrate it;
     - closes a run stopped by SIGTERM (:class:`~creditflow.errors.RunInterrupted`, raised by
       ``hooks.termination.SigtermHook``) ``KILLED``, MLflow's status for a run ended from
       outside, rather than FAILED;
@@ -86,7 +88,9 @@ class MlflowTrackingHook:
         # module for every kedro command, and untracked runs need neither.
         from kedro_mlflow.framework.hooks import MlflowHook  # noqa: PLC0415
 
-        _resolve_sqlite_uri(context)
+        uri = _resolve_sqlite_uri(context)
+        if uri is not None:
+            tracking.create_sqlite_store(uri)
         self._mlflow = MlflowHook()
         self._mlflow.after_context_created(context)
 
@@ -184,19 +188,21 @@ class MlflowTrackingHook:
             stack.close()
 
 
-def _resolve_sqlite_uri(context: KedroContext) -> None:
+def _resolve_sqlite_uri(context: KedroContext) -> str | None:
     """Make a relative SQLite tracking URI of ``mlflow.yml`` absolute against the project path,
     in the context's config loader, where kedro-mlflow reads it next (a key set on the loader
-    is returned as set)."""
+    is returned as set); returns the tracking URI, None without one."""
 
     loader = context.config_loader
     loader.config_patterns.setdefault("mlflow", ["mlflow*", "mlflow*/**", "**/mlflow*"])
     try:
         config = dict(loader["mlflow"])
     except MissingConfigException:
-        return  # kedro-mlflow's defaults: mlruns/ of the project
+        return None  # kedro-mlflow's defaults: mlruns/ of the project
     server = dict(config.get("server") or {})
     uri = server.get("mlflow_tracking_uri")
-    if uri:
-        server["mlflow_tracking_uri"] = project_uri(uri, context.project_path)
-        loader["mlflow"] = {**config, "server": server}
+    if not uri:
+        return None
+    server["mlflow_tracking_uri"] = project_uri(uri, context.project_path)
+    loader["mlflow"] = {**config, "server": server}
+    return server["mlflow_tracking_uri"]
