@@ -6,6 +6,10 @@ working directory: the store is tmp_path/mlruns/mlflow.db), and creditflow.track
 import json
 import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import matplotlib
@@ -20,7 +24,9 @@ from matplotlib.figure import Figure
 from mlflow.tracking import MlflowClient
 
 from creditflow import tracking
+from creditflow.errors import RunInterrupted
 from creditflow.hooks import parameter_check
+from creditflow.hooks.run_manifest import MANIFEST_DIR
 from creditflow.redaction import REDACTED
 from creditflow.tracking import StepLogger, active_step_logger, logging_steps
 from creditflow.training.checkpoint import CheckpointStore
@@ -68,6 +74,13 @@ def diverge(metrics: pd.DataFrame) -> None:
     raise FloatingPointError("loss is nan")
 
 
+def stop_with_sigterm(metrics: pd.DataFrame) -> None:
+    """Stands in for whoever stops a run (a scheduler, ``docker stop``): SIGTERM to this
+    process while the node runs."""
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(10)  # the handler raises during the sleep
+
+
 def probe_step_logger() -> str:
     """What a training loop built in this node would log to."""
     return repr(active_step_logger())
@@ -82,6 +95,7 @@ TRAIN = Node(
 PIPELINES = {
     "tiny": Pipeline([TRAIN]),
     "failing": Pipeline([TRAIN, Node(diverge, "tiny_train_metrics", None, name="diverge")]),
+    "stopped": Pipeline([TRAIN, Node(stop_with_sigterm, "tiny_train_metrics", None, name="stop")]),
     "probe": Pipeline([Node(probe_step_logger, None, "step_logger", name="probe")]),
 }
 
@@ -177,6 +191,66 @@ def test_failed_run_is_marked_failed_and_keeps_its_steps(project: Path) -> None:
     assert run.info.status == "FAILED"
     assert len(store(project).get_metric_history(run.info.run_id, "tiny_train/train/loss")) == 4
     assert mlflow.active_run() is None and active_step_logger() is None
+
+
+def test_a_sigterm_ends_the_run_killed_with_an_interrupted_manifest(project: Path) -> None:
+    """Before: SIGTERM's default action ended the process at once, with no manifest and the
+    MLflow run RUNNING. Now hooks.termination.SigtermHook raises RunInterrupted in the node,
+    the run is closed KILLED, the manifest says interrupted, and the handler that was there
+    before the run (here a stand-in that would record a SIGTERM the hook missed) is back."""
+    missed = []
+    previous = signal.signal(signal.SIGTERM, lambda *args: missed.append(args))
+    try:
+        with KedroSession.create(project_path=project, runtime_params=RUNTIME_PARAMS) as session:
+            with pytest.raises(RunInterrupted, match="SIGTERM received"):
+                session.run(pipeline_names=["stopped"])
+            session_id = session.session_id
+        handler_after = signal.getsignal(signal.SIGTERM)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert missed == [] and handler_after is not None and handler_after.__name__ == "<lambda>"
+    (run,) = runs(project)
+    assert run.info.status == "KILLED" and run.info.end_time is not None
+    assert len(store(project).get_metric_history(run.info.run_id, "tiny_train/train/loss")) == 4
+    manifest = json.loads((project / MANIFEST_DIR / f"{session_id}.json").read_text())
+    assert manifest["status"] == "interrupted"
+    assert manifest["error"].startswith("RunInterrupted: SIGTERM received")
+    assert mlflow.active_run() is None
+
+
+# Two of these start at once: each imports MLflow, says it is ready, waits for the other, then
+# creates the store (before the lock, one of the two failed in MLflow's migrations with
+# "duplicate column name: step" or "table ... already exists", 3 times out of 3 here).
+CREATE_STORE = """
+import sys, time
+from pathlib import Path
+import mlflow.tracking
+from creditflow import tracking
+folder, me = Path(sys.argv[1]), sys.argv[2]
+(folder / f"ready-{me}").touch()
+while len(list(folder.glob("ready-*"))) < 2:
+    time.sleep(0.001)
+tracking.create_sqlite_store(f"sqlite:///{folder}/mlruns/mlflow.db")
+print("created")
+"""
+
+
+@pytest.mark.slow  # two processes import MLflow; one migrates the store, the other waits
+def test_two_processes_creating_a_new_store_at_once_both_succeed(tmp_path: Path) -> None:
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", CREATE_STORE, str(tmp_path), str(i)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    outputs = [process.communicate(timeout=300)[0] for process in processes]
+    assert [process.returncode for process in processes] == [0, 0], outputs
+    assert all(output.strip().endswith("created") for output in outputs), outputs
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+    assert [e.name for e in client.search_experiments()] == ["Default"]
 
 
 def test_tracking_off_opens_no_store(project: Path) -> None:

@@ -52,6 +52,11 @@ class AnnotationParseError(ValueError):
     """Annotator output that holds no valid annotation; the message says what was wrong."""
 
 
+class AnnotatorLimitError(RuntimeError):
+    """A served annotator's request ran past its deadline, or its reply past a size limit; the
+    message names the limit (the annotator's option) that was reached."""
+
+
 class CheckpointsInUse(RuntimeError):
     """Another run holds the lock on a checkpoint folder."""
 
@@ -67,6 +72,14 @@ class DataParallelError(RuntimeError):
 
 class StaleWeightsError(RuntimeError):
     """A backend sampled with older weights than the request asked for."""
+
+
+class RunInterrupted(Exception):
+    """The run was asked to stop (SIGTERM) while its pipeline ran.
+
+    An ``Exception``, not a ``BaseException`` like ``KeyboardInterrupt``, so that Kedro's
+    ``on_pipeline_error`` hooks see it and close the run's manifest and MLflow run.
+    """
 
 
 class WorkerError(RuntimeError):

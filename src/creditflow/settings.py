@@ -19,6 +19,7 @@ from creditflow.hooks.pinned_versions import PinnedVersionsHook
 from creditflow.hooks.raw_data import RawDataHook
 from creditflow.hooks.run_manifest import RunManifestHook
 from creditflow.hooks.task_source import TaskSourceHook
+from creditflow.hooks.termination import SigtermHook
 
 # Hooks are executed in a Last-In-First-Out (LIFO) order.
 # ParameterCheckHook last, so it runs first and fails a run before MLflow opens one;
@@ -26,7 +27,10 @@ from creditflow.hooks.task_source import TaskSourceHook
 # PinnedVersionsHook fixes the run's dataset versions before any of them loads;
 # TaskSourceHook puts tapo.tasks.source / tor.tasks.source under the task nodes' fixed input
 # names (README "Your own data") and fails a run whose source is unknown before pinning.
+# SigtermHook turns SIGTERM into a failure the other hooks record (manifest "interrupted",
+# MLflow run KILLED); it orders itself around the others (trylast, wrappers).
 HOOKS = (
+    SigtermHook(),
     CredentialsHook(),
     RunManifestHook(),
     MlflowTrackingHook(),

@@ -10,6 +10,8 @@ rest (docs/reproducibility.md):
   makes one per node and :func:`active_step_logger` hands it to ``SupervisedTrainer`` /
   ``GRPOTrainer``; the engines know nothing of Kedro.
 - :func:`log_artifact` logs a saved result table as CSV and a plot as PNG.
+- :func:`create_sqlite_store` creates a new SQLite store under a file lock, so that two runs
+  starting at once in a folder without one do not both run MLflow's schema migrations.
 
 No Kedro here, and MLflow, pandas and matplotlib are imported only when something is logged:
 the engines import this module, and a run without tracking should not pay for MLflow.
@@ -32,6 +34,8 @@ from dataclasses import asdict, dataclass, field
 from numbers import Real
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from filelock import FileLock
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
@@ -114,6 +118,25 @@ def client(tracking_uri: str) -> MlflowClient:
     from mlflow.tracking import MlflowClient  # noqa: PLC0415 - only tracked runs import MLflow
 
     return MlflowClient(tracking_uri)
+
+
+def create_sqlite_store(tracking_uri: str) -> None:
+    """Create the SQLite store at ``tracking_uri`` (an absolute ``sqlite:///`` URI) if it is
+    new, holding the file lock ``<database>.lock`` meanwhile; any other URI is left alone.
+
+    MLflow creates a SQLite store by running its schema migrations on the file. Two processes
+    doing so at once (two first runs in a folder without ``mlruns/``) both migrate it and one
+    fails (``duplicate column name: step``, ``table ... already exists``); with the lock the
+    second waits, then opens the store the first made. The lock is an OS file lock, released
+    when its holder exits, however it exits.
+    """
+    prefix = "sqlite:///"
+    database = tracking_uri.removeprefix(prefix)
+    if not tracking_uri.startswith(prefix) or database in ("", ":memory:"):
+        return
+    Path(database).parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(f"{database}.lock"):
+        client(tracking_uri).search_experiments(max_results=1)  # opening it migrates it
 
 
 def step_values(metrics: Mapping[str, Any]) -> dict[str, float]:

@@ -2,6 +2,7 @@
 
 import json
 import math
+import time
 
 import pandas as pd
 import pytest
@@ -12,6 +13,7 @@ from creditflow.annotation.schema import (
     ANNOTATION_COLUMNS,
     DIMENSIONS,
     ITEM_COLUMNS,
+    MAX_PARSE_CHARS,
     Annotation,
     annotation_json_schema,
     annotations_frame,
@@ -101,6 +103,57 @@ def test_json_round_trip(scores, overall, analysis):
     annotation = Annotation(dict(zip(DIMENSIONS, scores, strict=True)), overall, analysis.strip())
     assert parse_annotation(annotation.to_json()) == annotation
     assert parse_annotation(f"```json\n{annotation.to_json()}\n```") == annotation
+
+
+# Junk with many `{`: bare ones, ones opening a key whose value is not JSON, and ones opening
+# an unterminated string.
+JUNK = ("noise {" * 5 + '{"k": noise ' + '{"open ') * 20_000
+
+
+def test_megabytes_of_junk_fail_cleanly_in_linear_time():
+    """A reply of 2 MB of junk holding ~260k `{` is refused with AnnotationParseError after
+    reading only its first MAX_PARSE_CHARS characters; each candidate is decoded from a window
+    of its own, so the time grows linearly (before: O(n^2), minutes for 1 MB)."""
+    text = (JUNK * 2)[:2_000_000]
+    started = time.perf_counter()
+    with pytest.raises(AnnotationParseError, match=f"only its first {MAX_PARSE_CHARS} of 2000000"):
+        parse_annotation(text)
+    assert time.perf_counter() - started < 10  # generous: ~0.01 s here, a noisy machine
+
+
+def test_only_the_first_max_chars_are_read():
+    prose = "Let me think about this cover. " * 100  # 3,000 characters
+    text = prose + json.dumps(VALID)
+    assert parse_annotation(text).to_dict() == VALID
+    with pytest.raises(AnnotationParseError, match="only its first 2000 of"):
+        parse_annotation(text, max_chars=2000)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        # Nested past the interpreter's recursion limit: each candidate reads far, so the
+        # read budget runs out.
+        ('{"a": ' * 5000, "gave up after reading"),
+        ('{"a": [' * 5000, "gave up after reading"),
+        ('{"' * 30_000, "gave up after reading"),  # 30k candidates, each failing at once
+        ('{"a": 1, ' * 7000 + "}", "no JSON object"),  # one long candidate, no closing brace
+    ],
+)
+def test_adversarial_json_fails_cleanly(text, message):
+    with pytest.raises(AnnotationParseError, match=message):
+        parse_annotation(text)
+
+
+@pytest.mark.parametrize("n_escapes", range(80, 100))
+def test_a_long_annotation_decodes_across_window_cuts(n_escapes):
+    """An annotation longer than the first decoding window, whose analysis is all 6-character
+    escapes, so the window's end falls inside an escape, a number or a key as n_escapes
+    varies; junk `{"` before it must not hide it, and the first object is still the one."""
+    analysis = "\u00e9t\u00e9 " * n_escapes
+    annotation = json.dumps({**VALID, "analysis": analysis}, ensure_ascii=True)
+    text = 'Draft: {"sharpness": maybe 4} then {"note": ' + annotation + " done"
+    assert parse_annotation(text).analysis == analysis.strip()
 
 
 def test_annotation_validates_itself():

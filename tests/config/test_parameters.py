@@ -116,6 +116,16 @@ PROBES = [
         r"annotation.annotator: options.api_key: secrets do not belong in parameters",
     ),
     ("annotation.annotator.options", {"temperture": 1}, r"unknown heuristic annotator option"),
+    (
+        "annotation.annotator",
+        {"name": "openai", "options": {"base_url": "http://x", "model": "m", "step_deadline_s": 0}},
+        r"annotation.annotator: options: step_deadline_s must be a finite number > 0, got 0",
+    ),
+    (
+        "annotation.annotator",
+        {"name": "openai", "options": {"base_url": "h", "model": "m", "max_reply_bytes": 1.5}},
+        r"options: max_reply_bytes must be a finite number > 0, got 1.5",
+    ),
     ("data_ingest.bogus", 1, r"data_ingest: unknown key `bogus`"),
     (
         "data_ingest.shared_data_dir",
@@ -178,6 +188,13 @@ def test_each_broken_parameter_is_named_with_what_is_wrong(conf_params, key, val
     params = _set(conf_params, key, value)
     with pytest.raises(ConfigError, match=message):
         check_parameters({group: params[group]})
+
+
+def test_the_openai_annotators_bounds_pass_when_in_range(conf_params):
+    options = {"base_url": "http://x", "model": "m", "credentials": "openai_annotator"}
+    options |= {"request_deadline_s": 2, "step_deadline_s": 7.5, "max_reply_bytes": 4096}
+    params = _set(conf_params, "annotation.annotator", {"name": "openai", "options": options})
+    check_parameters({"annotation": params["annotation"]})
 
 
 def test_all_problems_of_all_groups_come_in_one_error(conf_params):

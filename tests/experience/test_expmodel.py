@@ -14,6 +14,7 @@ from creditflow.errors import ConfigError
 from creditflow.experience.expmodel_data import (
     EXPMODEL_TRAINING,
     HELDOUT_SPLITS,
+    MAX_TARGET_ANALYSIS_CHARS,
     PAIR_COLUMNS,
     TRAIN,
     UNSEEN,
@@ -97,6 +98,21 @@ def test_target_is_compact_json_that_parse_annotation_reads_back(annotations):
         assert parsed.analysis == row["analysis"]
         assert parsed.overall == row["overall"]
         assert dict(parsed.scores) == {d: int(row[d]) for d in parsed.scores}
+
+
+def test_a_runaway_analysis_is_cut_in_the_sft_target(processor, items, annotations):
+    """A valid annotation whose analysis is 52 MB (what a served annotator could return before
+    max_reply_bytes, or a hand-made table can hold) gives a target of its first
+    MAX_TARGET_ANALYSIS_CHARS characters; before, all of it was tokenized into one example."""
+    huge = annotations.copy()
+    huge.loc[huge["item_id"] == 0, "analysis"] = "Sharp cover. " * 4_000_000
+    (row,) = huge[huge["item_id"] == 0].to_dict("records")
+    target = expmodel_target(row)
+    kept = ("Sharp cover. " * 200)[:MAX_TARGET_ANALYSIS_CHARS].rstrip()
+    assert parse_annotation(target).analysis == kept and len(target) < 2 * len(kept)
+    (example,) = expmodel_sft_examples(processor, items.iloc[:1], huge)
+    target_ids = processor.tokenizer(target, add_special_tokens=False)["input_ids"]
+    assert len(example.labels) - example.labels.count(IGNORE_INDEX) == len(target_ids) + 1
 
 
 def test_examples_skip_failed_and_unannotated_items(processor, items, annotations):

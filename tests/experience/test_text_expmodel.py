@@ -1,6 +1,8 @@
 """The text-only ExpModel (experience.text_expmodel): prompt encoding, catalogue pairs, the scale
 match, a tiny SFT + PFT run, and the paired s_exp effect table."""
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -37,6 +39,12 @@ def tokenizer():
     prompts = list(text_expmodel.text_expmodel_prompts(TEXTS).values())
     targets = [text_expmodel.text_expmodel_target(r) for r in ANNOTATIONS.to_dict("records")]
     return train_bpe_tokenizer(prompts + targets, vocab_size=400)
+
+
+def test_a_runaway_teacher_analysis_is_cut_in_the_target():
+    target = text_expmodel.text_expmodel_target({"analysis": "Loved. " * 8_000_000, "overall": 4})
+    limit = expmodel_data.MAX_TARGET_ANALYSIS_CHARS
+    assert json.loads(target) == {"analysis": ("Loved. " * 300)[:limit].rstrip(), "overall": 4.0}
 
 
 def test_prompt_inputs_are_the_sft_prompt_left_padded(tokenizer):

@@ -130,7 +130,30 @@ def annotation_json_schema() -> dict[str, Any]:
     }
 
 
-_FENCE = re.compile(r"```[A-Za-z0-9_-]*\s*\n?(.*?)```", re.DOTALL)
+# Possessive quantifiers: with backtracking, an unclosed fence followed by a long run of
+# letters or spaces would be rescanned once per character of the run.
+_FENCE = re.compile(r"```[A-Za-z0-9_-]*+\s*+(.*?)```", re.DOTALL)
+# The parser reads at most this many characters of a reply: an annotation is under 4 KB, so
+# 64 KB leaves room for prose around it, and a reply of megabytes of junk costs no more than
+# 64 KB of it.
+MAX_PARSE_CHARS = 64 * 1024
+# Each candidate object (a ``{`` opening a key) is decoded from a window of the text starting
+# there, doubled while the window's end is what stopped the decoder: a failure costs what the
+# decoder read, not the distance from the start of the text (``json.JSONDecodeError`` counts
+# the lines before its position, so ``raw_decode(text, start)`` costs O(start) per failure,
+# O(n^2) over a reply of many ``{``).
+_FIRST_WINDOW = 512
+# A window cut through a token (``-Infinity``, a ``\uXXXX`` escape, a number) fails within
+# this many characters of its end; such a failure asks for a wider window.
+_CUT_MARGIN = 16
+# Failed candidates may together read at most this many times the text before the parser gives
+# up, so no text costs more than linear time (deeply nested junk would make each of its
+# candidates read far; a reply holding one annotation reads about its own length). A failed
+# decode counts as reading at least _MIN_COST characters: raising its error costs about that.
+_READ_FACTOR = 8
+_MIN_COST = 64
+_CANDIDATE = re.compile(r'\{[ \t\n\r]*"')
+_DECODER = json.JSONDecoder()
 
 
 @dataclass(frozen=True)
@@ -156,16 +179,18 @@ class Annotation:
         return json.dumps(self.to_dict(), ensure_ascii=False)
 
 
-def parse_annotation(text: str) -> Annotation:
+def parse_annotation(text: str, max_chars: int = MAX_PARSE_CHARS) -> Annotation:
     """Extract and validate the annotation JSON object from model output.
 
     Tolerates leading or trailing prose and Markdown code fences: fenced blocks are tried
     first, then the whole text; in each, the first ``{`` from which a JSON object decodes is
-    taken. Keys outside the schema are ignored.
+    taken. Keys outside the schema are ignored. Only the first ``max_chars`` characters are
+    read (``MAX_PARSE_CHARS``), and the time taken grows linearly with them.
 
     Raises:
-        AnnotationParseError: no JSON object in the text, a key missing, a score not an
-            integer in [1, 5], ``overall`` not a number in [1, 5] or ``analysis`` empty.
+        AnnotationParseError: no JSON object in the first ``max_chars`` characters, a key
+            missing, a score not an integer in [1, 5], ``overall`` not a number in [1, 5] or
+            ``analysis`` empty.
 
     >>> parse_annotation(
     ...     'Sure! {"sharpness": 4, "exposure": 3, "noise": 5, "title_informativeness": 2, '
@@ -175,7 +200,7 @@ def parse_annotation(text: str) -> Annotation:
     """
     if not isinstance(text, str):
         raise AnnotationParseError(f"expected the model output as str, got {type(text).__name__}")
-    payload = _first_json_object(text)
+    payload = _first_json_object(text, max_chars)
     _validate_fields(payload)
     return Annotation(
         scores={d: int(payload[d]) for d in DIMENSIONS},
@@ -184,18 +209,46 @@ def parse_annotation(text: str) -> Annotation:
     )
 
 
-def _first_json_object(text: str) -> dict[str, Any]:
-    decoder = json.JSONDecoder()
-    for block in [*_FENCE.findall(text), text]:
-        for start in (m.start() for m in re.finditer(r"\{", block)):
-            try:
-                value, _ = decoder.raw_decode(block, start)
-            except json.JSONDecodeError:
-                continue
+def _first_json_object(text: str, max_chars: int) -> dict[str, Any]:
+    read = text[:max_chars]
+    budget, spent = _READ_FACTOR * max(len(read), _FIRST_WINDOW), 0
+    preview = text.strip().replace("\n", " ")[:120]
+    cut = f" (only its first {max_chars} of {len(text)} characters are read)"
+    where = f"the model output: {preview!r}" + (cut if len(text) > max_chars else "")
+    for block in [*_FENCE.findall(read), read]:
+        for start in (m.start() for m in _CANDIDATE.finditer(block)):
+            value, cost = _decode_at(block, start)
             if isinstance(value, dict):
                 return value
-    preview = text.strip().replace("\n", " ")[:120]
-    raise AnnotationParseError(f"no JSON object found in the model output: {preview!r}")
+            spent += max(cost, _MIN_COST)
+            if spent > budget:
+                raise AnnotationParseError(
+                    f"gave up after reading {spent} characters of failed JSON candidates in {where}"
+                )
+    raise AnnotationParseError(f"no JSON object found in {where}")
+
+
+def _decode_at(block: str, start: int) -> tuple[Any, int]:
+    """The JSON value that starts at ``block[start]`` (None when none does) and about how many
+    characters the decoder read to find out."""
+    width = _FIRST_WINDOW
+    while True:
+        window = block[start : start + width]
+        try:
+            value, end = _DECODER.raw_decode(window)
+        except RecursionError:  # nested deeper than the interpreter allows: no annotation
+            return None, len(window)
+        except ValueError as exc:  # JSONDecodeError, or an integer of too many digits
+            if not isinstance(exc, json.JSONDecodeError):
+                return None, len(window)
+            unterminated = exc.msg.startswith("Unterminated")
+            if start + width < len(block) and (
+                unterminated or exc.pos >= len(window) - _CUT_MARGIN
+            ):
+                width *= 2
+                continue
+            return None, len(window) if unterminated else exc.pos + 1
+        return value, end
 
 
 def _validate_fields(payload: Mapping[str, Any]) -> None:

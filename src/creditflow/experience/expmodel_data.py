@@ -58,6 +58,11 @@ _MARGIN_TOLERANCE = 1e-9
 # ``training`` keys (``SupervisedConfig.from_params(params, **EXPMODEL_TRAINING)``): AdamW at a
 # constant learning rate without weight decay, gradients clipped to norm 1.0.
 EXPMODEL_TRAINING = {"schedule": "constant", "weight_decay": 0.0, "max_grad_norm": 1.0}
+# An SFT target holds at most this many characters of an annotation's analysis (the heuristic
+# annotator's run to ~500, a served VLM's "few sentences" to fewer): a runaway one, megabytes
+# from a misbehaving server or a hand-made table, would otherwise become a target of as many
+# tokens. Longer ones are cut there.
+MAX_TARGET_ANALYSIS_CHARS = 2000
 
 
 # --- prompts and targets ----------------------------------------------------------------------
@@ -111,8 +116,24 @@ def query_candidates(sessions: pd.DataFrame) -> pd.DataFrame:
     )
 
 
+def target_analysis(analysis: Any) -> str:
+    """An annotation's analysis as an SFT target holds it: its first
+    ``MAX_TARGET_ANALYSIS_CHARS`` characters.
+
+    >>> len(target_analysis("Sharp. " * 1000)), target_analysis("Sharp.")
+    (2000, 'Sharp.')
+    """
+    text = str(analysis)
+    return (
+        text
+        if len(text) <= MAX_TARGET_ANALYSIS_CHARS
+        else text[:MAX_TARGET_ANALYSIS_CHARS].rstrip()
+    )
+
+
 def expmodel_target(annotation: pd.Series | dict) -> str:
-    """SFT target of one ``status == "ok"`` annotation row: compact JSON, analysis first.
+    """SFT target of one ``status == "ok"`` annotation row: compact JSON, analysis first (cut
+    to ``MAX_TARGET_ANALYSIS_CHARS``).
 
     >>> row = {
     ...     "analysis": "Sharp.",
@@ -126,7 +147,7 @@ def expmodel_target(annotation: pd.Series | dict) -> str:
     >>> expmodel_target(row)
     '{"analysis":"Sharp.","sharpness":5,"exposure":4,"noise":5,"title_informativeness":3,"relevance":4,"overall":4.2}'
     """
-    payload = {"analysis": str(annotation["analysis"])}
+    payload = {"analysis": target_analysis(annotation["analysis"])}
     payload.update({d: int(annotation[d]) for d in DIMENSIONS})
     payload["overall"] = float(annotation["overall"])
     return json.dumps(payload, ensure_ascii=False, separators=(",", ":"))

@@ -73,12 +73,14 @@ def text_expmodel_prompts(item_texts: pd.DataFrame) -> dict[Any, str]:
 
 def text_expmodel_target(annotation: Mapping[str, Any]) -> str:
     """SFT target of one teacher annotation (``annotation.ratings``): the analysis first, so a
-    generated score is conditioned on the generated reasoning (as ``expmodel_target``).
+    generated score is conditioned on the generated reasoning (as ``expmodel_target``), cut to
+    ``expmodel_data.MAX_TARGET_ANALYSIS_CHARS``.
 
     >>> text_expmodel_target({"analysis": "Loved.", "overall": 4.3})
     '{"analysis":"Loved.","overall":4.3}'
     """
-    payload = {"analysis": str(annotation["analysis"]), "overall": float(annotation["overall"])}
+    analysis = expmodel_data.target_analysis(annotation["analysis"])
+    payload = {"analysis": analysis, "overall": float(annotation["overall"])}
     return json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
 
 

@@ -14,6 +14,7 @@ from kedro.io import CatalogProtocol
 from kedro.pipeline import Pipeline
 
 from creditflow import tracking
+from creditflow.errors import RunInterrupted
 from creditflow.hooks.run_manifest import is_parameter_dataset
 from creditflow.redaction import redact
 from creditflow.tracking import is_rank_zero, project_uri, tracking_enabled
@@ -32,6 +33,12 @@ class MlflowTrackingHook:
     kedro-mlflow (configured in ``conf/base/mlflow.yml``: store, experiment, how parameters
     are logged) opens the run, tags it with Kedro's run parameters, logs the parameters each
     node takes and closes the run FINISHED or FAILED. Around it this hook:
+
+    - creates a new SQLite store under a file lock (:func:`creditflow.tracking.create_sqlite_store`),
+      so two first runs in one folder do not both migrate it;
+    - closes a run stopped by SIGTERM (:class:`~creditflow.errors.RunInterrupted`, raised by
+      ``hooks.termination.SigtermHook``) ``KILLED``, MLflow's status for a run ended from
+      outside, rather than FAILED;
 
     - redacts: kedro-mlflow sees the nodes' parameters and the run parameters (whose
       ``runtime_params`` are the ``--params`` overrides) only through
@@ -81,7 +88,9 @@ class MlflowTrackingHook:
         # module for every kedro command, and untracked runs need neither.
         from kedro_mlflow.framework.hooks import MlflowHook  # noqa: PLC0415
 
-        _resolve_sqlite_uri(context)
+        uri = _resolve_sqlite_uri(context)
+        if uri is not None:
+            tracking.create_sqlite_store(uri)
         self._mlflow = MlflowHook()
         self._mlflow.after_context_created(context)
 
@@ -162,8 +171,13 @@ class MlflowTrackingHook:
         pipeline: Pipeline,
         catalog: CatalogProtocol,
     ) -> None:
-        if self._mlflow is not None:
-            self._mlflow.on_pipeline_error(error, redact(run_params), pipeline, catalog)
+        if self._mlflow is None:
+            return
+        run_id = self._mlflow.run_id
+        self._mlflow.on_pipeline_error(error, redact(run_params), pipeline, catalog)
+        if run_id is not None and isinstance(error, RunInterrupted):
+            # kedro-mlflow has ended it FAILED; an interrupted run is MLflow's KILLED.
+            tracking.client(self._tracking_uri()).set_terminated(run_id, status="KILLED")
 
     def _tracking_uri(self) -> str:
         return self._mlflow.mlflow_config.server.mlflow_tracking_uri
@@ -174,19 +188,21 @@ class MlflowTrackingHook:
             stack.close()
 
 
-def _resolve_sqlite_uri(context: KedroContext) -> None:
+def _resolve_sqlite_uri(context: KedroContext) -> str | None:
     """Make a relative SQLite tracking URI of ``mlflow.yml`` absolute against the project path,
     in the context's config loader, where kedro-mlflow reads it next (a key set on the loader
-    is returned as set)."""
+    is returned as set); returns the tracking URI, None without one."""
 
     loader = context.config_loader
     loader.config_patterns.setdefault("mlflow", ["mlflow*", "mlflow*/**", "**/mlflow*"])
     try:
         config = dict(loader["mlflow"])
     except MissingConfigException:
-        return  # kedro-mlflow's defaults: mlruns/ of the project
+        return None  # kedro-mlflow's defaults: mlruns/ of the project
     server = dict(config.get("server") or {})
     uri = server.get("mlflow_tracking_uri")
-    if uri:
-        server["mlflow_tracking_uri"] = project_uri(uri, context.project_path)
-        loader["mlflow"] = {**config, "server": server}
+    if not uri:
+        return None
+    server["mlflow_tracking_uri"] = project_uri(uri, context.project_path)
+    loader["mlflow"] = {**config, "server": server}
+    return server["mlflow_tracking_uri"]

@@ -17,6 +17,7 @@ from kedro.framework.hooks import hook_impl
 from kedro.io import AbstractVersionedDataset, CatalogProtocol
 from kedro.pipeline import Pipeline
 
+from creditflow.errors import RunInterrupted
 from creditflow.redaction import redact, scrub
 
 if TYPE_CHECKING:
@@ -132,7 +133,8 @@ class RunManifestHook:
     Args:
         manifest_dir: folder of the manifests; a relative one is taken from the project root.
 
-    The manifest holds: ``run_id``, ``status`` ("completed" or "failed") and ``error``,
+    The manifest holds: ``run_id``, ``status`` ("completed", "failed" or "interrupted": stopped
+    by SIGTERM, ``hooks.termination.SigtermHook``) and ``error``,
     ``started_at`` / ``finished_at`` / ``duration_s`` (UTC), ``run_params`` (Kedro's, with the
     runtime parameter overrides), ``git``, ``packages``, ``device``, ``parameters`` (those the
     pipeline's nodes take), ``seeds`` found in them, the session's ``save_version`` and
@@ -187,7 +189,8 @@ class RunManifestHook:
         pipeline: Pipeline,
         catalog: CatalogProtocol,
     ) -> None:
-        self.write_manifest(run_params, pipeline, catalog, status="failed", error=error)
+        status = "interrupted" if isinstance(error, RunInterrupted) else "failed"
+        self.write_manifest(run_params, pipeline, catalog, status=status, error=error)
 
     def write_manifest(
         self,

@@ -312,6 +312,12 @@ class AnnotatorChoice(Block):
             )
         options.pop("credentials", None)  # resolved to the key by the annotation node
         checked_options(options, ANNOTATORS[self.name], f"{self.name} annotator")
+        # The annotator's own checks (deadlines and reply cap > 0, prompt placeholders ...),
+        # now rather than in the node: building one loads and sends nothing.
+        try:
+            ANNOTATORS[self.name](**options)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"options: {error}") from error
         return self
 
 
