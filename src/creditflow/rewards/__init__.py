@@ -22,6 +22,7 @@ from creditflow.rewards.reasoning import (
 )
 from creditflow.rewards.registry import (
     REWARD_FUNCTIONS,
+    REWARD_INPUTS,
     RewardFunction,
     RewardOutput,
     check_reward_options,
@@ -38,6 +39,7 @@ __all__ = [
     "DEFAULT_XCOMET_MODEL",
     "OUTCOMES",
     "REWARD_FUNCTIONS",
+    "REWARD_INPUTS",
     "TRANSLATION_CLOSE",
     "TRANSLATION_METRICS",
     "TRANSLATION_OPEN",
