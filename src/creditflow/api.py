@@ -208,7 +208,11 @@ def as_dataset(data: Any, rewards: Sequence[Reward] = (), *, sft: bool = False) 
 
 
 def warm_start(
-    model, tokenizer, dataset: Any, sft: Mapping[str, Any] | SFTConfig, checkpoints=None
+    model,
+    tokenizer,
+    dataset: Any,
+    sft: Mapping[str, Any] | SFTConfig,
+    checkpoints: Checkpoints = None,
 ) -> tuple[Any, pd.DataFrame]:
     """SFT on the dataset's ``prompt`` -> ``target`` pairs (``training.sft.run_sft``) so the
     policy can produce the format before RL: ``(trained copy, metrics: one row per step)``.
