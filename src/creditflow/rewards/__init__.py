@@ -23,6 +23,7 @@ from creditflow.rewards.reasoning import (
 )
 from creditflow.rewards.registry import (
     REWARD_FUNCTIONS,
+    REWARD_INPUTS,
     RewardFunction,
     RewardOutput,
     check_reward_options,
@@ -39,6 +40,7 @@ __all__ = [
     "DEFAULT_XCOMET_MODEL",
     "OUTCOMES",
     "REWARD_FUNCTIONS",
+    "REWARD_INPUTS",
     "TRANSLATION_CLOSE",
     "TRANSLATION_METRICS",
     "TRANSLATION_OPEN",

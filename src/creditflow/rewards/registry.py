@@ -49,6 +49,13 @@ REWARD_FUNCTIONS: dict[str, RewardFunction] = {
     "translation": _translation,
     "reasoning": _reasoning,
 }
+# The data arguments each entry reads (it ignores the others): the columns a dataset needs
+# for it (``creditflow.api``).
+REWARD_INPUTS: dict[str, tuple[str, ...]] = {
+    "format": (),
+    "translation": ("references",),
+    "reasoning": ("answers",),
+}
 # The functions whose keyword arguments each entry forwards (the options it takes).
 _OPTIONS_OF: dict[str, Callable[..., Any]] = {
     "format": format_reward,

@@ -11,39 +11,90 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from creditflow.errors import ConfigError
 from creditflow.rewards import check_reward_options, get_reward_function
 from creditflow.rollout import LanguagePolicy, SamplingSettings, VisionLanguagePolicy
 from creditflow.rollout.backends import rollout_backend
 from creditflow.training.config import DEFAULT_ROLLOUT_BACKEND
 from creditflow.training.grpo import step_seed
 
+# A reward: a name of ``rewards.REWARD_FUNCTIONS``, or a TRL-style callable
+# ``fn(completions, **columns) -> B floats`` (``TextRewards``).
+Reward = str | Callable[..., Sequence[float]]
+
+
+def reward_name(reward: Reward) -> str:
+    """The name a reward's metrics and weights go by: a built-in's own name, a callable's
+    ``__name__`` (as TRL names them).
+
+    Raises:
+        ConfigError: a callable without a usable ``__name__`` (a ``functools.partial``, a
+            name with ``/``, which marks flags), or neither a string nor a callable.
+    """
+    if isinstance(reward, str):
+        return reward
+    if not callable(reward):
+        raise ConfigError(f"a reward is a name or a callable, got {reward!r}")
+    name = getattr(reward, "__name__", None)
+    if not isinstance(name, str) or not name or "/" in name:
+        raise ConfigError(
+            f"reward {reward!r} needs a __name__ without '/' (its metrics are "
+            "reward/<name>): write it as a def, or set fn.__name__"
+        )
+    return name
+
+
+def reward_columns(problems: pd.DataFrame, prompts: Sequence[Any]) -> dict[str, list[Any]]:
+    """The per-prompt keyword arguments of callable rewards, as TRL passes a dataset's
+    columns: ``prompts``, then every column of ``problems`` except ``prompt``."""
+    columns = {str(name): list(problems[name]) for name in problems.columns if name != "prompt"}
+    return {"prompts": list(prompts), **columns}
+
 
 class TextRewards:
-    """Named text rewards bound to the references and answers of a prompt table.
+    """Text rewards bound to the references, answers and other columns of a prompt table.
 
     ``__call__(completions, prompt_index (B,))`` -> {name: (B,) float tensor}: each reward,
     and each of its 0/1 flags as ``"<reward>/<flag>"`` (``grpo.RewardFn``); row b is scored
-    against the reference and answer of prompt ``prompt_index[b]``. ``options``: reward name
-    -> keyword options of that reward, checked here (``rewards.check_reward_options``).
+    against the row of prompt ``prompt_index[b]``.
+
+    ``rewards``: names of built-in rewards (``rewards.REWARD_FUNCTIONS``), called with the
+    references and answers, and TRL-style callables, called as
+    ``fn(completions=..., **{column: B values})`` with the rows of ``columns``
+    (``reward_columns``), returning B floats; a callable is named by its ``__name__``
+    (``reward_name``) and has no flags. ``options``: built-in reward name -> keyword options
+    of that reward, checked here (``rewards.check_reward_options``).
     """
 
     def __init__(
         self,
-        names: Sequence[str],
+        rewards: Sequence[Reward],
         references: Sequence[str],
         answers: Sequence[str],
         options: Mapping[str, Mapping[str, Any]] | None = None,
+        columns: Mapping[str, Sequence[Any]] | None = None,
     ):
+        names = [reward_name(reward) for reward in rewards]
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            raise ConfigError(f"rewards {repeated} are given twice; give each reward once")
+        builtin = [name for name, r in zip(names, rewards, strict=True) if isinstance(r, str)]
         options = dict(options or {})
-        unknown = sorted(set(options) - set(names))
+        unknown = sorted(set(options) - set(builtin))
         if unknown:
-            raise ValueError(f"options for rewards {unknown} that are not in {list(names)}")
+            raise ValueError(
+                f"options for rewards {unknown} that are not built-in rewards in {names} "
+                "(a callable reward takes no options: give it its own def)"
+            )
+        # A name fails here, before any rollout; a callable is taken as it is.
         self.functions = {
-            name: get_reward_function(name) for name in names
-        }  # fails early on bad names
-        self.options = {name: check_reward_options(name, options.get(name, {})) for name in names}
+            name: get_reward_function(r) if isinstance(r, str) else r
+            for name, r in zip(names, rewards, strict=True)
+        }
+        self.options = {name: check_reward_options(name, options.get(name, {})) for name in builtin}
         self.references = list(references)
         self.answers = list(answers)
+        self.columns = {name: list(values) for name, values in (columns or {}).items()}
 
     def __call__(
         self, completions: list[str], prompt_index: torch.Tensor
@@ -53,11 +104,29 @@ class TextRewards:
         answers = [self.answers[i] for i in rows]
         out = {}
         for name, fn in self.functions.items():
+            if name not in self.options:  # a callable
+                out[name] = self._call_trl_style(name, fn, completions, rows)
+                continue
             rewards, flags = fn(completions, refs, answers, **self.options[name])
             out[name] = torch.tensor(rewards, dtype=torch.float32)
             for flag, values in flags.items():
                 out[f"{name}/{flag}"] = torch.tensor(values, dtype=torch.float32)
         return out
+
+    def _call_trl_style(
+        self, name: str, fn: Callable[..., Sequence[float]], completions: list[str], rows: list[int]
+    ) -> torch.Tensor:
+        kwargs = {column: [values[i] for i in rows] for column, values in self.columns.items()}
+        rewards = list(fn(completions=completions, **kwargs))
+        # TRL reads None as "does not apply" and averages around it; a GRPO group here needs
+        # every completion scored, so None is refused rather than guessed.
+        if len(rewards) != len(completions) or any(r is None for r in rewards):
+            got = f"{len(rewards)} values" + (" with None" if None in rewards else "")
+            raise ValueError(
+                f"reward {name!r} returned {got} for {len(completions)} completions: "
+                "return one float per completion"
+            )
+        return torch.tensor([float(r) for r in rewards], dtype=torch.float32)
 
 
 @torch.no_grad()
@@ -129,10 +198,12 @@ def score_completions(
     completions: Sequence[str],
     references: Sequence[str],
     answers: Sequence[str],
-    names: Sequence[str],
+    names: Sequence[Reward],
+    columns: Mapping[str, Sequence[Any]] | None = None,
 ) -> pd.DataFrame:
-    """One row per completion, one column ``reward/<name>`` per reward (not its flags)."""
-    rewards = TextRewards(names, references, answers)
+    """One row per completion, one column ``reward/<name>`` per reward (not its flags);
+    ``columns``: the callable rewards' keyword arguments, one value per completion."""
+    rewards = TextRewards(names, references, answers, columns=columns)
     scores = rewards(list(completions), torch.arange(len(completions)))
     return pd.DataFrame({f"reward/{k}": scores[k].numpy() for k in rewards.functions})
 
@@ -143,15 +214,17 @@ def evaluate_text_policy(
     prompts: Sequence[str],
     references: Sequence[str],
     answers: Sequence[str],
-    reward_names: Sequence[str],
+    reward_names: Sequence[Reward],
     max_new_tokens: int,
     batch_size: int = 32,
+    columns: Mapping[str, Sequence[Any]] | None = None,
 ) -> pd.DataFrame:
-    """Greedy completions of ``prompts`` scored with ``reward_names``: one row per prompt with
+    """Greedy completions of ``prompts`` scored with ``reward_names`` (``columns``: the
+    callable rewards' keyword arguments, one value per prompt): one row per prompt with
     ``completion`` and ``reward/<name>`` columns."""
     policy = evaluation_policy(model, tokenizer, SamplingSettings(max_new_tokens=max_new_tokens))
     completions = greedy_completions(policy, prompts, batch_size=batch_size, progress=True)
-    scores = score_completions(completions, references, answers, reward_names)
+    scores = score_completions(completions, references, answers, reward_names, columns)
     return scores.assign(completion=completions)
 
 
@@ -161,13 +234,14 @@ def evaluate_text_policy_sampled(
     prompts: Sequence[str],
     references: Sequence[str],
     answers: Sequence[str],
-    reward_names: Sequence[str],
+    reward_names: Sequence[Reward],
     max_new_tokens: int,
     samples_per_prompt: int,
     temperature: float = 1.0,
     top_p: float = 1.0,
     batch_size: int = 32,
     seed: int = 0,
+    columns: Mapping[str, Sequence[Any]] | None = None,
 ) -> pd.DataFrame:
     """Expected rewards under sampling: ``samples_per_prompt`` completions per prompt (the
     way GRPO samples its rollouts), scored with ``reward_names`` and averaged per prompt.
@@ -180,7 +254,15 @@ def evaluate_text_policy_sampled(
     sampling = SamplingSettings(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
     policy = evaluation_policy(model, tokenizer, sampling)
     return mean_sampled_rewards(
-        policy, prompts, references, answers, reward_names, samples_per_prompt, batch_size, seed
+        policy,
+        prompts,
+        references,
+        answers,
+        reward_names,
+        samples_per_prompt,
+        batch_size,
+        seed,
+        columns,
     )
 
 
@@ -189,14 +271,16 @@ def mean_sampled_rewards(
     prompts: Sequence[Any],
     references: Sequence[str],
     answers: Sequence[str],
-    reward_names: Sequence[str],
+    reward_names: Sequence[Reward],
     samples_per_prompt: int,
     batch_size: int,
     seed: int,
+    columns: Mapping[str, Sequence[Any]] | None = None,
 ) -> pd.DataFrame:
     """``samples_per_prompt`` completions per prompt from ``policy`` (a ``LanguagePolicy`` or
     ``VisionLanguagePolicy``; ``sampled_completions``), scored with ``reward_names`` and
-    averaged per prompt: one row per prompt (prompt order), ``reward/<name>`` columns."""
+    averaged per prompt: one row per prompt (prompt order), ``reward/<name>`` columns.
+    ``columns``: the callable rewards' keyword arguments, one value per prompt."""
     completions = sampled_completions(  # sample() switches the module to eval mode and back
         policy, prompts, samples_per_prompt, batch_size=batch_size, seed=seed, progress=True
     )
@@ -206,6 +290,7 @@ def mean_sampled_rewards(
         [r for r in references for _ in range(k)],
         [a for a in answers for _ in range(k)],
         reward_names,
+        {name: [v for v in values for _ in range(k)] for name, values in (columns or {}).items()},
     )  # (len(prompts) * k) rows, prompt-major
     return scores.groupby(scores.index // k).mean().reset_index(drop=True)
 
@@ -216,17 +301,19 @@ def evaluate_vl_policy(
     prompts: Sequence[Any],
     references: Sequence[str],
     answers: Sequence[str],
-    reward_names: Sequence[str],
+    reward_names: Sequence[Reward],
     max_new_tokens: int,
     batch_size: int = 32,
+    columns: Mapping[str, Sequence[Any]] | None = None,
 ) -> pd.DataFrame:
     """Greedy completions of image ``prompts`` (anything ``as_visual_prompt`` accepts) scored
-    with ``reward_names``: one row per prompt with ``completion`` and ``reward/<name>``."""
+    with ``reward_names`` (``columns`` as in ``evaluate_text_policy``): one row per prompt
+    with ``completion`` and ``reward/<name>``."""
     policy = VisionLanguagePolicy(model, processor, SamplingSettings(max_new_tokens=max_new_tokens))
     completions: list[str] = []
     for start in tqdm(range(0, len(prompts), batch_size), desc="eval"):
         completions += policy.greedy(list(prompts[start : start + batch_size]))
-    scores = score_completions(completions, references, answers, reward_names)
+    scores = score_completions(completions, references, answers, reward_names, columns)
     return scores.assign(completion=completions)
 
 
@@ -236,13 +323,14 @@ def evaluate_vl_policy_sampled(
     prompts: Sequence[Any],
     references: Sequence[str],
     answers: Sequence[str],
-    reward_names: Sequence[str],
+    reward_names: Sequence[Reward],
     max_new_tokens: int,
     samples_per_prompt: int,
     temperature: float = 1.0,
     top_p: float = 1.0,
     batch_size: int = 32,
     seed: int = 0,
+    columns: Mapping[str, Sequence[Any]] | None = None,
 ) -> pd.DataFrame:
     """``evaluate_text_policy_sampled`` for image ``prompts``: the mean reward of
     ``samples_per_prompt`` completions per prompt, drawn as GRPO draws its rollouts, one row
@@ -252,7 +340,15 @@ def evaluate_vl_policy_sampled(
     sampling = SamplingSettings(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
     policy = VisionLanguagePolicy(model, processor, sampling)
     return mean_sampled_rewards(
-        policy, prompts, references, answers, reward_names, samples_per_prompt, batch_size, seed
+        policy,
+        prompts,
+        references,
+        answers,
+        reward_names,
+        samples_per_prompt,
+        batch_size,
+        seed,
+        columns,
     )
 
 
@@ -261,7 +357,7 @@ def evaluate_text_problems(
     tokenizer,
     problems: pd.DataFrame,
     prompts: Sequence[str],
-    reward_names: Sequence[str],
+    reward_names: Sequence[Reward],
     max_new_tokens: int,
     batch_size: int = 32,
     samples_per_problem: int = 0,
@@ -269,17 +365,21 @@ def evaluate_text_problems(
     temperature: float = 1.0,
     top_p: float = 1.0,
     seed: int = 0,
+    reference_column: str | None = "question_en",
+    answer_column: str | None = "answer",
 ) -> pd.DataFrame:
-    """``problems`` (one row per prompt, with ``question_en`` references and ``answer``) with
+    """``problems`` (one row per prompt, with references in ``reference_column`` and gold
+    answers in ``answer_column``; None: the table has none, and no reward reads them) with
     the greedy completion and its ``reward/<name>`` columns; with ``samples_per_problem`` > 0
     the rows where ``sampled_rows`` is True (all rows when None) also get
     ``sampled/reward/<name>``: the mean reward of that many completions sampled at
-    ``temperature`` / ``top_p`` (``evaluate_text_policy_sampled``, seeded by ``seed``)."""
+    ``temperature`` / ``top_p`` (``evaluate_text_policy_sampled``, seeded by ``seed``).
+    Callable rewards get ``problems``' columns (``reward_columns``)."""
     common = {"reward_names": reward_names, "max_new_tokens": max_new_tokens}
     return _greedy_and_sampled_scores(
         problems,
         prompts,
-        "question_en",
+        (reference_column, answer_column),
         partial(evaluate_text_policy, model, tokenizer, **common, batch_size=batch_size),
         partial(
             evaluate_text_policy_sampled,
@@ -302,7 +402,7 @@ def evaluate_vl_problems(
     processor,
     problems: pd.DataFrame,
     prompts: Sequence[Any],
-    reward_names: Sequence[str],
+    reward_names: Sequence[Reward],
     max_new_tokens: int,
     batch_size: int = 32,
     samples_per_problem: int = 0,
@@ -321,7 +421,7 @@ def evaluate_vl_problems(
     return _greedy_and_sampled_scores(
         problems,
         prompts,
-        "prompt",
+        ("prompt", "answer"),
         partial(evaluate_vl_policy, model, processor, **common, batch_size=batch_size),
         partial(
             evaluate_vl_policy_sampled,
@@ -342,24 +442,36 @@ def evaluate_vl_problems(
 def _greedy_and_sampled_scores(
     problems: pd.DataFrame,
     prompts: Sequence[Any],
-    reference_column: str,
+    reference_and_answer: tuple[str | None, str | None],
     greedy: Callable[..., pd.DataFrame],
     sampled: Callable[..., pd.DataFrame],
     samples_per_problem: int,
     sampled_rows: Sequence[bool] | None,
 ) -> pd.DataFrame:
-    """``problems`` joined with ``greedy(prompts, references, answers)``'s columns and, with
-    ``samples_per_problem`` > 0, ``sampled(...)``'s on the ``sampled_rows`` (all when None),
-    prefixed ``sampled/``; references are ``problems[reference_column]``."""
-    scored = greedy(prompts, list(problems[reference_column]), list(problems["answer"]))
+    """``problems`` joined with ``greedy(prompts, references, answers, columns=...)``'s
+    columns and, with ``samples_per_problem`` > 0, ``sampled(...)``'s on the ``sampled_rows``
+    (all when None), prefixed ``sampled/``. References and answers are the columns
+    ``reference_and_answer`` names (None for a column the table lacks: None on every row),
+    ``columns`` the callable rewards' arguments (``reward_columns``)."""
+    references, answers = (
+        [None] * len(problems) if name is None else list(problems[name])
+        for name in reference_and_answer
+    )
+    columns = reward_columns(problems, prompts)
+    scored = greedy(prompts, references, answers, columns=columns)
     table = pd.concat([problems, scored], axis=1)
     if not samples_per_problem:
         return table
     keep = pd.Series(True if sampled_rows is None else list(sampled_rows), index=table.index)
+
+    def kept(values: Sequence[Any]) -> list[Any]:
+        return [value for value, k in zip(values, keep, strict=True) if k]
+
     means = sampled(
-        [prompt for prompt, kept in zip(prompts, keep, strict=True) if kept],
-        list(table.loc[keep, reference_column]),
-        list(table.loc[keep, "answer"]),
+        kept(prompts),
+        kept(references),
+        kept(answers),
+        columns={name: kept(values) for name, values in columns.items()},
     )
     means.index = table.index[keep]
     return table.join(means.add_prefix("sampled/"))

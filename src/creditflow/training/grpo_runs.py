@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from creditflow.errors import ConfigError
@@ -38,7 +38,7 @@ from creditflow.training.config import (
     GRPOConfig,
     check_importance_sampling,
 )
-from creditflow.training.evaluation import TextRewards
+from creditflow.training.evaluation import Reward, TextRewards
 from creditflow.training.fsdp import unsharded_copy
 from creditflow.training.grpo import GRPOResult, GRPOTrainer
 from creditflow.training.launch import run_data_parallel
@@ -64,6 +64,19 @@ def build_grpo_config(grpo_params: dict[str, Any], reward_names: Sequence[str]) 
     (TAPO's ``translation_reward`` / ``reasoning_reward``) or given options, all exist in
     ``reward_names``, and whose ``reward_options`` those rewards take."""
     config = GRPOConfig.from_params(dict(grpo_params))
+    check_grpo_config(config, reward_names)
+    return config
+
+
+def check_grpo_config(config: GRPOConfig, reward_names: Sequence[str] | None = None) -> None:
+    """``config`` checked as ``build_grpo_config`` checks it: its fields, its strategies and
+    its rollout backend; with ``reward_names`` (the rewards a run computes) also that every
+    reward it weights, its advantage strategy reads or it gives options to is among them.
+
+    Raises:
+        ConfigError: naming the key to fix.
+    """
+    config.validate()
     validate_strategies(config)
     try:
         check_rollout_spec(config.rollout)
@@ -74,6 +87,8 @@ def build_grpo_config(grpo_params: dict[str, Any], reward_names: Sequence[str]) 
     check_importance_sampling(
         config.importance_sampling_cap, backend_class(rollout_name).samples_module, rollout_name
     )
+    if reward_names is None:
+        return
     unknown = sorted(set(config.rewards) - set(reward_names))
     if unknown:
         raise ConfigError(
@@ -98,7 +113,6 @@ def build_grpo_config(grpo_params: dict[str, Any], reward_names: Sequence[str]) 
             check_reward_options(name, options)
         except ValueError as error:
             raise ConfigError(f"reward_options.{name}: {error}") from error
-    return config
 
 
 def strategy_config(
@@ -206,12 +220,15 @@ def train_grpo_process(
     references: list[str],
     answers: list[str],
     config: GRPOConfig,
-    reward_names: list[str],
+    reward_names: list[Reward],
     checkpoints: CheckpointStore | None,
     reward_metrics: Sequence[RewardMetric] = (),
+    reward_columns: dict[str, list[Any]] | None = None,
 ) -> tuple[Any, GRPOResult]:
     """One process of ``run_grpo`` (module level: spawned workers import it by name)."""
-    rewards = TextRewards(reward_names, references, answers, config.reward_options)
+    rewards = TextRewards(
+        reward_names, references, answers, config.reward_options, columns=reward_columns
+    )
     trainer = GRPOTrainer(
         language_policy(model, tokenizer, config),
         prompts,
@@ -236,16 +253,21 @@ def run_grpo(
     references: Sequence[str],
     answers: Sequence[str],
     config: GRPOConfig,
-    reward_names: Sequence[str],
+    reward_names: Sequence[Reward],
     checkpoints: CheckpointStore | None,
     distributed: dict[str, Any] | None = None,
     reward_metrics: Sequence[RewardMetric] = (),
+    reward_columns: Mapping[str, Sequence[Any]] | None = None,
 ) -> tuple[Any, GRPOResult]:
     """GRPO on a copy of ``model``; resumes from ``checkpoints`` when a run with the same
-    starting weights, prompts, config and process count left one there.
+    starting weights, prompts, references, answers, config and process count left one there
+    (the code of a callable reward and the columns it reads are not part of that key).
 
+    ``reward_names``: built-in reward names and TRL-style callables (``TextRewards``), which
+    get ``reward_columns`` (one value per prompt; ``evaluation.reward_columns``).
     ``distributed``: ``{"num_processes": N, "accelerate": {...Accelerator options...}}`` runs
-    the training data-parallel in N processes (``creditflow.training.launch``); None or N = 1
+    the training data-parallel in N processes (``creditflow.training.launch``; a callable
+    reward must then be importable by name, as the workers are spawned); None or N = 1
     trains in this process. ``reward_metrics``: see ``GRPOTrainer``.
     """
     distributed = check_distributed(distributed, config)
@@ -280,6 +302,7 @@ def run_grpo(
             list(reward_names),
             checkpoints,
             list(reward_metrics),
+            None if reward_columns is None else {k: list(v) for k, v in reward_columns.items()},
         ),
         accelerate_config=distributed.get("accelerate"),
     )

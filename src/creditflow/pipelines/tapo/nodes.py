@@ -9,17 +9,11 @@ from typing import Any
 import pandas as pd
 from matplotlib.figure import Figure
 
+from creditflow import api
 from creditflow.ingest.source_rows import math_text_problems
-from creditflow.models import (
-    explain_missing_checkpoint,
-    load_policy,
-    load_tokenizer,
-    to_policy_device,
-    train_bpe_tokenizer,
-)
+from creditflow.models import to_policy_device
 from creditflow.pipelines.comparison import evaluate_each_seed, labelled_tables, train_each_seed
 from creditflow.reporting.tables import (
-    metrics_frame,
     plot_reward_curves,
     summarise_over_seeds,
     summarise_per_seed,
@@ -41,12 +35,7 @@ from creditflow.tasks.tapo import (
     tapo_prompt,
 )
 from creditflow.training.checkpoint import CheckpointStore
-from creditflow.training.evaluation import evaluate_text_problems
-from creditflow.training.grpo_runs import (
-    run_grpo,
-    strategy_config,
-)
-from creditflow.training.sft import run_sft
+from creditflow.training.grpo_runs import strategy_config
 from creditflow.training.strategies import SignConflictRate
 from creditflow.training.threads import torch_threads
 
@@ -73,25 +62,17 @@ def build_tapo_tasks(
 
 
 def train_tapo_tokenizer(tapo_train_tasks: pd.DataFrame, params: dict[str, Any]):
-    """A byte-level BPE tokenizer trained on the task text (tiny policy), or the checkpoint's own."""
-    if params["policy"]["source"] != "tiny":
-        name_or_path = params["policy"]["name_or_path"]
-        with explain_missing_checkpoint(name_or_path):
-            return load_tokenizer(name_or_path)
+    """A byte-level BPE tokenizer trained on the task text, prompts and SFT targets (tiny
+    policy), or the checkpoint's own (``api.build_tokenizer`` reads neither texts nor
+    ``params['tokenizer']`` then)."""
     texts = [tapo_prompt(q) for q in tapo_train_tasks["question"]]
     texts += _sft_targets(tapo_train_tasks)
-    settings = params["tokenizer"]
-    return train_bpe_tokenizer(
-        texts,
-        settings["vocab_size"],
-        special_tokens=settings["special_tokens"],
-        model_max_length=settings["model_max_length"],
-    )
+    return api.build_tokenizer(params["policy"], texts, **params["tokenizer"])
 
 
 def build_tapo_policy(tapo_tokenizer, params: dict[str, Any]):
     """The initial policy: a tiny Qwen2 from its config, or a pretrained checkpoint."""
-    model, _ = load_policy(params["policy"], tokenizer=tapo_tokenizer)
+    model, _ = api.build_policy(params["policy"], tapo_tokenizer)
     return model
 
 
@@ -104,17 +85,15 @@ def warm_start_tapo_policy(
 ):
     """SFT on gold TAPO completions so the policy can produce the format before RL; resumes
     from ``checkpoints`` (a finished run with the same inputs is loaded, not retrained)."""
-    prompts = [tapo_prompt(q) for q in tapo_train_tasks["question"]]
+    dataset = _tapo_dataset(tapo_train_tasks).assign(target=_sft_targets(tapo_train_tasks))
     with torch_threads(params["torch_threads"]):
-        model, metrics = run_sft(
+        return api.warm_start(
             to_policy_device(tapo_initial_policy, params["policy"]),
             tapo_tokenizer,
-            prompts,
-            _sft_targets(tapo_train_tasks),
+            dataset,
             params["sft"],
             checkpoints,
         )
-    return model, metrics_frame(metrics)
 
 
 def train_tapo_policies(
@@ -166,19 +145,17 @@ def train_tapo_policy(
     rewards."""
     config, distributed = strategy_config(params, strategy)
     with torch_threads(params["torch_threads"]):
-        model, result = run_grpo(
+        trained = api.train_grpo(
             to_policy_device(tapo_sft_policy, params["policy"]),
             tapo_tokenizer,
-            [tapo_prompt(q) for q in tapo_train_tasks["question"]],
-            list(tapo_train_tasks["question_en"]),
-            list(tapo_train_tasks["answer"]),
-            config,
+            _tapo_dataset(tapo_train_tasks),
             params["reward_functions"],
-            checkpoints,
-            distributed,
+            config,
+            checkpoints=checkpoints,
+            distributed=distributed,
             reward_metrics=[SignConflictRate()],
         )
-    return model, metrics_frame(result.history), pd.DataFrame(result.samples)
+    return trained.model, trained.metrics, trained.samples
 
 
 def evaluate_tapo_policy(
@@ -200,11 +177,10 @@ def evaluate_tapo_policy(
         tapo_eval_tasks, mgsm_problems, evaluation["mgsm_max_per_language"], label
     )
     with torch_threads(params["torch_threads"]):
-        return evaluate_text_problems(
+        table = api.evaluate(
             to_policy_device(model, params["policy"]),
             tapo_tokenizer,
-            problems,
-            [tapo_prompt(q) for q in problems["question"]],
+            _tapo_dataset(problems),
             params["reward_functions"],
             max_new_tokens=evaluation["max_new_tokens"],
             batch_size=evaluation["batch_size"],
@@ -214,6 +190,7 @@ def evaluate_tapo_policy(
             top_p=sampling.get("top_p", 1.0),
             seed=params["seed"],
         )
+    return table.drop(columns="prompt")  # derived from `question`: the table does not keep it
 
 
 def compare_tapo_strategies(
@@ -267,6 +244,12 @@ def _synthetic_tasks(params: dict[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame
 def _task_label(params: dict[str, Any]) -> str:
     """The ``dataset`` value of the task source's rows in the evaluation tables."""
     return evaluation_label(params["tasks"]["source"], BENCHMARKS)
+
+
+def _tapo_dataset(problems: pd.DataFrame) -> pd.DataFrame:
+    """``problems`` as an ``api`` dataset: each question's TAPO prompt added (the references
+    are ``question_en``, the answers ``answer``)."""
+    return problems.assign(prompt=[tapo_prompt(q) for q in problems["question"]])
 
 
 def _sft_targets(tasks: pd.DataFrame) -> list[str]:
