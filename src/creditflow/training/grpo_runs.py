@@ -37,6 +37,7 @@ from creditflow.training.config import (
     DEFAULT_ROLLOUT_BACKEND,
     GRPOConfig,
     check_importance_sampling,
+    check_process_layout,
 )
 from creditflow.training.evaluation import TextRewards
 from creditflow.training.fsdp import unsharded_copy
@@ -119,7 +120,8 @@ def check_distributed(distributed: dict[str, Any] | None, config: GRPOConfig) ->
     against ``config`` before any process starts; returns it as a dict.
 
     Raises:
-        ConfigError: an unknown key, a bad process count, or FSDP with the ``lean`` rollout
+        ConfigError: an unknown key, a bad process count, a batch the processes cannot
+            share (``config.check_process_layout``), or FSDP with the ``lean`` rollout
             (it reads whole parameters; under FSDP each process holds shards).
     """
     distributed = dict(distributed or {})
@@ -133,6 +135,7 @@ def check_distributed(distributed: dict[str, Any] | None, config: GRPOConfig) ->
         raise ConfigError(
             f"distributed.num_processes must be an integer >= 1, got {num_processes!r}"
         )
+    check_process_layout(config, num_processes)
     accelerate = distributed.get("accelerate") or {}
     if not isinstance(accelerate, dict):
         raise ConfigError(f"distributed.accelerate must be a mapping, got {accelerate!r}")
