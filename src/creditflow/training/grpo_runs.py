@@ -89,6 +89,7 @@ def build_grpo_config(grpo_params: dict[str, Any], reward_names: Sequence[str]) 
             f"computed; computed rewards are {sorted(reward_names)} (add them to "
             f"'reward_functions' or fix the advantage's *_reward options)"
         )
+    _check_dapo_rewards(config, reward_names, advantage.reward_names(config.advantage))
     for name, options in config.reward_options.items():
         if name not in set(reward_names):
             raise ConfigError(
@@ -100,6 +101,24 @@ def build_grpo_config(grpo_params: dict[str, Any], reward_names: Sequence[str]) 
         except ValueError as error:
             raise ConfigError(f"reward_options.{name}: {error}") from error
     return config
+
+
+def _check_dapo_rewards(config: GRPOConfig, computed: Sequence[str], read: set[str]) -> None:
+    """The rewards ``overlong`` shapes and ``dynamic_sampling`` filters on are computed, and
+    the shaped one counts: weighted in ``rewards`` or read by the advantage strategy."""
+    overlong, sampling = config.overlong_shaping(), config.dynamic_sampling_spec()
+    for label, spec in (("overlong", overlong), ("dynamic_sampling", sampling)):
+        if spec is not None and spec.reward not in set(computed):
+            raise ConfigError(
+                f"{label}.reward {spec.reward!r} is not computed; computed rewards are "
+                f"{sorted(computed)}"
+            )
+    if overlong is not None and overlong.reward not in {*config.rewards, *read}:
+        raise ConfigError(
+            f"overlong.reward {overlong.reward!r} is neither weighted in rewards nor read by "
+            f"advantage {config.advantage['name']!r}, so the penalty would reach no advantage; "
+            f"name one of {sorted({*config.rewards, *read})}"
+        )
 
 
 def strategy_config(

@@ -131,17 +131,23 @@ def resolve_loss_knobs(
                 f"{preset.scale_by_std}, but it is {given}: drop advantage.scale_by_std"
             )
         advantage["scale_by_std"] = preset.scale_by_std
-    for surrogate, keys in SURROGATE_KNOBS.items():
-        if surrogate == resolved["surrogate"]:
-            continue
-        for key in keys:
+    _surrogate_knobs(resolved, preset)
+    return resolved, advantage
+
+
+def _surrogate_knobs(resolved: dict[str, Any], preset: LossType | None) -> None:
+    """Refuses the knobs of the other surrogate; sets this one's unset knobs (in place)."""
+    surrogate = resolved["surrogate"]
+    if surrogate not in SURROGATE_KNOBS:
+        raise ConfigError(f"surrogate must be one of {list(SURROGATE_KNOBS)}, got {surrogate!r}")
+    for other, keys in SURROGATE_KNOBS.items():
+        for key in keys if other != surrogate else ():
             if resolved[key] is not None:
                 raise ConfigError(
-                    f"{key} is not read by surrogate {resolved['surrogate']!r} "
-                    f"(it belongs to {surrogate!r}): drop {key}"
+                    f"{key} is not read by surrogate {surrogate!r} (it belongs to {other!r}): "
+                    f"drop {key}"
                 )
-    for key in SURROGATE_KNOBS[resolved["surrogate"]]:
+    for key in SURROGATE_KNOBS[surrogate]:
         if resolved[key] is None:
             default = None if preset is None else getattr(preset, key)
             resolved[key] = ENGINE_DEFAULTS[key] if default is None else default
-    return resolved, advantage
