@@ -48,7 +48,7 @@ class GRPOConfig:
         naming the key to drop. Its clip ranges are defaults an explicit value overrides.
         null: the knobs alone (null knobs take the defaults below).
     clip_low, clip_high: PPO ratio clip range [1 - clip_low, 1 + clip_high]; null: the loss
-        type's, else 0.2. Not read by surrogate cispo (set them there and it is an error).
+        type's, else 0.2. Not read by surrogate cispo: set with it, they are an error.
     beta: KL coefficient to the frozen reference (the initial policy); 0 loads no reference.
     kl: KL estimator, one of KL_KINDS.
     agg: loss aggregation, one of AGG_MODES; null: the loss type's, else seq-mean-token-mean.

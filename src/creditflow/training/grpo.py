@@ -4,7 +4,8 @@ Reads top to bottom: ``setup`` (optimizer, schedule, resume), ``train`` (one ``s
 rollout batch), ``save``. Credit assignment is chosen by name in ``training.strategies``; the
 loop names no method: it calls the advantage and token-weight strategies through their
 protocols and asks them (and the caller) for per-step reward diagnostics. The loss is
-``algorithms.policy_loss`` (SPEC section 0).
+``algorithms.policy_loss`` (SPEC section 0), its variants chosen by ``GRPOConfig.loss_options``
+(``training.loss_types``); DAPO's dynamic sampling and reward shaping are ``training.dapo``.
 
 Memory (issue 13): an optimizer step's minibatch may run as several micro-batches (gradient
 accumulation, ``micro_batch_size``), each loss weighted by ``algorithms.micro_batch_share`` so
