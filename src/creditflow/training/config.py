@@ -160,9 +160,11 @@ class GRPOConfig:
         """Sets the loss knobs left null from ``loss_type`` (else the engine's defaults);
         ConfigError where an explicit knob contradicts the loss type."""
         knobs = {key: getattr(self, key) for key in (*DEFINING, *DEFAULTED)}
-        if not isinstance(self.advantage, dict):
-            return  # validate_strategies says what is wrong with it
-        resolved, self.advantage = resolve_loss_knobs(self.loss_type, knobs, self.advantage)
+        # A malformed advantage spec is left as it is: validate_strategies says what is wrong.
+        spec = self.advantage if isinstance(self.advantage, dict) else {}
+        resolved, spec = resolve_loss_knobs(self.loss_type, knobs, spec)
+        if isinstance(self.advantage, dict):
+            self.advantage = spec
         for key, value in resolved.items():
             setattr(self, key, value)
 
