@@ -24,6 +24,8 @@ PUBLIC_API = {
     "rank_gains",
     "augmented_target",
     "page_reward",
+    "overlong_penalty",
+    "constant_groups",
 }
 
 
@@ -34,7 +36,7 @@ def test_public_api_is_exported():
 
 
 @pytest.mark.parametrize(
-    "module", ["_masked", "advantages", "tor", "logprobs", "losses", "ranking"]
+    "module", ["_masked", "advantages", "tor", "logprobs", "losses", "ranking", "dapo"]
 )
 def test_docstring_examples(module):
     mod = importlib.import_module(f"creditflow.algorithms.{module}")

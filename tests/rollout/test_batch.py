@@ -6,6 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from creditflow.rollout import Policy, RolloutBatch, SamplingSettings, completion_mask_from_eos
+from creditflow.rollout.batch import concat_batches
 
 
 def _batch(B: int = 4, P: int = 3, T: int = 5) -> RolloutBatch:
@@ -109,3 +110,61 @@ def test_policy_protocol_is_runtime_checkable():
 
     assert isinstance(Stub(), Policy)
     assert not isinstance(object(), Policy)
+
+
+def _part(P: int, T: int, rows: int = 2, start: int = 0) -> RolloutBatch:
+    """``rows`` rows whose prompts have P tokens and completions T, left / right padded by 1
+    on the first row; ``mm`` is prompt-aligned, ``pixels`` a per-row block of T patches."""
+    prompt_mask = torch.ones(rows, P, dtype=torch.long)
+    prompt_mask[0, 0] = 0
+    completion_mask = torch.ones(rows, T)
+    completion_mask[0, -1] = 0
+    return RolloutBatch(
+        prompt_ids=start + torch.arange(rows * P).view(rows, P),
+        prompt_mask=prompt_mask,
+        completion_ids=start + 50 + torch.arange(rows * T).view(rows, T),
+        completion_mask=completion_mask,
+        old_logp=-torch.rand(rows, T),
+        completion_texts=[f"{start}-{i}" for i in range(rows)],
+        prompt_index=torch.arange(rows) + start,
+        group_size=2,
+        extras={"mm": torch.full((rows, P), 3), "pixels": torch.ones(rows, T, 2), "shared": 7},
+        truncated=torch.tensor([True, False][:rows]),
+        pad_id=-1,
+        prompt_extras=("mm",),
+    )
+
+
+def test_concat_batches_pads_prompts_left_and_completions_right():
+    a, b = _part(P=2, T=4), _part(P=3, T=2, start=100)
+    both = concat_batches([a, b])
+    assert both.batch_size == 4
+    # Prompts: a's rows get one more pad on the left; b's are unchanged.
+    assert both.prompt_ids[:2, 1:].tolist() == a.prompt_ids.tolist()
+    assert both.prompt_ids[:2, 0].tolist() == [-1, -1]
+    assert both.prompt_mask[:2].tolist() == [[0, 0, 1], [0, 1, 1]]
+    assert torch.equal(both.prompt_ids[2:], b.prompt_ids)
+    assert both.extras["mm"][:2].tolist() == [[0, 3, 3], [0, 3, 3]]  # left, like the prompt
+    # Completions: b's rows get two more on the right: ids pad_id, mask and log-probs 0.
+    assert torch.equal(both.completion_ids[:2], a.completion_ids)
+    assert both.completion_ids[2:, 2:].tolist() == [[-1, -1], [-1, -1]]
+    assert both.completion_mask[2:].tolist() == [[1, 0, 0, 0], [1, 1, 0, 0]]
+    assert torch.equal(both.old_logp[2:, :2], b.old_logp)
+    assert (both.old_logp[2:, 2:] == 0).all()
+    assert both.extras["pixels"][2:, 2:].abs().sum() == 0  # per-row blocks padded at the end
+    assert both.extras["shared"] == 7
+    assert both.completion_texts == ["0-0", "0-1", "100-0", "100-1"]
+    assert both.prompt_index.tolist() == [0, 1, 100, 101]
+    assert both.truncated.tolist() == [True, False, True, False]
+    assert both.entropy is None and both.sampler_logp is None
+    # Its rows are the parts' rows again: select then drop the padding.
+    back = both.select(torch.tensor([2, 3]))
+    assert torch.equal(back.prompt_ids, b.prompt_ids)
+    assert torch.equal(back.completion_mask[:, :2], b.completion_mask)
+
+
+def test_concat_batches_refuses_batches_of_different_setups():
+    a, b = _part(P=2, T=4), _part(P=2, T=4)
+    b.old_logp = torch.empty(0)
+    with pytest.raises(ValueError, match="one policy with one setup"):
+        concat_batches([a, b])

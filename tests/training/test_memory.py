@@ -10,6 +10,7 @@ import torch
 from creditflow.errors import ConfigError
 from creditflow.training import GRPOConfig
 from creditflow.training import grpo as grpo_module
+from creditflow.training.config import check_process_layout
 from tests.training.helpers import make_trainer, spy
 
 AGG_MODES = ["seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm"]
@@ -95,7 +96,7 @@ def test_micro_batch_size_must_divide_the_minibatch():
     # Per process: 2 processes hold 4 of the 8 rows each, which 8 does not divide.
     config = GRPOConfig.from_params({**base, "micro_batch_size": 8})
     with pytest.raises(ConfigError, match=r"its share of the minibatch \(4 with 2 processes\)"):
-        grpo_module._check_divisible_across_processes(config, 2)
+        check_process_layout(config, 2)
 
 
 @pytest.mark.parametrize("chunk", [1, 5])

@@ -1,4 +1,5 @@
-"""Pure tensor algorithms of creditflow: advantages, ToR token weights, losses, ranking.
+"""Pure tensor algorithms of creditflow: advantages, ToR token weights, losses, DAPO's
+overlong penalty and group filter, ranking.
 
 No Kedro, no I/O: tensors in, a tensor or ``(tensor, metrics)`` out. Shape symbols:
 ``B`` sequences, ``G`` group size, ``T`` tokens, ``V`` vocabulary, ``L`` candidates.
@@ -11,10 +12,13 @@ from creditflow.algorithms.advantages import (
     sign_conflict_rate,
     tapo_advantages,
 )
+from creditflow.algorithms.dapo import constant_groups, overlong_penalty
 from creditflow.algorithms.logprobs import token_logprobs
 from creditflow.algorithms.losses import (
     AGGREGATIONS,
+    IMPORTANCE_LEVELS,
     KL_ESTIMATORS,
+    SURROGATES,
     kl_penalty,
     micro_batch_share,
     pairwise_preference_loss,
@@ -42,14 +46,18 @@ from creditflow.algorithms.tor import (
 __all__ = [
     "AGGREGATIONS",
     "GAIN_MODES",
+    "IMPORTANCE_LEVELS",
     "KL_ESTIMATORS",
     "OVERLAP_MODES",
+    "SURROGATES",
     "augmented_target",
+    "constant_groups",
     "group_zscore",
     "kl_penalty",
     "masked_mean",
     "micro_batch_share",
     "ndcg_at_k",
+    "overlong_penalty",
     "num_selected",
     "page_reward",
     "pairwise_preference_loss",

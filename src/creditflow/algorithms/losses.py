@@ -118,6 +118,70 @@ KL_ESTIMATORS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] =
 }
 
 
+def _token_log_ratio(log_ratio: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    # PPO / GRPO: one ratio per token.
+    return log_ratio
+
+
+def _sequence_log_ratio(log_ratio: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    # GSPO (2507.18071, eq. 7 and GSPO-token, eq. 13): the value of every token's log-ratio is
+    # its completion's length-normalised log-ratio log s_i = mean_t (logp - old_logp), and its
+    # gradient is the token's own: sg[log s_i] + logp - sg[logp] differs from logp - old_logp
+    # by a constant, so d/d logp_t = 1 on token t only. With one advantage and weight per
+    # sequence this is GSPO's gradient exactly; with per-token ones (TAPO, ToR) each token keeps
+    # its own credit, scaled by s_i.
+    log_s = masked_mean(log_ratio.detach(), mask, dim=-1).unsqueeze(-1)  # (B, 1)
+    return log_s + log_ratio - log_ratio.detach()  # (B, T)
+
+
+IMPORTANCE_LEVELS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "token": _token_log_ratio,
+    "sequence": _sequence_log_ratio,
+}
+
+
+def _clipped_surrogate(
+    ratio: torch.Tensor,
+    advantages: torch.Tensor,
+    logp: torch.Tensor,
+    clip_low: float,
+    clip_high: float,
+    max_ratio: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    # PPO's pessimistic bound: -min(r A, clip(r, 1 - eps_low, 1 + eps_high) A).
+    unclipped = -advantages * ratio
+    clipped = -advantages * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
+    return torch.maximum(unclipped, clipped), clipped > unclipped
+
+
+def _cispo_surrogate(
+    ratio: torch.Tensor,
+    advantages: torch.Tensor,
+    logp: torch.Tensor,
+    clip_low: float,
+    clip_high: float,
+    max_ratio: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    # CISPO (MiniMax-M1, 2506.13585, eq. 4): the importance weight is clipped and detached and
+    # the gradient goes through logp, so no token ever drops out of the update.
+    weight = ratio.clamp(max=max_ratio).detach()
+    return -weight * advantages * logp, ratio > max_ratio
+
+
+# name -> (ratio, advantages, logp, clip_low, clip_high, max_ratio) -> (per-token loss, where
+# the clip is active); every tensor (B, T).
+SURROGATES: dict[
+    str,
+    Callable[
+        [torch.Tensor, torch.Tensor, torch.Tensor, float, float, float],
+        tuple[torch.Tensor, torch.Tensor],
+    ],
+] = {
+    "clip": _clipped_surrogate,
+    "cispo": _cispo_surrogate,
+}
+
+
 def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str = "k3") -> torch.Tensor:
     """Per-token KL estimate of the policy against a frozen reference (SPEC section 0).
 
@@ -138,6 +202,19 @@ def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str = "k3") -> 
     return KL_ESTIMATORS[kind](logp, ref_logp)
 
 
+def _check_scalars(
+    clip_low: float, clip_high: float, max_ratio: float, beta: float, max_len: int
+) -> None:
+    if clip_low < 0 or clip_high < 0:
+        raise ValueError(f"clip_low and clip_high must be >= 0, got {clip_low}, {clip_high}")
+    if max_ratio <= 0:
+        raise ValueError(f"max_ratio must be > 0, got {max_ratio}")
+    if beta < 0:
+        raise ValueError(f"beta must be >= 0, got {beta}")
+    if max_len < 1:
+        raise ValueError(f"max_len must be >= 1, got {max_len}")
+
+
 def policy_loss(  # noqa: PLR0917 - positional order fixed by the public API
     logp: torch.Tensor,
     old_logp: torch.Tensor,
@@ -151,11 +228,19 @@ def policy_loss(  # noqa: PLR0917 - positional order fixed by the public API
     beta: float = 0.0,
     kl: str = "k3",
     max_len: int | None = None,
+    importance_level: str = "token",
+    surrogate: str = "clip",
+    max_ratio: float = 5.0,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """GRPO's clipped surrogate with per-token weights and optional KL (SPEC section 0).
+    """GRPO's clipped surrogate with per-token weights and optional KL (SPEC section 0), and
+    the GSPO / CISPO variants (docs/methods/loss_types.md).
 
     Per token ``l = -min(r * A, clip(r, 1 - clip_low, 1 + clip_high) * A)`` with
-    ``r = exp(logp - old_logp)``; the loss is ``agg(w * l) + beta * agg(kl)``.
+    ``r = exp(logp - old_logp)``; the loss is ``agg(w * l) + beta * agg(kl)``. With
+    ``importance_level="sequence"`` (GSPO) every token's ``r`` has the value of its sequence's
+    ``s = exp(mean over valid tokens of (logp - old_logp))`` and the gradient of the token's
+    own ratio (GSPO-token); with ``surrogate="cispo"``
+    ``l = -sg(min(r, max_ratio)) * A * logp``.
 
     Args:
         logp: ``(B, T)`` log-probs under the current policy; gradients flow through it.
@@ -171,15 +256,21 @@ def policy_loss(  # noqa: PLR0917 - positional order fixed by the public API
         beta: KL coefficient (>= 0).
         kl: KL estimator, ``"k1"`` or ``"k3"``.
         max_len: denominator length of ``seq-mean-token-sum-norm``; defaults to ``T``.
+        importance_level: ``"token"`` (PPO / GRPO) or ``"sequence"`` (GSPO), see above.
+        surrogate: ``"clip"`` (PPO's clipped surrogate, ``clip_low`` / ``clip_high``) or
+            ``"cispo"`` (the clipped, detached weight times ``logp``, capped at ``max_ratio``).
+        max_ratio: CISPO's cap on the importance weight (``eps_max``, an absolute ratio).
 
     Returns:
         ``(loss, metrics)``: a scalar loss and python-float metrics ``actor/pg_loss``,
-        ``actor/clip_frac`` (share of valid tokens where the clipped term is the active
-        one), ``actor/ratio_mean`` and ``actor/kl`` (mean estimate over valid tokens; 0
-        without ``ref_logp``).
+        ``actor/clip_frac`` (share of valid tokens where the clip is active: the clipped
+        term of ``clip``, the cap of ``cispo``), ``actor/ratio_mean`` and ``actor/kl`` (mean
+        estimate over valid tokens; 0 without ``ref_logp``).
     """
     check_choice("agg", agg, tuple(AGGREGATIONS))
     check_choice("kl estimator", kl, tuple(KL_ESTIMATORS))
+    check_choice("importance_level", importance_level, tuple(IMPORTANCE_LEVELS))
+    check_choice("surrogate", surrogate, tuple(SURROGATES))
     check_ndim("logp", logp, 2, "(B, T)")
     check_same_shape(logp=logp, old_logp=old_logp, mask=mask)
     if advantages.dim() == 1 and advantages.shape[0] == logp.shape[0]:
@@ -193,23 +284,17 @@ def policy_loss(  # noqa: PLR0917 - positional order fixed by the public API
         check_same_shape(logp=logp, weights=weights)
     if ref_logp is not None:
         check_same_shape(logp=logp, ref_logp=ref_logp)
-    if clip_low < 0 or clip_high < 0:
-        raise ValueError(f"clip_low and clip_high must be >= 0, got {clip_low}, {clip_high}")
-    if beta < 0:
-        raise ValueError(f"beta must be >= 0, got {beta}")
+    max_len = logp.shape[1] if max_len is None else max_len
+    _check_scalars(clip_low, clip_high, max_ratio, beta, max_len)
     if beta > 0 and ref_logp is None:
         raise ValueError("beta > 0 needs ref_logp; pass reference log-probs or set beta=0")
-    if max_len is None:
-        max_len = logp.shape[1]
-    if max_len < 1:
-        raise ValueError(f"max_len must be >= 1, got {max_len}")
 
     valid = mask.bool()
     aggregate = AGGREGATIONS[agg]
-    ratio = torch.exp(logp - old_logp)
-    unclipped = -advantages * ratio
-    clipped = -advantages * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
-    per_token = torch.maximum(unclipped, clipped)  # = -min(r A, clip(r) A)
+    ratio = torch.exp(IMPORTANCE_LEVELS[importance_level](logp - old_logp, valid))  # (B, T)
+    per_token, clip_active = SURROGATES[surrogate](
+        ratio, advantages, logp, clip_low, clip_high, max_ratio
+    )  # (B, T)
     if weights is not None:
         per_token = weights * per_token
     pg_loss = aggregate(per_token, valid, max_len)
@@ -225,7 +310,7 @@ def policy_loss(  # noqa: PLR0917 - positional order fixed by the public API
     with torch.no_grad():
         metrics = {
             "actor/pg_loss": pg_loss.item(),
-            "actor/clip_frac": float(masked_mean((clipped > unclipped).to(ratio.dtype), valid)),
+            "actor/clip_frac": float(masked_mean(clip_active.to(ratio.dtype), valid)),
             "actor/ratio_mean": float(masked_mean(ratio, valid)),
             "actor/kl": kl_mean,
         }

@@ -31,6 +31,12 @@ class RolloutBatch:
         sampler_logp: (B, T) log-probs of the completion tokens under the rollout engine's
             own sampler, when the backend reports them (``rollout.backends.Generation``); the
             loss's truncated importance-sampling correction reads them.
+        truncated: (B,) bool, True where the completion reached ``max_new_tokens`` without a
+            stop token (``FINISH_LENGTH``); None when the policy does not report it.
+        pad_id: the token id that pads ``prompt_ids`` and ``completion_ids`` (``concat_batches``
+            pads with it).
+        prompt_extras: the keys of ``extras`` aligned with the prompt tokens, ``(B, P)``,
+            left-padded like ``prompt_ids`` (e.g. ``mm_token_type_ids``).
     """
 
     prompt_ids: torch.Tensor
@@ -44,6 +50,9 @@ class RolloutBatch:
     entropy: torch.Tensor | None = None
     extras: dict[str, Any] = field(default_factory=dict)
     sampler_logp: torch.Tensor | None = None
+    truncated: torch.Tensor | None = None
+    pad_id: int = 0
+    prompt_extras: tuple[str, ...] = ()
 
     @property
     def batch_size(self) -> int:
@@ -64,6 +73,74 @@ class RolloutBatch:
             for k, v in self.extras.items()
         }
         return replace(self, **picked)
+
+
+def _pad_to(tensor: torch.Tensor, shape: tuple[int, ...], value: float, left: bool) -> torch.Tensor:
+    """``tensor`` padded with ``value`` to ``shape`` (same leading dimension): on the left of
+    dimension 1 when ``left``, else at the end of every dimension after the first."""
+    if tuple(tensor.shape) == shape:
+        return tensor
+    out = torch.full(shape, value, dtype=tensor.dtype, device=tensor.device)
+    if left:
+        out[:, shape[1] - tensor.shape[1] :] = tensor
+    else:
+        out[tuple(slice(0, n) for n in tensor.shape)] = tensor
+    return out
+
+
+def _cat(parts: list[torch.Tensor], value: float, left: bool = False) -> torch.Tensor:
+    shape = tuple(max(p.shape[d] for p in parts) for d in range(1, parts[0].dim()))
+    return torch.cat([_pad_to(p, (p.shape[0], *shape), value, left) for p in parts])
+
+
+def concat_batches(batches: list[RolloutBatch]) -> RolloutBatch:
+    """The rows of ``batches``, in order, as one batch (e.g. the groups dynamic sampling kept
+    from several draws): prompts and prompt-aligned extras left-padded to the longest prompt,
+    completions right-padded to the longest completion (ids with ``pad_id``, masks and
+    log-probs with 0), other per-row extras zero-padded at the end of each dimension (the
+    vision policy's per-row pixel blocks). Every batch must share ``group_size``, ``pad_id``,
+    ``prompt_extras`` and whether ``old_logp``, ``entropy``, ``sampler_logp`` and
+    ``truncated`` are set."""
+    first = batches[0]
+    for other in batches[1:]:
+        same = (other.group_size, other.pad_id, other.prompt_extras) == (
+            first.group_size,
+            first.pad_id,
+            first.prompt_extras,
+        )
+        for name in ("old_logp", "entropy", "sampler_logp", "truncated"):
+            a, b = getattr(first, name), getattr(other, name)
+            same &= (a is None) == (b is None) and (a is None or (a.numel() > 0) == (b.numel() > 0))
+        if not same or set(other.extras) != set(first.extras):
+            raise ValueError("concat_batches needs batches from one policy with one setup")
+
+    def optional(name: str, value: float) -> torch.Tensor | None:
+        parts = [getattr(b, name) for b in batches]
+        if parts[0] is None:
+            return None
+        return parts[0] if parts[0].numel() == 0 else _cat(parts, value)
+
+    extras = {}
+    for key, value in first.extras.items():
+        rows = isinstance(value, torch.Tensor) and value.shape[:1] == (first.batch_size,)
+        if not rows:
+            extras[key] = value  # shared by every row, as ``select`` keeps it
+            continue
+        extras[key] = _cat([b.extras[key] for b in batches], 0, left=key in first.prompt_extras)
+    return replace(
+        first,
+        prompt_ids=_cat([b.prompt_ids for b in batches], first.pad_id, left=True),
+        prompt_mask=_cat([b.prompt_mask for b in batches], 0, left=True),
+        completion_ids=_cat([b.completion_ids for b in batches], first.pad_id),
+        completion_mask=_cat([b.completion_mask for b in batches], 0),
+        old_logp=optional("old_logp", 0.0),
+        completion_texts=[text for b in batches for text in b.completion_texts],
+        prompt_index=torch.cat([b.prompt_index for b in batches]),
+        entropy=optional("entropy", 0.0),
+        sampler_logp=optional("sampler_logp", 0.0),
+        truncated=optional("truncated", False),
+        extras=extras,
+    )
 
 
 @runtime_checkable

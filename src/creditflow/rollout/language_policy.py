@@ -20,6 +20,7 @@ import torch
 
 from creditflow.algorithms import token_logprobs
 from creditflow.rollout.backends import (
+    FINISH_LENGTH,
     GenerationRequest,
     RolloutBackend,
     StaleWeightsError,
@@ -243,6 +244,12 @@ class LanguagePolicy:
             prompt_index=torch.arange(len(prompts)).repeat_interleave(group_size),
             group_size=group_size,
             sampler_logp=generation.sampler_logp,
+            truncated=torch.tensor(
+                [r == FINISH_LENGTH for r in generation.finish_reasons],
+                dtype=torch.bool,
+                device=completion_ids.device,
+            ),
+            pad_id=self.tokenizer.pad_token_id,
         )
         # with_logprobs=False: the trainer will use the update's own log-probs (one optimizer
         # step per rollout), so the extra scoring forward is skipped.

@@ -27,6 +27,7 @@ import torch
 from PIL import Image
 
 from creditflow.models.vision import sequence_forward_inputs, vision_token_ids, vl_prompt_inputs
+from creditflow.rollout.backends.base import FINISH_LENGTH, finish_reasons
 from creditflow.rollout.backends.hf import HFBackend
 from creditflow.rollout.batch import RolloutBatch, SamplesOwnModule
 from creditflow.rollout.language_policy import (
@@ -194,6 +195,13 @@ class VisionLanguagePolicy(SamplesOwnModule):
                 "pixel_values": rows["pixel_values"],  # (B, N_max, D)
                 "image_grid_thw": rows["image_grid_thw"],  # (B, 3)
             },
+            truncated=torch.tensor(
+                [r == FINISH_LENGTH for r in finish_reasons(completion_ids, self.eos_ids)],
+                dtype=torch.bool,
+                device=completion_ids.device,
+            ),
+            pad_id=self.tokenizer.pad_token_id,
+            prompt_extras=("mm_token_type_ids",),
         )
         # with_logprobs=False: the trainer will use the update's own log-probs (one optimizer
         # step per rollout), so the extra scoring forward is skipped.

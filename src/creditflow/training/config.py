@@ -12,8 +12,13 @@ from typing import Any
 
 from creditflow.config.values import typed_value
 from creditflow.errors import ConfigError
+from creditflow.training.loss_types import DEFAULTED, DEFINING, resolve_loss_knobs
 
 AGG_MODES = ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm")
+# The names of algorithms.IMPORTANCE_LEVELS and algorithms.SURROGATES (this module stays
+# torch-free; a test holds them equal).
+IMPORTANCE_LEVEL_NAMES = ("token", "sequence")
+SURROGATE_NAMES = ("clip", "cispo")
 # The rollout backend of GRPO and of the evaluations unless one is named: creditflow's decoder
 # where it applies (Qwen2-family text models), else model.generate (creditflow.rollout.backends).
 DEFAULT_ROLLOUT_BACKEND = "lean"
@@ -36,10 +41,40 @@ class GRPOConfig:
         whole minibatch in one pass.
     learning_rate, weight_decay, max_grad_norm, warmup_steps: AdamW, clipping and a linear
         warm-up (in optimizer steps) followed by cosine decay to 0.
-    clip_low, clip_high: PPO ratio clip range [1 - clip_low, 1 + clip_high].
+    loss_type: a preset of the loss knobs by TRL's name (``training.loss_types.LOSS_TYPES``,
+        docs/methods/loss_types.md): ``grpo``, ``bnpo``, ``dr_grpo``, ``dapo``, ``cispo`` or
+        ``gspo``. It sets agg, importance_level, surrogate (and, for dr_grpo,
+        ``advantage.scale_by_std: false``): an explicit knob that contradicts it is an error
+        naming the key to drop. Its clip ranges are defaults an explicit value overrides.
+        null: the knobs alone (null knobs take the defaults below).
+    clip_low, clip_high: PPO ratio clip range [1 - clip_low, 1 + clip_high]; null: the loss
+        type's, else 0.2. Not read by surrogate cispo: set with it, they are an error.
     beta: KL coefficient to the frozen reference (the initial policy); 0 loads no reference.
     kl: KL estimator, one of KL_KINDS.
-    agg: loss aggregation, one of AGG_MODES.
+    agg: loss aggregation, one of AGG_MODES; null: the loss type's, else seq-mean-token-mean.
+    importance_level: ``token`` (one ratio per token) or ``sequence`` (GSPO: every token's
+        ratio has its completion's value exp(mean over its tokens of logp - old_logp),
+        clipped as one, and the gradient of the token's own ratio); null: the loss type's,
+        else token.
+    surrogate: ``clip`` (PPO's clipped surrogate) or ``cispo`` (the clipped, detached
+        importance weight times the log-probability); null: the loss type's, else clip.
+    cispo_max_ratio: CISPO's cap on the importance weight (an absolute ratio, TRL's
+        ``epsilon_high`` under cispo); null: 5.0. Read by surrogate cispo only.
+    mask_truncated_completions: completions that reach ``max_new_tokens`` without a stop token
+        count nowhere in the loss or the token weights (their mask is zeroed after the
+        rewards; their rewards still enter their group's advantages), as TRL's option of the
+        same name (DAPO section 3.4).
+    overlong: DAPO's soft overlong punishment (eq. 13), ``{buffer: L, penalty_factor: 1.0,
+        reward: reasoning}``: a completion longer than ``max_new_tokens - L`` tokens gets a
+        penalty falling linearly to ``-penalty_factor`` at ``max_new_tokens``, added to the
+        reward named ``reward`` before any strategy reads the rewards (reported as
+        ``reward/overlong``; the ``reward/*`` metrics stay unshaped). null: off.
+    dynamic_sampling: DAPO's dynamic sampling, ``{reward: reasoning, success: 1.0,
+        max_extra_rollouts: null}``: a group whose completions all succeed or all fail
+        (``reward >= success``) is dropped and more prompts are drawn, as many as groups are
+        missing, until the batch is full or ``max_extra_rollouts`` more completions have been
+        sampled this step (null: one more rollout batch); a batch still short is filled
+        with dropped groups. Metrics ``dynamic_sampling/*``. Single process only. null: off.
     max_new_tokens, temperature, top_p, top_k: sampling.
     rollout: {"name": backend, ...options}: the engine that draws the completions
         (``creditflow.rollout.backends.ROLLOUT_BACKENDS``): ``lean`` (the default:
@@ -88,11 +123,18 @@ class GRPOConfig:
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
     warmup_steps: int = 2
-    clip_low: float = 0.2
-    clip_high: float = 0.2
+    loss_type: str | None = None
+    clip_low: float | None = None
+    clip_high: float | None = None
     beta: float = 0.0
     kl: str = "k3"
-    agg: str = "seq-mean-token-mean"
+    agg: str | None = None
+    importance_level: str | None = None
+    surrogate: str | None = None
+    cispo_max_ratio: float | None = None
+    mask_truncated_completions: bool = False
+    overlong: dict[str, Any] | None = None
+    dynamic_sampling: dict[str, Any] | None = None
     max_new_tokens: int = 64
     temperature: float = 1.0
     top_p: float = 1.0
@@ -113,6 +155,18 @@ class GRPOConfig:
     keep_checkpoints: int = 2
     log_samples_every: int = 5
     samples_per_log: int = 4
+
+    def __post_init__(self) -> None:
+        """Sets the loss knobs left null from ``loss_type`` (else the engine's defaults);
+        ConfigError where an explicit knob contradicts the loss type."""
+        knobs = {key: getattr(self, key) for key in (*DEFINING, *DEFAULTED)}
+        # A malformed advantage spec is left as it is: validate_strategies says what is wrong.
+        spec = self.advantage if isinstance(self.advantage, dict) else {}
+        resolved, spec = resolve_loss_knobs(self.loss_type, knobs, spec)
+        if isinstance(self.advantage, dict):
+            self.advantage = spec
+        for key, value in resolved.items():
+            setattr(self, key, value)
 
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> GRPOConfig:
@@ -166,8 +220,22 @@ class GRPOConfig:
                 f"logprob_chunk_size must be >= 1 or null, got {self.logprob_chunk_size}",
             )
         need(self.learning_rate > 0, f"learning_rate must be > 0, got {self.learning_rate}")
-        need(0 <= self.clip_low < 1, f"clip_low must be in [0, 1), got {self.clip_low}")
-        need(self.clip_high >= 0, f"clip_high must be >= 0, got {self.clip_high}")
+        if self.clip_low is not None:  # None: surrogate cispo, which reads no clip range
+            need(0 <= self.clip_low < 1, f"clip_low must be in [0, 1), got {self.clip_low}")
+            need(self.clip_high >= 0, f"clip_high must be >= 0, got {self.clip_high}")
+        if self.cispo_max_ratio is not None:
+            need(
+                self.cispo_max_ratio > 0, f"cispo_max_ratio must be > 0, got {self.cispo_max_ratio}"
+            )
+        need(
+            self.importance_level in IMPORTANCE_LEVEL_NAMES,
+            f"importance_level must be one of {list(IMPORTANCE_LEVEL_NAMES)}, "
+            f"got {self.importance_level!r}",
+        )
+        need(
+            self.surrogate in SURROGATE_NAMES,
+            f"surrogate must be one of {list(SURROGATE_NAMES)}, got {self.surrogate!r}",
+        )
         need(self.beta >= 0, f"beta must be >= 0, got {self.beta}")
         need(self.kl in KL_KINDS, f"kl must be one of {list(KL_KINDS)}, got {self.kl!r}")
         need(self.agg in AGG_MODES, f"agg must be one of {list(AGG_MODES)}, got {self.agg!r}")
@@ -182,9 +250,90 @@ class GRPOConfig:
             self.importance_sampling_cap is None or self.importance_sampling_cap >= 1,
             f"importance_sampling_cap must be >= 1 or null, got {self.importance_sampling_cap}",
         )
+        self.overlong_shaping()
+        self.dynamic_sampling_spec()
+
+    def loss_options(self) -> dict[str, Any]:
+        """The keyword arguments of ``algorithms.policy_loss`` this config sets (a knob its
+        surrogate does not read is left out)."""
+        options = {
+            "clip_low": self.clip_low,
+            "clip_high": self.clip_high,
+            "agg": self.agg,
+            "beta": self.beta,
+            "kl": self.kl,
+            "max_len": self.max_new_tokens,
+            "importance_level": self.importance_level,
+            "surrogate": self.surrogate,
+            "max_ratio": self.cispo_max_ratio,
+        }
+        return {key: value for key, value in options.items() if value is not None}
+
+    def overlong_shaping(self) -> OverlongShaping | None:
+        """``overlong`` checked, or None when it is off."""
+        if self.overlong is None:
+            return None
+        spec = _spec(OverlongShaping, "overlong", self.overlong)
+        if not 1 <= spec.buffer <= self.max_new_tokens:
+            raise ConfigError(
+                f"overlong.buffer must be in [1, max_new_tokens = {self.max_new_tokens}], "
+                f"got {spec.buffer}"
+            )
+        if spec.penalty_factor < 0:
+            raise ConfigError(f"overlong.penalty_factor must be >= 0, got {spec.penalty_factor}")
+        return spec
+
+    def dynamic_sampling_spec(self) -> DynamicSampling | None:
+        """``dynamic_sampling`` checked, its ``max_extra_rollouts`` set, or None when off."""
+        if self.dynamic_sampling is None:
+            return None
+        spec = _spec(DynamicSampling, "dynamic_sampling", self.dynamic_sampling)
+        if spec.max_extra_rollouts is None:
+            return DynamicSampling(spec.reward, spec.success, self.rollout_batch_size)
+        if spec.max_extra_rollouts < 0:
+            raise ConfigError(
+                f"dynamic_sampling.max_extra_rollouts must be >= 0, got {spec.max_extra_rollouts}"
+            )
+        return spec
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class OverlongShaping:
+    """``GRPOConfig.overlong``: DAPO's soft overlong punishment (``algorithms.overlong_penalty``)
+    of the last ``buffer`` tokens before ``max_new_tokens``, added to reward ``reward``."""
+
+    buffer: int
+    penalty_factor: float = 1.0
+    reward: str = "reasoning"
+
+
+@dataclass(frozen=True)
+class DynamicSampling:
+    """``GRPOConfig.dynamic_sampling``: a completion succeeds when its ``reward`` is at least
+    ``success``; groups of one success value are dropped; at most ``max_extra_rollouts`` more
+    completions per step (None: one more rollout batch)."""
+
+    reward: str = "reasoning"
+    success: float = 1.0
+    max_extra_rollouts: int | None = None
+
+
+def _spec(cls: type, label: str, spec: Any) -> Any:
+    """``cls`` built from the mapping ``spec``, each value checked against its field type."""
+    if not isinstance(spec, dict):
+        raise ConfigError(f"{label} must be a mapping or null, got {spec!r}")
+    known = {f.name: f for f in fields(cls)}
+    unknown = sorted(set(spec) - set(known))
+    if unknown:
+        raise ConfigError(f"unknown {label} option(s) {unknown}; valid: {sorted(known)}")
+    hints = typing.get_type_hints(cls)
+    try:
+        return cls(**{k: typed_value(f"{label}.{k}", v, hints[k]) for k, v in spec.items()})
+    except TypeError as error:  # a field without a default is missing
+        raise ConfigError(f"{label}: {error}") from error
 
 
 def check_importance_sampling(cap: float | None, samples_module: bool, rollout: str) -> None:
@@ -196,4 +345,33 @@ def check_importance_sampling(cap: float | None, samples_module: bool, rollout: 
             "importance_sampling_cap corrects a rollout engine whose sampler is not the "
             f"trained module (e.g. rollout: {{name: vllm}}); rollout {rollout!r} samples the "
             "module itself: set importance_sampling_cap to null"
+        )
+
+
+def check_process_layout(config: GRPOConfig, num_processes: int) -> None:
+    """Fail before training when the global batch cannot be split evenly across processes,
+    or when an option that runs in one process only is set."""
+    if config.dynamic_sampling is not None and num_processes > 1:
+        raise ConfigError(
+            f"dynamic_sampling runs in a single process (each process would draw a different "
+            f"number of times); set dynamic_sampling to null or num_processes to 1, not "
+            f"{num_processes}"
+        )
+    if config.prompts_per_step % num_processes:
+        raise ConfigError(
+            f"prompts_per_step ({config.prompts_per_step}) is the global number of prompts per "
+            f"step and must be divisible by the number of processes ({num_processes}); "
+            f"use a multiple of {num_processes}"
+        )
+    if config.minibatch_size is not None and config.minibatch_size % num_processes:
+        raise ConfigError(
+            f"minibatch_size ({config.minibatch_size}) is global and must be divisible by the "
+            f"number of processes ({num_processes}); use a multiple of {num_processes} or null"
+        )
+    local = (config.minibatch_size or config.rollout_batch_size) // num_processes
+    if config.micro_batch_size is not None and local % config.micro_batch_size:
+        raise ConfigError(
+            f"micro_batch_size ({config.micro_batch_size}) counts one process's sequences and "
+            f"must divide its share of the minibatch ({local} with {num_processes} processes); "
+            f"pick a divisor of {local} or null"
         )

@@ -4,7 +4,8 @@ Reads top to bottom: ``setup`` (optimizer, schedule, resume), ``train`` (one ``s
 rollout batch), ``save``. Credit assignment is chosen by name in ``training.strategies``; the
 loop names no method: it calls the advantage and token-weight strategies through their
 protocols and asks them (and the caller) for per-step reward diagnostics. The loss is
-``algorithms.policy_loss`` (SPEC section 0).
+``algorithms.policy_loss`` (SPEC section 0), its variants chosen by ``GRPOConfig.loss_options``
+(``training.loss_types``); DAPO's dynamic sampling and reward shaping are ``training.dapo``.
 
 Memory (issue 13): an optimizer step's minibatch may run as several micro-batches (gradient
 accumulation, ``micro_batch_size``), each loss weighted by ``algorithms.micro_batch_share`` so
@@ -39,7 +40,12 @@ from creditflow.models.lora import is_lora_model
 from creditflow.rollout.batch import Policy, RolloutBatch
 from creditflow.tracking import StepCallback, active_step_logger
 from creditflow.training.checkpoint import CheckpointStore
-from creditflow.training.config import GRPOConfig, check_importance_sampling
+from creditflow.training.config import (
+    GRPOConfig,
+    check_importance_sampling,
+    check_process_layout,
+)
+from creditflow.training.dapo import fill_batch, shape_batch
 from creditflow.training.fsdp import (
     FULL_OPTIMIZER_LAYOUT,
     full_state_dicts,
@@ -137,7 +143,7 @@ class GRPOTrainer:
         self.accelerator = accelerator
         self.num_processes = 1 if accelerator is None else accelerator.num_processes
         self.process_index = 0 if accelerator is None else accelerator.process_index
-        _check_divisible_across_processes(config, self.num_processes)
+        check_process_layout(config, self.num_processes)
         if config.importance_sampling_cap is not None:
             check_importance_sampling(
                 config.importance_sampling_cap, policy.samples_module, config.rollout.get("name")
@@ -153,6 +159,7 @@ class GRPOTrainer:
         if config.beta > 0 and reference is None:
             self.reference = frozen_reference(policy)
         self.advantage = advantage_strategy(config)
+        self.dynamic_sampling = config.dynamic_sampling_spec()
         self.token_weights = token_weight_strategy(config)
         # The caller's first, then the strategy's own: a key both report keeps the strategy's.
         self.reward_metrics = [*reward_metrics, *self.advantage.reward_metrics(config.advantage)]
@@ -328,19 +335,13 @@ class GRPOTrainer:
         c = self.config
         torch.manual_seed(step_seed(c.seed, step, RANK_SALT * self.process_index))
         t0 = time.perf_counter()
-        with self._autocast():
-            batch = self.rollout(step)
-        t_rollout = time.perf_counter() - t0
-
-        rewards = self.reward_fn(batch.completion_texts, batch.prompt_index)  # name -> (B,)
-        # Reward functions score text on the CPU; the strategies combine the rewards with the
-        # batch's masks, which live where the policy does (a GPU).
-        device = batch.completion_mask.device
-        rewards = {name: values.to(device) for name, values in rewards.items()}
+        batch, rewards, sampling_metrics, t_rollout = self.draw(step)  # rewards: name -> (B,)
+        lengths = batch.completion_mask.sum(dim=1)  # (B,), before truncated ones are masked
+        shaped, shaping_metrics = shape_batch(batch, rewards, c)
         # The strategies may score the batch with the policy (ToR's no-image pass).
         with self._autocast():
             advantages, adv_metrics = self.advantage.compute(
-                c.advantage, rewards, batch, self.policy, c
+                c.advantage, shaped, batch, self.policy, c
             )  # (B, T)
             # The generator is seeded alike on every process, so a strategy that gathers
             # batch-global statistics through the accelerator breaks ties identically everywhere.
@@ -382,6 +383,8 @@ class GRPOTrainer:
             metrics.update(reward_metric(all_rewards, batch.group_size))
         # These, and lr, are the same on every process; the rest are averaged across them.
         global_keys = {*metrics, "lr"}
+        metrics.update(sampling_metrics)
+        metrics.update(shaping_metrics)
         metrics.update(adv_metrics)
         metrics.update(weight_metrics)
         metrics.update(rollout_metrics)
@@ -390,7 +393,7 @@ class GRPOTrainer:
             metrics["actor/topp_entropy"] = (
                 (batch.entropy * mask).sum() / mask.sum().clamp(min=1)
             ).item()
-        metrics["completion/length"] = mask.sum(dim=1).mean().item()
+        metrics["completion/length"] = lengths.mean().item()
         metrics["lr"] = self.scheduler.get_last_lr()[0]
         metrics["time/rollout_s"] = t_rollout
         metrics["time/update_s"] = t_update
@@ -420,27 +423,75 @@ class GRPOTrainer:
             for row in rows:
                 self.step_callback(int(row["step"]), row)
 
-    def rollout(self, step: int) -> RolloutBatch:
-        """Draw ``prompts_per_step`` prompts (seeded by step) and G completions for each; with
-        several processes, each samples its own contiguous share of the step's prompts."""
+    def rollout(
+        self, step: int, offset: int = 0, count: int | None = None, score: bool = True
+    ) -> RolloutBatch:
+        """Draw ``count`` prompts (default ``prompts_per_step``), positions ``offset`` on of the
+        step's seeded prompt order, and G completions for each; with several processes, each
+        samples its own contiguous share of them. ``score``: the rollout scores its samples
+        when the update or the token weights need it (else the caller does)."""
         c = self.config
+        count = c.prompts_per_step if count is None else count
         generator = torch.Generator().manual_seed(step_seed(c.seed, step, 2))
-        picked = torch.randperm(len(self.prompts), generator=generator)[: c.prompts_per_step]
-        if (
-            len(picked) < c.prompts_per_step
-        ):  # fewer prompts than a step needs: draw with replacement
-            picked = torch.randint(len(self.prompts), (c.prompts_per_step,), generator=generator)
+        picked = torch.randperm(len(self.prompts), generator=generator)[offset : offset + count]
+        if len(picked) < count:  # the step's order is used up: draw with replacement
+            if offset:  # a later draw of dynamic sampling: draws of its own
+                generator.manual_seed(step_seed(c.seed, step, 2) + offset)
+            picked = torch.randint(len(self.prompts), (count,), generator=generator)
         # Every process draws the same global `picked` (same seed), then keeps its share.
-        share = c.prompts_per_step // self.num_processes
+        share = count // self.num_processes
         picked = picked[self.process_index * share : (self.process_index + 1) * share]
         batch = self.policy.sample(
             [self.prompts[i] for i in picked.tolist()],
             c.group_size,
-            with_entropy=self.token_weights.needs_entropy,
-            with_logprobs=self.needs_rollout_logprobs(),
+            with_entropy=score and self.token_weights.needs_entropy,
+            with_logprobs=score and self.needs_rollout_logprobs(),
         )
         batch.prompt_index = picked.repeat_interleave(c.group_size)
         return batch
+
+    def draw(
+        self, step: int
+    ) -> tuple[RolloutBatch, dict[str, torch.Tensor], dict[str, float], float]:
+        """The step's rollout batch, its rewards (name -> (B,)), the dynamic-sampling metrics
+        and the seconds the sampling took (with dynamic sampling, the rewards of every draw
+        too)."""
+        t0 = time.perf_counter()
+        if self.dynamic_sampling is not None:
+            batch, rewards, metrics = self._dynamic_rollout(step)
+            return batch, rewards, metrics, time.perf_counter() - t0
+        with self._autocast():
+            batch = self.rollout(step)
+        t_rollout = time.perf_counter() - t0
+        return batch, self._rewards(batch), {}, t_rollout
+
+    def _rewards(self, batch: RolloutBatch) -> dict[str, torch.Tensor]:
+        """name -> (B,) rewards of ``batch``. Reward functions score text on the CPU; the
+        strategies combine the rewards with the batch's masks, which live where the policy
+        does (a GPU)."""
+        rewards = self.reward_fn(batch.completion_texts, batch.prompt_index)
+        device = batch.completion_mask.device
+        return {name: values.to(device) for name, values in rewards.items()}
+
+    def _dynamic_rollout(
+        self, step: int
+    ) -> tuple[RolloutBatch, dict[str, torch.Tensor], dict[str, float]]:
+        """``dapo.fill_batch`` over this step's prompt order; the draws are not scored, the
+        kept batch is, once, where the update or the token weights need it."""
+
+        def draw(offset: int, count: int) -> tuple[RolloutBatch, dict[str, torch.Tensor]]:
+            with self._autocast():
+                batch = self.rollout(step, offset, count, score=False)
+            return batch, self._rewards(batch)
+
+        batch, rewards, metrics = fill_batch(
+            draw, self.dynamic_sampling, self.config.prompts_per_step
+        )
+        with_entropy = self.token_weights.needs_entropy
+        if self.needs_rollout_logprobs() or with_entropy:
+            with torch.no_grad(), self._autocast():
+                batch.old_logp, batch.entropy = self.policy.completion_logprobs(batch, with_entropy)
+        return batch, rewards, metrics
 
     def update(
         self,
@@ -566,13 +617,8 @@ class GRPOTrainer:
             advantages,
             batch.completion_mask,
             weights=weights,
-            clip_low=c.clip_low,
-            clip_high=c.clip_high,
-            agg=c.agg,
             ref_logp=ref_logp,
-            beta=c.beta,
-            kl=c.kl,
-            max_len=c.max_new_tokens,
+            **c.loss_options(),
         )
         mask = batch.completion_mask
         # Mean -log p of the sampled tokens: a Monte Carlo estimate of the sampling
@@ -677,28 +723,6 @@ class GRPOTrainer:
             )
         if self.accelerator is not None:
             self.accelerator.wait_for_everyone()
-
-
-def _check_divisible_across_processes(config: GRPOConfig, num_processes: int) -> None:
-    """Fail before training when the global batch cannot be split evenly across processes."""
-    if config.prompts_per_step % num_processes:
-        raise ConfigError(
-            f"prompts_per_step ({config.prompts_per_step}) is the global number of prompts per "
-            f"step and must be divisible by the number of processes ({num_processes}); "
-            f"use a multiple of {num_processes}"
-        )
-    if config.minibatch_size is not None and config.minibatch_size % num_processes:
-        raise ConfigError(
-            f"minibatch_size ({config.minibatch_size}) is global and must be divisible by the "
-            f"number of processes ({num_processes}); use a multiple of {num_processes} or null"
-        )
-    local = (config.minibatch_size or config.rollout_batch_size) // num_processes
-    if config.micro_batch_size is not None and local % config.micro_batch_size:
-        raise ConfigError(
-            f"micro_batch_size ({config.micro_batch_size}) counts one process's sequences and "
-            f"must divide its share of the minibatch ({local} with {num_processes} processes); "
-            f"pick a divisor of {local} or null"
-        )
 
 
 def _supports_bf16(device_type: str) -> bool:

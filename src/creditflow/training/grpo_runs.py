@@ -37,6 +37,7 @@ from creditflow.training.config import (
     DEFAULT_ROLLOUT_BACKEND,
     GRPOConfig,
     check_importance_sampling,
+    check_process_layout,
 )
 from creditflow.training.evaluation import Reward, TextRewards
 from creditflow.training.fsdp import unsharded_copy
@@ -103,6 +104,7 @@ def check_grpo_config(config: GRPOConfig, reward_names: Sequence[str] | None = N
             f"computed; computed rewards are {sorted(reward_names)} (add them to "
             f"'reward_functions' or fix the advantage's *_reward options)"
         )
+    _check_dapo_rewards(config, reward_names, advantage.reward_names(config.advantage))
     for name, options in config.reward_options.items():
         if name not in set(reward_names):
             raise ConfigError(
@@ -113,6 +115,24 @@ def check_grpo_config(config: GRPOConfig, reward_names: Sequence[str] | None = N
             check_reward_options(name, options)
         except ValueError as error:
             raise ConfigError(f"reward_options.{name}: {error}") from error
+
+
+def _check_dapo_rewards(config: GRPOConfig, computed: Sequence[str], read: set[str]) -> None:
+    """The rewards ``overlong`` shapes and ``dynamic_sampling`` filters on are computed, and
+    the shaped one counts: weighted in ``rewards`` or read by the advantage strategy."""
+    overlong, sampling = config.overlong_shaping(), config.dynamic_sampling_spec()
+    for label, spec in (("overlong", overlong), ("dynamic_sampling", sampling)):
+        if spec is not None and spec.reward not in set(computed):
+            raise ConfigError(
+                f"{label}.reward {spec.reward!r} is not computed; computed rewards are "
+                f"{sorted(computed)}"
+            )
+    if overlong is not None and overlong.reward not in {*config.rewards, *read}:
+        raise ConfigError(
+            f"overlong.reward {overlong.reward!r} is neither weighted in rewards nor read by "
+            f"advantage {config.advantage['name']!r}, so the penalty would reach no advantage; "
+            f"name one of {sorted({*config.rewards, *read})}"
+        )
 
 
 def strategy_config(
@@ -133,7 +153,8 @@ def check_distributed(distributed: dict[str, Any] | None, config: GRPOConfig) ->
     against ``config`` before any process starts; returns it as a dict.
 
     Raises:
-        ConfigError: an unknown key, a bad process count, or FSDP with the ``lean`` rollout
+        ConfigError: an unknown key, a bad process count, a batch the processes cannot
+            share (``config.check_process_layout``), or FSDP with the ``lean`` rollout
             (it reads whole parameters; under FSDP each process holds shards).
     """
     distributed = dict(distributed or {})
@@ -147,6 +168,7 @@ def check_distributed(distributed: dict[str, Any] | None, config: GRPOConfig) ->
         raise ConfigError(
             f"distributed.num_processes must be an integer >= 1, got {num_processes!r}"
         )
+    check_process_layout(config, num_processes)
     accelerate = distributed.get("accelerate") or {}
     if not isinstance(accelerate, dict):
         raise ConfigError(f"distributed.accelerate must be a mapping, got {accelerate!r}")
