@@ -219,8 +219,12 @@ def warm_start(
     ``sft``: ``SFTConfig`` or its fields; ``{"steps": 0}`` passes the model through.
     ``checkpoints``: a ``CheckpointStore`` or folder; a finished run with the same weights,
     data, tokenizer and config is loaded from it, not retrained."""
-    frame = as_dataset(dataset, sft=True)
     params = asdict(sft) if isinstance(sft, SFTConfig) else dict(sft)
+    if SFTConfig.from_params(dict(params)).skipped:
+        # No training: the model passes through and the dataset is not read (it may be empty).
+        model, metrics = run_sft(model, tokenizer, [], [], params, _store(checkpoints))
+        return model, metrics_frame(metrics)
+    frame = as_dataset(dataset, sft=True)
     model, metrics = run_sft(
         model, tokenizer, frame[PROMPT], frame[TARGET], params, _store(checkpoints)
     )

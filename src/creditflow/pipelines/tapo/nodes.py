@@ -65,6 +65,8 @@ def train_tapo_tokenizer(tapo_train_tasks: pd.DataFrame, params: dict[str, Any])
     """A byte-level BPE tokenizer trained on the task text, prompts and SFT targets (tiny
     policy), or the checkpoint's own (``api.build_tokenizer`` reads neither texts nor
     ``params['tokenizer']`` then)."""
+    if params["policy"]["source"] != "tiny":  # a checkpoint's own: no task text, no options
+        return api.build_tokenizer(params["policy"])
     texts = [tapo_prompt(q) for q in tapo_train_tasks["question"]]
     texts += _sft_targets(tapo_train_tasks)
     return api.build_tokenizer(params["policy"], texts, **params["tokenizer"])
