@@ -50,7 +50,8 @@ format: $(DEV_STAMP)
 	$(BIN)/ruff format src tests benchmarks
 
 # Static kedro-viz site of the pipelines in build/ (git-ignored): open it with
-# `python -m http.server -d build`, or run the live app with `kedro viz run` instead.
+# `python -m http.server --bind 127.0.0.1 -d build` (this machine only; without --bind it
+# listens on every interface), or run the live app with `kedro viz run` instead.
 viz: $(DEV_STAMP)
 	$(BIN)/kedro viz build
 
