@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
+import pandas as pd
 from kedro.framework.hooks import hook_impl
 from kedro.framework.startup import bootstrap_project
+
+from creditflow.models import build_tiny_qwen2, train_bpe_tokenizer
 
 
 def copy_project(project_root: Path, tmp_path: Path, monkeypatch) -> Path:
@@ -33,3 +37,78 @@ class NodeCounter:
     @hook_impl
     def before_node_run(self, node) -> None:
         self.started.append(node.name)
+
+
+class NodeIO:
+    """A hook recording each node's inputs and outputs by node name
+    (``session._hook_manager.register(NodeIO())``)."""
+
+    def __init__(self) -> None:
+        self.inputs: dict[str, dict[str, Any]] = {}
+        self.outputs: dict[str, dict[str, Any]] = {}
+
+    @hook_impl
+    def before_node_run(self, node, inputs) -> None:
+        self.inputs[node.name] = inputs
+
+    @hook_impl
+    def after_node_run(self, node, outputs) -> None:
+        self.outputs[node.name] = outputs
+
+
+# Text in a few scripts, so the tiny checkpoint's BPE has merges for what the tapo tasks hold.
+_CORPUS = [
+    "Tom has 3 apples and buys 4 more. How many apples does Tom have?",
+    "<translation>Tom has 3 apples.</translation> 3 + 4 = 7. The answer is \\boxed{7}.",
+    "Tom hat 3 Äpfel und kauft 4 dazu. Wie viele Äpfel hat Tom?",
+    "У Тома 3 яблока, он покупает ещё 4. Сколько яблок у Тома?",
+    "汤姆有 3 个苹果，又买了 4 个。汤姆有多少个苹果？",
+    "Tom tiene 3 manzanas y compra 4 más. ¿Cuántas manzanas tiene Tom?",
+    "Tom a 3 pommes et en achète 4. Combien de pommes Tom a-t-il ?",
+    "Tom ana tufaha 3 na ananunua 4 zaidi. Tom ana tufaha ngapi?",
+]
+
+
+def save_tiny_checkpoint(directory: Path) -> Path:
+    """A tiny Qwen2 and its byte-level BPE tokenizer (with the chat template) written with
+    ``save_pretrained`` to ``directory``: a local checkpoint for ``policy: {source:
+    pretrained, name_or_path: <directory>}``. Returns ``directory``."""
+    tokenizer = train_bpe_tokenizer(
+        _CORPUS * 20, vocab_size=300, special_tokens=("<translation>", "</translation>")
+    )
+    model = build_tiny_qwen2(
+        tokenizer,
+        hidden_size=32,
+        num_hidden_layers=1,
+        intermediate_size=64,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        seed=5,
+    )
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+# One saved version of the ingested MGSM table (math_text schema), for runs of the tapo
+# pipeline, whose evaluation reads it (hooks.pinned_versions: an input never saved fails).
+MGSM_VERSION = "2026-01-01T00.00.00.000Z"
+
+
+def save_mgsm_problems(project: Path) -> None:
+    """Two MGSM-like problems (en, de) as the one saved version of ``mgsm_problems``."""
+    rows = pd.DataFrame(
+        {
+            "id": ["mgsm-0000", "mgsm-0000"],
+            "language": ["en", "de"],
+            "question": [
+                "Tom has 3 apples and buys 4 more. How many?",
+                "Tom hat 3 Äpfel und 4 dazu.",
+            ],
+            "question_en": ["Tom has 3 apples and buys 4 more. How many?"] * 2,
+            "answer": ["7", "7"],
+        }
+    )
+    folder = project / "data/03_primary/mgsm_problems.parquet" / MGSM_VERSION
+    folder.mkdir(parents=True)
+    rows.to_parquet(folder / "mgsm_problems.parquet")
