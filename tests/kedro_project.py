@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +28,48 @@ def copy_project(project_root: Path, tmp_path: Path, monkeypatch) -> Path:
     monkeypatch.chdir(tmp_path)  # kedro-viz's run hooks write .viz/ under the cwd's project
     bootstrap_project(tmp_path)
     return tmp_path
+
+
+def checkout_copy(project_root: Path, directory: Path) -> Path:
+    """What a checkout holds that a ``kedro`` command reads, copied to ``directory``: conf/base
+    (and an empty conf/local), pyproject.toml and the telemetry consent file ``.telemetry``
+    (the package itself comes from PYTHONPATH / the install). Returns ``directory``."""
+    shutil.copytree(project_root / "conf/base", directory / "conf/base")
+    (directory / "conf/local").mkdir()
+    (directory / "src").mkdir()  # kedro checks the project's source folder exists
+    for name in ("pyproject.toml", ".telemetry"):
+        shutil.copy(project_root / name, directory / name)
+    return directory
+
+
+KEDRO = Path(sys.executable).with_name("kedro")
+
+
+def kedro_cli(project: Path, *args: str) -> subprocess.CompletedProcess:
+    """``kedro <args>`` in ``project`` as a user types it, without the variables that switch
+    telemetry off (``KEDRO_DISABLE_TELEMETRY``, ``DO_NOT_TRACK``); stdout and stderr kept."""
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("KEDRO_DISABLE_TELEMETRY", "DO_NOT_TRACK")
+    }
+    home = project.parent / "home"
+    # Should telemetry be on after all, it must neither reach a server from a test (a closed
+    # local port as the proxy) nor write the user's own telemetry file.
+    env |= {
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "HTTPS_PROXY": "http://127.0.0.1:9",
+        "HTTP_PROXY": "http://127.0.0.1:9",
+        "COLUMNS": "200",  # rich wraps the log and tracebacks at this width
+    }
+    return subprocess.run(
+        [str(KEDRO), *args],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,  # the tests read the exit status
+    )
 
 
 class NodeCounter:
