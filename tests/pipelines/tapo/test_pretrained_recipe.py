@@ -25,16 +25,15 @@ from tests.kedro_project import (
 
 pytestmark = pytest.mark.filterwarnings("ignore:register_new_resolver:UserWarning")
 
-# The README's conf/local file, with the tiny checkpoint's path.
-RECIPE = """\
-tapo:
-  policy:
-    source: pretrained
-    name_or_path: {checkpoint}
-    lora: {{r: 8}}
-  sft:
-    steps: 0
-"""
+
+def readme_recipe(project_root: Path) -> dict:
+    """The conf/local file README "Real checkpoints" shows (its first yaml block)."""
+    readme = (project_root / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Real checkpoints") :]
+    block = section[section.index("```yaml\n") + len("```yaml\n") :]
+    return yaml.safe_load(block[: block.index("```")])
+
+
 # A tiny budget on the command line (each a `--params` item).
 TINY_BUDGET = (
     "tapo.tasks.n_train_per_language=6",
@@ -56,10 +55,25 @@ def project(project_root: Path, tmp_path: Path) -> Path:
     ``save_pretrained``, and the one saved MGSM table the evaluation reads."""
     checkpoint = save_tiny_checkpoint(tmp_path / "tiny-qwen2")
     project = checkout_copy(project_root, tmp_path / "project")
-    recipe = RECIPE.format(checkpoint=checkpoint)
-    (project / "conf/local/parameters_tapo.yml").write_text(recipe, encoding="utf-8")
+    recipe = readme_recipe(project_root)
+    recipe["tapo"]["policy"]["name_or_path"] = str(checkpoint)  # the README's hub id, here
+    local = yaml.safe_dump(recipe)
+    (project / "conf/local/parameters_tapo.yml").write_text(local, encoding="utf-8")
     save_mgsm_problems(project)
     return project
+
+
+def test_the_readme_recipe_holds_only_the_keys_that_change(project_root):
+    assert readme_recipe(project_root) == {
+        "tapo": {
+            "policy": {
+                "source": "pretrained",
+                "name_or_path": "Qwen/Qwen2.5-0.5B-Instruct",
+                "lora": {"r": 8},
+            },
+            "sft": {"steps": 0},
+        }
+    }
 
 
 @pytest.mark.slow
