@@ -51,12 +51,11 @@ def kedro_cli(project: Path, *args: str) -> subprocess.CompletedProcess:
     env = {
         k: v for k, v in os.environ.items() if k not in ("KEDRO_DISABLE_TELEMETRY", "DO_NOT_TRACK")
     }
-    home = project.parent / "home"
     # Should telemetry be on after all, it must neither reach a server from a test (a closed
-    # local port as the proxy) nor write the user's own telemetry file.
+    # local port as the proxy) nor write the user's own telemetry id (platformdirs' user
+    # config dir, under XDG_CONFIG_HOME).
     env |= {
-        "HOME": str(home),
-        "XDG_CONFIG_HOME": str(home / ".config"),
+        "XDG_CONFIG_HOME": str(project.parent / "home/.config"),
         "HTTPS_PROXY": "http://127.0.0.1:9",
         "HTTP_PROXY": "http://127.0.0.1:9",
         "COLUMNS": "200",  # rich wraps the log and tracebacks at this width
