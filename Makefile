@@ -69,7 +69,8 @@ docs: $(DEV_STAMP)
 	$(BIN)/mkdocs build --strict
 
 # Static kedro-viz site of the pipelines in build/ (git-ignored): open it with
-# `python -m http.server -d build`, or run the live app with `kedro viz run` instead.
+# `python -m http.server --bind 127.0.0.1 -d build` (this machine only; without --bind it
+# listens on every interface), or run the live app with `kedro viz run` instead.
 viz: $(DEV_STAMP)
 	$(BIN)/kedro viz build
 

@@ -114,10 +114,10 @@ def project(project_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     monkeypatch.delenv(tracking.STEP_LOGGER_ENV, raising=False)
     bootstrap_project(tmp_path)
     monkeypatch.setattr("creditflow.pipeline_registry.register_pipelines", lambda: PIPELINES)
-    # The tiny groups have no schema in creditflow.pipelines.parameters; not under test here.
-    monkeypatch.setattr(
-        parameter_check.ParameterCheckHook, "before_pipeline_run", lambda *a, **k: None
-    )
+    # The tiny groups have no schema in creditflow.pipelines.parameters and come only from
+    # --params (no conf file defines them); not under test here.
+    for check in ("after_context_created", "before_pipeline_run"):
+        monkeypatch.setattr(parameter_check.ParameterCheckHook, check, lambda *a, **k: None)
     return tmp_path
 
 

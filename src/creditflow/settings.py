@@ -69,6 +69,12 @@ DISABLE_HOOKS_FOR_PLUGINS = ("kedro_mlflow",)
 CONFIG_LOADER_ARGS = {
     "base_env": "base",
     "default_run_env": "local",
+    # Parameters of conf/local (or --env) merge key by key into conf/base: a
+    # conf/local/parameters_tapo.yml holds only the keys it changes. Kedro's default
+    # ("destructive") would replace each whole top-level group, and since --params is merged
+    # into the env's parameters first, one conf/local parameters file would make --params
+    # replace every group it names. Catalog and credentials keep Kedro's default.
+    "merge_strategy": {"parameters": "soft"},
     # "config_patterns": {
     #     "spark" : ["spark*/"],
     #     "parameters": ["parameters*", "parameters*/**", "**/parameters*"],

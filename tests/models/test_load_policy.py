@@ -24,7 +24,10 @@ def checkpoint_dir(tmp_path, tokenizer, tiny_model):
             {"source": "pretrained", "name_or_path": "x", "attn_implementation": "flash"},
             "unknown attn_implementation",
         ),
-        ({"source": "pretrained", "name_or_path": "x", "tiny": {}}, r"unknown keys \['tiny'\]"),
+        (
+            {"source": "pretrained", "name_or_path": "x", "revison": "main"},
+            r"unknown keys \['revison'\]",
+        ),
         (
             {"source": "pretrained", "name_or_path": "x", "trust_remote_code": "false"},
             "must be true or false",

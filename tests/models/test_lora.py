@@ -1,12 +1,14 @@
 """``policy.lora``: the spec's checks, and the adapters ``load_policy`` / ``load_vl_policy`` add
 (frozen base, trainable adapters that start by changing nothing, seeded)."""
 
+import logging
+
 import pytest
 import torch
 
 from creditflow.config.schema import problems
 from creditflow.models import load_policy, load_vl_policy
-from creditflow.models.lora import LoraSpec, adapter_state_dict, is_lora_model
+from creditflow.models.lora import ALL_LINEAR, LoraSpec, adapter_state_dict, is_lora_model
 from creditflow.pipelines.parameters import ExpmodelModel, TextPolicy
 from tests.models.test_policy_spec import TINY_TEXT, TINY_VL, processor  # noqa: F401 - fixture
 
@@ -30,7 +32,7 @@ def test_from_params_fills_the_defaults_and_builds_the_peft_config():
 @pytest.mark.parametrize(
     ("lora", "match"),
     [
-        ({"r": 4, "alpha": 8}, r"lora needs \['target_modules'\]"),
+        ({"alpha": 8, "target_modules": ["q_proj"]}, "lora needs its rank r"),
         ({**LORA, "r": 0}, "lora r must be an integer >= 1, got 0"),
         ({**LORA, "r": 2.5}, "lora r must be an integer"),
         ({**LORA, "alpha": 0}, "lora alpha must be a number > 0"),
@@ -52,13 +54,55 @@ def test_the_parameter_schema_checks_the_lora_block():
     assert problems("tapo.policy", spec, TextPolicy) == [
         "tapo.policy.lora: unknown key `alpah` (did you mean `alpha`?); valid keys: alpha, "
         "dropout, r, seed, target_modules",
-        "tapo.policy.lora.alpha: missing: set it in parameters",
     ]
+    assert problems("tapo.policy", {"source": "tiny", "lora": {"alpha": 8}}, TextPolicy) == [
+        "tapo.policy.lora.r: missing: set it in parameters"
+    ]
+    assert problems("tapo.policy", {"source": "tiny", "lora": {"r": 8}}, TextPolicy) == []
     assert problems("tapo.policy", {"source": "tiny", "lora": None}, TextPolicy) == []
     assert problems("tapo.policy", {"source": "tiny", "lora": LORA}, TextPolicy) == []
     # The experience model takes neither (it picks its own weights to train).
     (problem,) = problems("expmodel_sft.model", {"source": "tiny", "lora": LORA}, ExpmodelModel)
     assert problem.startswith("expmodel_sft.model: unknown key `lora`")
+
+
+def test_only_the_rank_is_required_alpha_is_twice_it_and_every_linear_layer_gets_one():
+    assert LoraSpec.from_params({"r": 8}) == LoraSpec(r=8, alpha=16.0, target_modules=ALL_LINEAR)
+    assert LoraSpec.from_params({"r": 8, "alpha": None}).alpha == 16.0
+    config = LoraSpec.from_params({"r": 8}).peft_config()
+    assert (config.r, config.lora_alpha, config.target_modules) == (8, 16.0, "all-linear")
+
+
+def _adapted(model) -> set[str]:
+    """The module paths (``model.layers.0.self_attn.q_proj``) that carry an adapter."""
+    return {name.split(".lora_A.")[0] for name in adapter_state_dict(model) if ".lora_A." in name}
+
+
+def test_the_default_adapts_every_linear_layer_but_the_tied_output_head(tokenizer, caplog):
+    plain, _ = load_policy(TINY_TEXT, tokenizer=tokenizer)
+    linear = {
+        f"base_model.model.{name}"
+        for name, module in plain.named_modules()
+        if isinstance(module, torch.nn.Linear) and name != "lm_head"
+    }
+    with caplog.at_level(logging.INFO, logger="creditflow.models.lora"):
+        model, _ = load_policy({**TINY_TEXT, "lora": {"r": 8}}, tokenizer=tokenizer)
+    # 1 layer: q, k, v, o, gate, up, down.
+    assert _adapted(model) == linear and len(linear) == 7
+    assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    total = sum(p.numel() for p in model.parameters())
+    (line,) = [r.getMessage() for r in caplog.records if "trainable parameters" in r.getMessage()]
+    assert f"{trainable} trainable parameters of {total}" in line and "r=8, alpha=16" in line
+
+
+def test_a_regular_expression_is_the_string_form_of_target_modules(tokenizer):
+    # What --params can pass (it splits its argument at commas, so no list).
+    model, _ = load_policy(
+        {**TINY_TEXT, "lora": {"r": 4, "target_modules": r".*\.(q_proj|v_proj)"}},
+        tokenizer=tokenizer,
+    )
+    assert {name.rsplit(".", 1)[1] for name in _adapted(model)} == {"q_proj", "v_proj"}
 
 
 def test_a_lora_text_policy_starts_as_its_base(tokenizer):

@@ -105,6 +105,35 @@ def test_from_params_keeps_the_tiny_options_and_checks_their_names():
         )
 
 
+def test_the_settings_of_the_other_source_are_ignored():
+    # conf/base's `tiny:` block stays when an override switches the source to pretrained.
+    tiny = {"seed": 1, "width": 2}  # not checked either: a tiny model is not built
+    spec = PolicySpec.from_params(
+        {"source": "pretrained", "name_or_path": "org/model", "tiny": tiny},
+        tiny_options=("seed",),
+        example_id="x",
+    )
+    assert spec == PolicySpec(source="pretrained", name_or_path="org/model")
+    # And the reverse: a pretrained block's keys beside source: tiny.
+    spec = PolicySpec.from_params(
+        {
+            "source": "tiny",
+            "name_or_path": "org/model",
+            "trust_remote_code": True,
+            "attn_implementation": "sdpa",
+        },
+        tiny_options=(),
+        example_id="x",
+    )
+    assert spec == PolicySpec(source="tiny")
+    with pytest.raises(ValueError, match=r"unknown keys \['revison'\] for policy source 'tiny'"):
+        PolicySpec.from_params(
+            {"source": "tiny", "name_or_path": "org/model", "revison": "main"},
+            tiny_options=(),
+            example_id="x",
+        )
+
+
 def test_a_missing_name_or_path_names_the_example_id():
     with pytest.raises(ValueError, match="e.g. 'org/example'"):
         PolicySpec.from_params({"source": "pretrained"}, tiny_options=(), example_id="org/example")

@@ -345,7 +345,10 @@ def test_pretrained_naming_the_stock_processor_loads_without_torchvision(
             {"source": "pretrained", "name_or_path": "x", "attn_implementation": "flash"},
             "unknown attn_implementation",
         ),
-        ({"source": "pretrained", "name_or_path": "x", "tiny": {}}, r"unknown keys \['tiny'\]"),
+        (
+            {"source": "pretrained", "name_or_path": "x", "revison": "main"},
+            r"unknown keys \['revison'\]",
+        ),
         (
             {"source": "pretrained", "name_or_path": "x", "trust_remote_code": "no"},
             "must be true or false",

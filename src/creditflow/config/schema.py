@@ -46,7 +46,7 @@ def _closest(key: str, valid: Collection[str]) -> str | None:
     return matches[0] if matches else None
 
 
-def unknown_keys_message(keys: Sequence[str], valid: Collection[str]) -> str:
+def unknown_keys_message(keys: Sequence[str], valid: Collection[str], noun: str = "key") -> str:
     """``unknown key `n_itmes` (did you mean `n_items`?); valid keys: ...``.
 
     >>> unknown_keys_message(["n_itmes"], ["n_items", "seed"])
@@ -56,8 +56,9 @@ def unknown_keys_message(keys: Sequence[str], valid: Collection[str]) -> str:
     for key in keys:
         guess = _closest(key, valid)
         parts.append(f"`{key}`" + (f" (did you mean `{guess}`?)" if guess else ""))
-    noun = "key" if len(keys) == 1 else "keys"
-    return f"unknown {noun} {', '.join(parts)}; valid keys: {', '.join(sorted(valid)) or 'none'}"
+    nouns = noun if len(keys) == 1 else f"{noun}s"
+    shown = ", ".join(sorted(valid)) or "none"
+    return f"unknown {nouns} {', '.join(parts)}; valid {noun}s: {shown}"
 
 
 def _error(message: str) -> PydanticCustomError:
@@ -272,6 +273,24 @@ def problems(group: str, params: Any, schema: type[Block]) -> list[str]:
             lines.append(f"{_path(group, e['loc'])}: {_describe(e)}")
     lines = [_unknown_keys(group, schema, loc, keys) for loc, keys in unknown.items()] + lines
     return list(dict.fromkeys(lines))
+
+
+def check_override_groups(overrides: Mapping[str, Any], groups: Collection[str]) -> None:
+    """ConfigError when a top-level name of the ``--params`` overrides is no parameter group of
+    the conf (``groups``, base and the run's env merged): Kedro would add it as a group of
+    its own that no node reads, and the run would go on with the value it meant to change.
+
+    >>> check_override_groups({"tpao": {"grpo": {"steps": 2}}}, ["tapo", "tor"])
+    Traceback (most recent call last):
+      ...
+    creditflow.errors.ConfigError: --params: unknown parameter group `tpao` (did you mean `tapo`?); valid parameter groups: tapo, tor (a group is a top-level key of conf/*/parameters*.yml)
+    """
+    unknown = [str(name) for name in overrides if name not in set(groups)]
+    if unknown:
+        raise ConfigError(
+            f"--params: {unknown_keys_message(unknown, groups, noun='parameter group')} (a "
+            "group is a top-level key of conf/*/parameters*.yml)"
+        )
 
 
 def check_group(group: str, params: Any, schema: type[Block]) -> None:

@@ -40,6 +40,8 @@ def run_page_grpo(
     data_key = [content_digest(t) for t in (features, mask, *reward_tensors)]
     checkpoints = run_store(checkpoints, policy_model, config.to_dict(), data_key, reward_key)
     policy = RerankerPolicy(policy_model, features, mask, temperature=config.temperature)
-    trainer = GRPOTrainer(policy, list(range(len(features))), reward, config, checkpoints)
+    trainer = GRPOTrainer(
+        policy, list(range(len(features))), reward, config, checkpoints, desc="page GRPO"
+    )
     result = trainer.train()
     return policy_model.eval(), result

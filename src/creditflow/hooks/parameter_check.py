@@ -1,18 +1,22 @@
 """ParameterCheckHook: every parameter group a run reads is checked against its schema before the
-first node."""
+first node; the ``--params`` overrides as soon as the context exists."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from kedro.config import AbstractConfigLoader
 from kedro.framework.hooks import hook_impl
+from kedro.framework.project import settings
 from kedro.io import CatalogProtocol
 from kedro.pipeline import Pipeline
 
-if TYPE_CHECKING:
-    pass
+from creditflow.config.schema import check_override_groups
 from creditflow.hooks.run_manifest import is_parameter_dataset
+
+if TYPE_CHECKING:
+    from kedro.framework.context import KedroContext
 
 
 class ParameterCheckHook:
@@ -24,8 +28,27 @@ class ParameterCheckHook:
     of the parameters was left out of the pipeline (the strategy list is fixed when the
     pipeline is built, so one added with ``--params`` or ``--env`` would train nothing).
 
+    The ``--params`` overrides are checked earlier, when the context is created: before the
+    pipelines are imported, MLflow opens its store or the catalog is built. A top-level name
+    that is no group of the conf (``tpao.grpo.steps=2``) fails with a "did you mean", and each
+    group they name is checked whole against its schema.
+
     All problems of all groups come in one ConfigError, in seconds, before anything trains.
     """
+
+    @hook_impl
+    def after_context_created(self, context: KedroContext) -> None:
+        loader = context.config_loader
+        overrides = loader.runtime_params or {}
+        if not overrides:
+            return
+        check_override_groups(overrides, _conf_groups(loader))
+        # Imported here: settings.py imports this module for every kedro command, and the
+        # schemas pull in the training engine (torch, transformers: seconds).
+        from creditflow.pipelines.parameters import SCHEMAS, check_parameters  # noqa: PLC0415
+
+        params = loader["parameters"]
+        check_parameters({group: params[group] for group in overrides if group in SCHEMAS})
 
     @hook_impl
     def before_pipeline_run(self, pipeline: Pipeline, catalog: CatalogProtocol) -> None:
@@ -41,6 +64,15 @@ class ParameterCheckHook:
 
         check_parameters(_parameter_groups(pipeline, catalog))
         check_strategies(pipeline, group_params)
+
+
+def _conf_groups(loader: AbstractConfigLoader) -> set[str]:
+    """The top-level parameter groups of the conf files (base and the run's env), without the
+    ``--params`` overrides, which the loader merges into what it returns."""
+    plain = type(loader)(
+        conf_source=loader.conf_source, env=loader.env, **settings.CONFIG_LOADER_ARGS
+    )
+    return set(plain["parameters"])
 
 
 def _parameter_groups(pipeline: Pipeline, catalog: CatalogProtocol) -> dict[str, Any]:

@@ -117,11 +117,28 @@ def build_tiny_qwen2(
 
 # Keys a spec may hold besides its ``tiny`` builder options, per source.
 _COMMON_KEYS = {"source", "dtype", "device", "lora"}
-_SPEC_KEYS = {
-    "tiny": _COMMON_KEYS | {"tiny"},
-    "pretrained": _COMMON_KEYS | {"name_or_path", "trust_remote_code", "attn_implementation"},
+_SOURCE_KEYS = {
+    "tiny": {"tiny"},
+    "pretrained": {"name_or_path", "trust_remote_code", "attn_implementation"},
 }
+_SPEC_KEYS = {source: _COMMON_KEYS | keys for source, keys in _SOURCE_KEYS.items()}
 DEVICE_TYPES = ("cpu", "cuda", "mps")
+
+
+def without_other_source(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """``spec`` less the keys only the other policy sources take: ``tiny`` beside ``source:
+    pretrained``; ``name_or_path``, ``trust_remote_code``, ``attn_implementation`` beside
+    ``source: tiny``. Nothing is dropped when ``source`` names no source.
+
+    The project merges conf/local into conf/base key by key (settings.py), so base's ``tiny:``
+    block is still there when an override switches ``source`` to ``pretrained``: it is
+    ignored, not refused.
+    """
+    source = spec.get("source")
+    if source not in _SOURCE_KEYS:
+        return dict(spec)
+    other = set().union(*(keys for name, keys in _SOURCE_KEYS.items() if name != source))
+    return {key: value for key, value in spec.items() if key not in other}
 
 
 def resolve_device(name: str) -> torch.device:
@@ -173,12 +190,14 @@ class PolicySpec:
          "name_or_path": "Qwen/Qwen2.5-0.5B-Instruct",   # hub id or local directory
          "dtype": "bfloat16",                            # optional, default "auto"
          "device": "cuda",                               # optional, default "cpu"
-         "lora": {"r": 16, "alpha": 32,                  # optional, default None
-                  "target_modules": ["q_proj", "v_proj"]},
+         "lora": {"r": 16},                              # optional, default None
          "trust_remote_code": False,                     # optional
          "attn_implementation": "sdpa"}                  # optional
 
-    source: ``"tiny"`` (a randomly initialised model built here) or ``"pretrained"``.
+    source: ``"tiny"`` (a randomly initialised model built here) or ``"pretrained"``. The
+        keys of the other source (``tiny`` beside ``pretrained``; ``name_or_path``,
+        ``trust_remote_code``, ``attn_implementation`` beside ``tiny``) are ignored, so an
+        override that switches ``source`` need not remove them.
     tiny: keyword arguments of the tiny builder (``source: tiny`` only).
     name_or_path: hub id or local checkpoint directory (``source: pretrained`` only).
     dtype: a ``DTYPES`` name; ``"auto"`` keeps the checkpoint's (float32 for a tiny model).
@@ -217,6 +236,7 @@ class PolicySpec:
         source = spec.get("source")
         if source not in _SPEC_KEYS:
             raise ValueError(f"unknown policy source {source!r}; valid: {sorted(_SPEC_KEYS)}")
+        spec = without_other_source(spec)
         unknown = set(spec) - _SPEC_KEYS[source]
         if unknown:
             raise ValueError(

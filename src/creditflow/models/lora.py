@@ -16,6 +16,7 @@ Only the adapter weights train. What else changes with an adapter, each in one p
 from __future__ import annotations
 
 import copy
+import logging
 import numbers
 import sys
 from collections.abc import Callable, Iterator, Mapping
@@ -26,7 +27,10 @@ from typing import Any
 
 import torch
 
+logger = logging.getLogger(__name__)
+
 LORA_KEYS = ("r", "alpha", "target_modules", "dropout", "seed")
+ALL_LINEAR = "all-linear"  # peft's shorthand (peft.utils.constants.INCLUDE_LINEAR_LAYERS_SHORTHAND)
 ADAPTER_CONFIG = "adapter_config.json"  # peft's file names
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 BASE_DIR = "base"
@@ -47,25 +51,30 @@ def require_peft() -> Any:
 
 @dataclass(frozen=True)
 class LoraSpec:
-    """The ``lora`` block of a policy spec::
+    """The ``lora`` block of a policy spec; only ``r`` is required::
 
+        lora: {r: 16}       # alpha 32, every linear layer but the output head
         lora: {r: 16, alpha: 32, target_modules: [q_proj, k_proj, v_proj, o_proj], dropout: 0.05}
 
     r: rank of each adapter (>= 1).
-    alpha: peft's ``lora_alpha``; the adapter's output is scaled by ``alpha / r``.
-    target_modules: the modules that get an adapter, as peft matches them: a list of module
-        names (a name matches every module whose path ends with it, e.g. ``q_proj``), or one
-        string, a regular expression over the full path or ``"all-linear"``. In a
-        vision-language model a list name also matches its vision tower's modules of that
-        name; a regex such as ``'model\\.language_model\\..*\\.(q_proj|v_proj)'`` keeps to
+    alpha: peft's ``lora_alpha``; the adapter's output is scaled by ``alpha / r``. Default
+        (null): ``2 * r``, a scale of 2 whatever the rank (peft's own default is a fixed 8).
+    target_modules: the modules that get an adapter, as peft matches them. Default
+        ``"all-linear"`` (peft's shorthand): every ``nn.Linear`` except the output head (kept
+        out, so a head tied to the embeddings stays tied). A list of module names (a name
+        matches every module whose path ends with it, e.g. ``q_proj``); or one string, a regular
+        expression the full module path must match, e.g. ``'.*\\.(q_proj|v_proj)'``: the form
+        for ``--params``, which splits its argument at commas and so cannot pass a list. In a
+        vision-language model ``"all-linear"`` and a list name also reach the vision tower's
+        modules; a regex such as ``'model\\.language_model\\..*\\.(q_proj|v_proj)'`` keeps to
         the language model.
     dropout: dropout on the adapter's input while training, in [0, 1).
     seed: the adapters' initial weights depend only on it (the global RNG is left as it was).
     """
 
     r: int
-    alpha: float
-    target_modules: tuple[str, ...] | str
+    alpha: float | None = None
+    target_modules: tuple[str, ...] | str = ALL_LINEAR
     dropout: float = 0.0
     seed: int = 0
 
@@ -78,20 +87,21 @@ class LoraSpec:
         """
         if not isinstance(params, Mapping):
             raise ValueError(
-                f"lora must be a mapping {{r, alpha, target_modules, dropout}} or null, got "
+                f"lora must be a mapping {{r, alpha, target_modules, dropout, seed}} or null, got "
                 f"{params!r}"
             )
         unknown = sorted(set(params) - set(LORA_KEYS))
         if unknown:
             raise ValueError(f"unknown lora keys {unknown}; valid: {list(LORA_KEYS)}")
-        required = [f.name for f in fields(cls) if f.name not in {"dropout", "seed"}]
-        missing = [key for key in required if key not in params]
-        if missing:
-            raise ValueError(f"lora needs {missing} (e.g. r: 16, alpha: 32, target_modules: ...)")
-        r, alpha = params["r"], params["alpha"]
-        dropout, seed = params.get("dropout", 0.0), params.get("seed", 0)
+        if "r" not in params:
+            raise ValueError("lora needs its rank r (e.g. lora: {r: 16}), or set lora to null")
+        defaults = {f.name: f.default for f in fields(cls) if f.name != "r"}
+        r, alpha, target_modules, dropout, seed = (
+            params.get(key, defaults.get(key)) for key in LORA_KEYS
+        )
         if not _is_int(r) or r < 1:
             raise ValueError(f"lora r must be an integer >= 1, got {r!r}")
+        alpha = 2 * r if alpha is None else alpha
         if not _is_number(alpha) or not alpha > 0:
             raise ValueError(f"lora alpha must be a number > 0, got {alpha!r}")
         if not _is_number(dropout) or not 0 <= dropout < 1:
@@ -101,7 +111,7 @@ class LoraSpec:
         return cls(
             r=int(r),
             alpha=float(alpha),
-            target_modules=_target_modules(params["target_modules"]),
+            target_modules=_target_modules(target_modules),
             dropout=float(dropout),
             seed=int(seed),
         )
@@ -154,12 +164,30 @@ def add_lora(model: torch.nn.Module, spec: LoraSpec) -> torch.nn.Module:
     try:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(spec.seed)
-            return peft.get_peft_model(model, spec.peft_config())
+            wrapped = peft.get_peft_model(model, spec.peft_config())
     except ValueError as error:
         raise ValueError(
             f"lora target_modules {spec.target_modules!r} do not fit "
             f"{type(model).__name__}: {error}"
         ) from error
+    trainable, total = trainable_parameters(wrapped)
+    logger.info(
+        "LoRA on %s (r=%d, alpha=%g, target_modules=%s): %d trainable parameters of %d (%.2f%%)",
+        type(model).__name__,
+        spec.r,
+        spec.alpha,
+        spec.target_modules,
+        trainable,
+        total,
+        100 * trainable / total,
+    )
+    return wrapped
+
+
+def trainable_parameters(model: torch.nn.Module) -> tuple[int, int]:
+    """``(trainable, total)`` parameter counts of ``model`` (a tied weight counted once)."""
+    parameters = list(model.parameters())  # unique tensors: tied ones appear once
+    return sum(p.numel() for p in parameters if p.requires_grad), sum(p.numel() for p in parameters)
 
 
 def is_lora_model(module: torch.nn.Module) -> bool:

@@ -72,7 +72,9 @@ def configured_strategies(group: str, conf_source: str | Path | None = None) -> 
     """The strategy names under ``<group>.strategies`` in the project's parameters, in file
     order. Raises ValueError when there are none."""
     conf_source = conf_source or project_root() / settings.CONF_SOURCE
-    loader_args = {"base_env": "base", "default_run_env": "local"}
+    # The project's merge strategy too: a conf/local file of a few tapo keys merges into base
+    # (settings.py) and leaves base's strategies in place.
+    loader_args = {"base_env": "base", "default_run_env": "local", "merge_strategy": None}
     loader_args.update({k: v for k, v in settings.CONFIG_LOADER_ARGS.items() if k in loader_args})
     loader = OmegaConfigLoader(str(conf_source), env=os.environ.get("KEDRO_ENV"), **loader_args)
     strategies = (loader["parameters"].get(group) or {}).get("strategies") or {}

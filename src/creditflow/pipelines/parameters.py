@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, Field, model_validator
+from pydantic import AfterValidator, Field, create_model, model_validator
 
 from creditflow.algorithms import GAIN_MODES
 from creditflow.annotation import ANNOTATORS
@@ -47,7 +47,12 @@ from creditflow.experience.reranker_training import FEATURE_NAMES, PRETRAIN_TRAI
 from creditflow.experience.simulated_ab import AB_METHODS
 from creditflow.experience.text_expmodel import catalogue_pairs
 from creditflow.ingest.config import IngestConfig
-from creditflow.models.builders import PolicySpec, build_tiny_qwen2, text_policy_spec
+from creditflow.models.builders import (
+    PolicySpec,
+    build_tiny_qwen2,
+    text_policy_spec,
+    without_other_source,
+)
 from creditflow.models.lora import LoraSpec
 from creditflow.models.reranker import RerankerConfig
 from creditflow.models.vision import build_tiny_qwen2_5_vl, vl_policy_spec
@@ -88,16 +93,24 @@ Lora = dataclass_block(LoraSpec, check=LoraSpec.from_params, name="Lora")
 def _policy_block(
     name: str, builder: Any, taken: str, check: Any, without: Collection[str] = ()
 ) -> type[Block]:
-    """The ``PolicySpec`` block, less the keys in ``without``."""
+    """The ``PolicySpec`` block, less the keys in ``without``. The keys of the source not
+    chosen (base's ``tiny:`` beside an override's ``source: pretrained``) are dropped before
+    validation, as ``PolicySpec`` ignores them."""
     tiny = signature_block(builder, taken=(taken,), name=f"{name}Tiny")
     extra = {"tiny": (tiny | None, None), "lora": (Lora | None, None)}
-    return dataclass_block(
+    block = dataclass_block(
         PolicySpec,
         check=check,
         exclude=("tiny", "lora", *without),
         extra_fields={key: spec for key, spec in extra.items() if key not in without},
-        name=name,
+        name=f"{name}Keys",
     )
+
+    def drop_other_source(data: Any) -> Any:
+        return without_other_source(data) if isinstance(data, Mapping) else data
+
+    validators = {"drop_other_source": model_validator(mode="before")(drop_other_source)}
+    return create_model(name, __base__=block, __validators__=validators)
 
 
 TextPolicy = _policy_block("TextPolicy", build_tiny_qwen2, "tokenizer", text_policy_spec)

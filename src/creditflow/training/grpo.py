@@ -121,6 +121,8 @@ class GRPOTrainer:
             row (main process only), and at the start for the rows a resumed run already has;
             None: ``tracking.active_step_logger()``, the MLflow run of the Kedro node this
             trainer runs in, if it is tracked.
+        desc: the progress bar's label, followed by ``[advantage/token weights]``; an entry
+            point names its own loop ("page GRPO").
     """
 
     def __init__(
@@ -135,6 +137,7 @@ class GRPOTrainer:
         accelerator: Accelerator | None = None,
         reward_metrics: Sequence[RewardMetric] = (),
         step_callback: StepCallback | None = None,
+        desc: str = "GRPO",
     ):
         config.validate()
         validate_strategies(config)
@@ -154,6 +157,7 @@ class GRPOTrainer:
         self.config = config
         self.checkpoints = checkpoints
         self.progress = progress
+        self.desc = desc
         self.step_callback = step_callback if step_callback is not None else active_step_logger()
         self.reference = reference
         if config.beta > 0 and reference is None:
@@ -313,7 +317,7 @@ class GRPOTrainer:
             range(self.start_step, c.steps),
             initial=self.start_step,
             total=c.steps,
-            desc=f"GRPO[{c.advantage['name']}/{c.token_weights['name']}]",
+            desc=f"{self.desc}[{c.advantage['name']}/{c.token_weights['name']}]",
             disable=not (self.progress and self.is_main_process),
         )
         for step in bar:

@@ -22,12 +22,14 @@ def _catalog(pipeline, params, root):
     return catalog
 
 
-def test_page_grpo_trains_from_the_yaug_reranker_and_resumes(tmp_path):
+def test_page_grpo_trains_from_the_yaug_reranker_and_resumes(tmp_path, capfd):
     params = smallest_params()
     pipeline = create_pipeline()
     catalog = _catalog(pipeline, params, tmp_path)
     start = {k: v.clone() for k, v in catalog.load("reranker_yaug").state_dict().items()}
     SequentialRunner().run(pipeline, catalog)
+    # Its progress bar says which loop it is (the engine's default label is "GRPO[...]").
+    assert "page GRPO[" in capfd.readouterr().err
 
     metrics = catalog.load("reranker_grpo_metrics")
     assert metrics["step"].tolist() == [1, 2]
