@@ -81,7 +81,7 @@ class Workload:
     seed: int
     attn_implementation: str
     # creditflow only: GRPOConfig fields set on top of the shared settings (--creditflow-set),
-    # e.g. the memory knobs of issue 13 (micro_batch_size, gradient_checkpointing, bf16).
+    # e.g. the memory knobs (micro_batch_size, gradient_checkpointing, bf16).
     creditflow_overrides: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -251,7 +251,7 @@ def run_creditflow(work: Workload, profile: bool) -> dict[str, Any]:
         clip_low=CLIP_EPS,
         clip_high=CLIP_EPS,
         beta=0.0,
-        agg="seq-mean-token-mean",  # = TRL loss_type="grpo" (SPEC section 0)
+        agg="seq-mean-token-mean",  # = TRL loss_type="grpo" (docs/methods/grpo.md)
         max_new_tokens=work.max_new_tokens,
         temperature=1.0,
         top_p=1.0,

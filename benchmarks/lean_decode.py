@@ -1,4 +1,4 @@
-"""Time the ``hf`` and ``lean`` rollout backends sampling the GRPO benchmark's rollout (issue 14).
+"""Time the ``hf`` and ``lean`` rollout backends sampling the GRPO benchmark's rollout.
 
 Both backends get the same ``GenerationRequest``: the first P prompts of ``prompts.jsonl``
 (chat-formatted, left-padded), G completions each (B = P * G), up to T new tokens, temperature

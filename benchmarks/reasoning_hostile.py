@@ -1,4 +1,4 @@
-"""Wall time of the reasoning reward on hostile batches (issue 16), with and without the
+"""Wall time of the reasoning reward on hostile batches, with and without the
 screen and the batch budget.
 
     .venv/bin/python benchmarks/reasoning_hostile.py --batch nine

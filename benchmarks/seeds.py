@@ -1,4 +1,4 @@
-"""The tapo and tor comparisons over several GRPO seeds (issue 17), and their tables.
+"""The tapo and tor comparisons over several GRPO seeds, and their tables.
 
 Runs ``kedro run --pipelines <group> --params <group>.comparison.n_seeds=N`` for each group
 (a ``KedroSession`` in this process, with the project's hooks), then prints, and with

@@ -1,4 +1,4 @@
-"""TAPO against GRPO-sum by task variant (issue 17, item 3): one table from seeds.py's.
+"""TAPO against GRPO-sum by task variant: one table from seeds.py's.
 
 ``tapo.tasks.variant: conflict`` adds to every synthetic problem a distractor sentence that a
 faithful translation keeps and a correct answer ignores (``creditflow.tasks.tapo``), so the

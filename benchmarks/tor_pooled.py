@@ -1,4 +1,4 @@
-"""The tor comparison over GRPO seeds run in several batches (issue 17, item 2): one table.
+"""The tor comparison over GRPO seeds run in several batches: one table.
 
 ``seeds.py --seeds N --pipelines tor`` trains every strategy N times from one warm start. On a
 shared machine the seeds can run as batches in parallel, each in its own scratch project

@@ -5,7 +5,7 @@ from __future__ import annotations
 from kedro.framework.project import find_pipelines
 from kedro.pipeline import Pipeline
 
-# What a bare `kedro run` runs: the experience-model chain of SPEC section 3, from the synthetic
+# What a bare `kedro run` runs: the experience-model chain of docs/methods/experience.md, from the synthetic
 # catalogue to the evaluation table; the other pipelines (tapo, tor, data_ingest) run with
 # `kedro run --pipelines NAME`.
 DEFAULT_PIPELINES = (

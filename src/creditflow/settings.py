@@ -11,7 +11,7 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 # Instantiated project hooks (docs/reproducibility.md): a JSON manifest per run in
 # data/08_reporting/run_manifests/, MLflow tracking (kedro-mlflow, configured in
 # conf/base/mlflow.yml, switched by params:tracking), and the Kedro credentials as the
-# `credentials` dataset (README "Credentials").
+# `credentials` dataset (docs/howto/credentials.md).
 from creditflow.hooks.credentials import CredentialsHook
 from creditflow.hooks.mlflow_tracking import MlflowTrackingHook
 from creditflow.hooks.parameter_check import ParameterCheckHook
@@ -26,7 +26,7 @@ from creditflow.hooks.termination import SigtermHook
 # RawDataHook next: a data_ingest run whose raw data sets are absent fails saying how to fetch;
 # PinnedVersionsHook fixes the run's dataset versions before any of them loads;
 # TaskSourceHook puts tapo.tasks.source / tor.tasks.source under the task nodes' fixed input
-# names (README "Your own data") and fails a run whose source is unknown before pinning.
+# names (docs/howto/own_data.md) and fails a run whose source is unknown before pinning.
 # SigtermHook turns SIGTERM into a failure the other hooks record (manifest "interrupted",
 # MLflow run KILLED); it orders itself around the others (trylast, wrappers).
 HOOKS = (

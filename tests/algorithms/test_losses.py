@@ -31,7 +31,7 @@ def loop_policy_loss(
     kl,
     max_len,
 ):
-    """Plain-float GRPO loss, one token at a time (SPEC section 0)."""
+    """Plain-float GRPO loss, one token at a time (docs/methods/grpo.md)."""
     batch, length = len(logp), len(logp[0])
     max_len = length if max_len is None else max_len
 
@@ -117,7 +117,7 @@ def test_policy_loss_hand_computed_weights_and_asymmetric_clip():
     weights = torch.tensor([[1.0, 0.0], [0.5, 9.0]], dtype=torch.float64)
     # clip_high 0.28: (0,0) -> -1.28; weighted: -1.28 * 1, -0.9 * 0, 0.8 * 0.5 (pad ignored)
     # seq-mean-token-mean: mean(-1.28 / 2, 0.4 / 1) = mean(-0.64, 0.4) = -0.12;
-    # the 1/|o_i| still counts the zero-weight token (SPEC 2)
+    # the 1/|o_i| still counts the zero-weight token (docs/methods/tor.md)
     loss, _ = policy_loss(logp, old_logp, advantages, mask, weights=weights, clip_high=0.28)
     assert_close(loss, torch.tensor(-0.12, dtype=torch.float64))
 

@@ -1,6 +1,6 @@
 """``tapo.tasks.source`` / ``tor.tasks.source`` (creditflow.hooks.task_source.TaskSourceHook): the
 named catalog dataset stands under the task node's fixed input, an unknown name fails before
-the first node listing the datasets of that schema, and the README's "Your own data" example
+the first node listing the datasets of that schema, and the example of docs/howto/own_data.md
 works as written in a Kedro session."""
 
 from __future__ import annotations
@@ -115,9 +115,9 @@ def test_a_versioned_source_never_saved_fails_before_the_first_node(tmp_path):
         hook.before_pipeline_run(_reading("tapo_source_problems"), catalog)
 
 
-# --- the README's "Your own data" example, in a Kedro session -------------------------------
+# --- the example of docs/howto/own_data.md, in a Kedro session -------------------------------
 
-# conf/local/catalog.yml, as the README writes it.
+# conf/local/catalog.yml, as docs/howto/own_data.md writes it.
 README_ENTRY = """\
 my_problems:
   type: pandas.CSVDataset

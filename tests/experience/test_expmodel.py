@@ -1,4 +1,4 @@
-"""ExpModel training (SPEC 3.2-3.3): SFT masks and learning, preference pairs, PFT, item scores."""
+"""ExpModel training (docs/methods/experience.md, steps 2-3): SFT masks and learning, preference pairs, PFT, item scores."""
 
 import copy
 

@@ -1,5 +1,5 @@
 """The generative reranker's engine: features, targets, pre-training, the page reward, the
-GRPO policy through the real engine, and evaluation against the hidden truth (SPEC 3.4-3.5)."""
+GRPO policy through the real engine, and evaluation against the hidden truth (docs/methods/experience.md, steps 4-5)."""
 
 import math
 

@@ -1,6 +1,6 @@
 """A catalogue and impression logs of your own as the experience chain's tables (issue 15,
 section 4): the conversion, errors that name the dataset, row and column, the optional
-true_quality, and the README's "Your own data" example run through the chain's first nodes in a
+true_quality, and the example of docs/howto/own_data.md run through the chain's first nodes in a
 Kedro session."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from tests.kedro_project import NodeCounter, copy_project
 
 pytestmark = pytest.mark.filterwarnings("ignore:register_new_resolver:UserWarning")
 
-# The README's example, as it writes it.
+# The example of docs/howto/own_data.md, as it writes it.
 CATALOGUE_CSV = """\
 item_id,image_path,title,category,popularity
 v1,data/01_raw/covers/v1.png,Sourdough starter in five days,cooking,1200
@@ -75,7 +75,7 @@ def _covers(root: Path) -> None:
 
 @pytest.fixture
 def files(tmp_path, monkeypatch) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The README's two files, loaded as its catalog entries load them (every cell as text),
+    """The two files of docs/howto/own_data.md, loaded as its catalog entries load them (every cell as text),
     with the covers under the working directory."""
     monkeypatch.chdir(tmp_path)
     _covers(tmp_path)
@@ -236,7 +236,7 @@ def test_sources_are_both_synthetic_or_both_datasets():
 
 @pytest.mark.slow
 def test_the_readme_example_runs_the_chains_first_nodes(project_root, tmp_path, monkeypatch):
-    """``kedro run --params "annotation.source.items=my_catalogue,..."`` over the README's
+    """``kedro run --params "annotation.source.items=my_catalogue,..."`` over docs/howto/own_data.md's
     files: the catalogue and logs are checked and converted, split, annotated (heuristic) and
     turned into click-first pre-training targets, all saved as the chain's versioned tables."""
     project = copy_project(project_root, tmp_path, monkeypatch)

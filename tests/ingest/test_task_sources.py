@@ -1,4 +1,4 @@
-"""A user's table as a task source (creditflow.ingest.source_rows): each file type the README
+"""A user's table as a task source (creditflow.ingest.source_rows): each file type docs/howto/own_data.md
 names loads through its Kedro dataset and passes the schema check, and each kind of bad
 table fails naming the dataset, the row and the column."""
 

@@ -1,4 +1,4 @@
-"""ExpScorer (SPEC 3.3): last-real-token pooling, either padding side, save/load round trip."""
+"""ExpScorer (docs/methods/experience.md, step 3): last-real-token pooling, either padding side, save/load round trip."""
 
 import io
 import json

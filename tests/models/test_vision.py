@@ -404,7 +404,7 @@ def test_freeze_vision_encoder_keeps_the_merger_and_the_language_model_trainable
 
 
 def test_the_initial_encoder_keeps_each_grid_cell_apart(processor):
-    """Why the frozen ViT suffices for counting (README "The ToR world"): at 112 px each of the
+    """Why the frozen ViT suffices for counting (docs/results.md "The ToR world"): at 112 px each of the
     16 image tokens covers one cell of the 4 x 4 board, and a linear read-out of the randomly
     initialised tower's tokens tells every cell's content (empty or one of 9 colour-shape
     kinds) apart on held-out pictures (measured 1.000 on 40 pictures' 640 tokens, where

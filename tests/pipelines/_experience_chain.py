@@ -1,4 +1,4 @@
-"""The experience-model chain (SPEC section 3) at its smallest sizes, for the pipeline tests.
+"""The experience-model chain (docs/methods/experience.md) at its smallest sizes, for the pipeline tests.
 
 ``chain_catalog()`` runs the eight pipelines once per test session, in order, on the project's
 own catalog entries (``conf/base/catalog.yml``, every file path moved under a temporary

@@ -1,4 +1,4 @@
-"""Format reward, translation extraction and the translation segment boundary (SPEC 1)."""
+"""Format reward, translation extraction and the translation segment boundary (docs/methods/tapo.md)."""
 
 import pytest
 from hypothesis import given
@@ -14,7 +14,7 @@ from creditflow.rewards import (
 
 VALID = "<translation>How many eggs?</translation> 16 - 3 - 4 = 9, so \\boxed{9}"
 
-# (completion, F): one case per rule of SPEC 1's format reward.
+# (completion, F): one case per rule of docs/methods/tapo.md's format reward.
 FORMAT_CASES = [
     (VALID, 1.0),
     (" \n\t" + VALID, 1.0),  # only whitespace before the block is allowed

@@ -1,4 +1,4 @@
-"""Reasoning reward R_reason (SPEC 1) on real GSM8K / MGSM answers, garbage, and its timeout."""
+"""Reasoning reward R_reason (docs/methods/tapo.md) on real GSM8K / MGSM answers, garbage, and its timeout."""
 
 import csv
 import json

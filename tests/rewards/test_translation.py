@@ -1,4 +1,4 @@
-"""Translation reward R_trans = F * chrF++ / 100 (SPEC 1), on real MGSM questions."""
+"""Translation reward R_trans = F * chrF++ / 100 (docs/methods/tapo.md), on real MGSM questions."""
 
 import csv
 import sys

@@ -1,4 +1,4 @@
-"""MovieLens ranking sessions (SPEC 3 on real data): schema parity with the synthetic logs, the
+"""MovieLens ranking sessions (docs/methods/experience.md on real data): schema parity with the synthetic logs, the
 time split, labels, popularity order, negatives, and the reranker's feature code on top."""
 
 from collections import Counter

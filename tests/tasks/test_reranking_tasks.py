@@ -1,4 +1,4 @@
-"""Reranking world (SPEC 3): catalogue determinism and visibility of hidden quality; biased logs."""
+"""Reranking world (docs/methods/experience.md): catalogue determinism and visibility of hidden quality; biased logs."""
 
 import io
 

@@ -75,7 +75,7 @@ def check_chain(reasoning_en: str, question_en: str) -> int:
 
 
 def is_tapo_formatted(completion: str) -> bool:
-    """SPEC section 1 format reward, written locally: one non-empty block, first, text after."""
+    """docs/methods/tapo.md format reward, written locally: one non-empty block, first, text after."""
     if completion.count("<translation>") != 1 or completion.count("</translation>") != 1:
         return False
     match = re.fullmatch(r"\s*<translation>(.*?)</translation>(.*)", completion, flags=re.DOTALL)
@@ -315,7 +315,7 @@ def test_split_by_language_validates(holdout, message):
 
 
 def test_local_format_checker_rejects_bad_completions():
-    # Guards the checker used below: each of these breaks one SPEC section 1 rule.
+    # Guards the checker used below: each of these breaks one docs/methods/tapo.md rule.
     assert is_tapo_formatted("<translation>Q</translation> 1 + 1 = 2. \\boxed{2}")
     assert not is_tapo_formatted("Sure. <translation>Q</translation> \\boxed{2}")  # not first
     assert not is_tapo_formatted("<translation> </translation> \\boxed{2}")  # empty

@@ -175,7 +175,7 @@ def test_minibatches_and_iterations(make_model, tapo_tokenizer, tapo_prompts, mo
 
 
 def _reference_token_advantages(batch, rewards, tokenizer, alpha: float) -> torch.Tensor:
-    """SPEC 1 by a slow loop: zscores per group, then a token-by-token decode to find the token
+    """docs/methods/tapo.md by a slow loop: zscores per group, then a token-by-token decode to find the token
     that completes the first </translation>."""
     G = batch.group_size
     out = torch.zeros_like(batch.completion_mask)

@@ -90,7 +90,7 @@ def _free_port() -> int:
 @pytest.fixture
 def fixed_batches(make_model, tapo_tokenizer, tapo_prompts):
     """The initial model, prompts, and two sampled global batches with GRPO advantages of a
-    length reward (z-scored per group, SPEC section 0) on every completion token."""
+    length reward (z-scored per group, docs/methods/grpo.md) on every completion token."""
     model = make_model()
     prompts = tapo_prompts[:8]
     sampler = make_trainer(model, tapo_tokenizer, prompts, **SETTINGS)

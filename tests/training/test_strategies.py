@@ -1,4 +1,4 @@
-"""Credit-assignment strategies on hand-made rollout batches (SPEC sections 0 and 1)."""
+"""Credit-assignment strategies on hand-made rollout batches (docs/methods/grpo.md and 1)."""
 
 import math
 import types
@@ -116,7 +116,7 @@ def test_tapo_advantages_match_a_reference_for_any_alpha(tapo_tokenizer, alpha, 
 
 
 def _zscore(r: torch.Tensor) -> torch.Tensor:
-    """One group, SPEC 0: unbiased std, eps 1e-6, all-equal -> 0."""
+    """One group, docs/methods/grpo.md: unbiased std, eps 1e-6, all-equal -> 0."""
     std = r.std()
     return (r - r.mean()) / (std + 1e-6) if std > 0 else torch.zeros_like(r)
 

@@ -59,7 +59,7 @@ def test_token_that_completes_the_tag_and_starts_the_reasoning_is_translation(pl
     tok = plain_tokenizer
     # ">\n" is one BPE token (learnt from "</translation>\n" in the gold completions): it ends
     # the tag and carries the reasoning's first character; it completes the tag, so it counts
-    # as translation (SPEC 1: "through the token that completes </translation>").
+    # as translation (docs/methods/tapo.md: "through the token that completes </translation>").
     head, opening, closing, tail = _encode(tok, "<translation>Q", "</translation", ">\n", "5")
     assert len(closing) == 1
     ids = head + opening + closing + tail

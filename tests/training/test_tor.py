@@ -1,4 +1,4 @@
-"""ToR in the engine (SPEC section 2): batch-global selection (one process, two simulated
+"""ToR in the engine (docs/methods/tor.md): batch-global selection (one process, two simulated
 ranks), the ``tor`` strategy rows and their options, and a ToR training step on a real tiny
 Qwen2.5-VL (the VL warm start is in test_vl_sft.py)."""
 

@@ -1,4 +1,4 @@
-"""Group-relative advantages: GRPO's z-score (SPEC section 0) and TAPO's step-level split (section 1).
+"""Group-relative advantages: GRPO's z-score (docs/methods/grpo.md) and TAPO's step-level split (docs/methods/tapo.md).
 
 Shapes: ``B`` completions in a batch, laid out as consecutive groups of ``G`` samples of
 the same prompt (``B = prompts * G``); ``S`` segments per completion; ``T`` tokens.
@@ -8,14 +8,14 @@ import torch
 
 from creditflow.algorithms._validate import check_ndim, check_same_shape, check_unit_interval
 
-# Threshold below which a segment advantage counts as zero for the sign-conflict rate (SPEC 1).
+# Threshold below which a segment advantage counts as zero for the sign-conflict rate (docs/methods/tapo.md).
 _NONZERO_ADVANTAGE = 1e-8
 
 
 def group_zscore(
     rewards: torch.Tensor, group_size: int, eps: float = 1e-6, scale_by_std: bool = True
 ) -> torch.Tensor:
-    """GRPO's group-relative advantage ``(R - mean) / (std + eps)`` (SPEC section 0).
+    """GRPO's group-relative advantage ``(R - mean) / (std + eps)`` (docs/methods/grpo.md).
 
     Args:
         rewards: ``(B,)`` scalar rewards, ``B`` a multiple of ``group_size``; entries
@@ -52,7 +52,7 @@ def group_zscore(
     if scale_by_std:
         advantages = advantages / (grouped.std(dim=1, unbiased=True, keepdim=True) + eps)
     # mean() of equal floats can be off by an ulp, leaving a tiny residual / tiny std;
-    # force the constant-group case to an exact 0 as SPEC 0 requires.
+    # force the constant-group case to an exact 0 as docs/methods/grpo.md requires.
     constant = (grouped == grouped[:, :1]).all(dim=1, keepdim=True)
     advantages = advantages.masked_fill(constant, 0.0)
     return advantages.view(-1)  # (B,)
@@ -65,7 +65,7 @@ def tapo_advantages(
     alpha: float,
     scale_by_std: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """TAPO's step-level relative advantages (SPEC section 1).
+    """TAPO's step-level relative advantages (docs/methods/tapo.md).
 
     Args:
         r_trans: ``(B,)`` translation rewards (format-masked chrF++ / 100).
@@ -125,7 +125,7 @@ def segment_token_advantages(
 
 
 def sign_conflict_rate(r_trans: torch.Tensor, r_reason: torch.Tensor, group_size: int) -> float:
-    """Share of segments whose own advantage disagrees in sign with the trajectory's (SPEC 1).
+    """Share of segments whose own advantage disagrees in sign with the trajectory's (docs/methods/tapo.md).
 
     Over all (completion i, segment) pairs with a non-zero segment advantage
     (``A_trans_i`` for the translation segment, ``A_reason_i`` for the reasoning one),

@@ -1,4 +1,4 @@
-"""Simulated user feedback on a page, exact or sampled (SPEC section 3; issue 15, section 1).
+"""Simulated user feedback on a page, exact or sampled (docs/methods/experience.md).
 
 A position-based click model with long views (``creditflow.tasks.reranking.ClickModel``):
 ``P(click at position p) = w_p * c_i`` and ``P(long view at p) = w_p * c_i * l_i`` for the

@@ -3,7 +3,7 @@
 Shapes: ``B`` sequences, ``T`` scored tokens, ``H`` hidden size, ``V`` vocabulary, ``N = B * T``
 positions, ``R`` positions of one chunk. At Qwen2.5's V = 151,936 one float32 ``(B, T, V)``
 logits tensor of a GRPO batch (B 32, T 64) is 1.2 GB, and autograd keeps it (and its
-gradient) through the backward pass (issue 13). Here the head and the log-softmax are fused
+gradient) through the backward pass. Here the head and the log-softmax are fused
 into one autograd function that holds at most one ``(R, V)`` chunk of logits at a time, in
 the forward and in the backward pass alike.
 """

@@ -1,5 +1,5 @@
-"""Policy-gradient and preference losses: GRPO's clipped surrogate (SPEC section 0) and the
-ExpModel pairwise loss (SPEC section 3.3).
+"""Policy-gradient and preference losses: GRPO's clipped surrogate (docs/methods/grpo.md) and the
+ExpModel pairwise loss (docs/methods/experience.md, step 3).
 
 Shapes: ``B`` sequences, ``T`` completion tokens, ``N`` preference pairs. ``mask`` is
 1 / True where a token counts and 0 on padding.
@@ -77,7 +77,7 @@ def micro_batch_share(agg: str, micro_mask: torch.Tensor, mask: torch.Tensor) ->
 
     ``policy_loss`` of a micro-batch (some rows of a minibatch), times this share, summed over
     micro-batches that partition the minibatch, is ``policy_loss`` of the whole minibatch, and
-    so is the gradient: every ``agg`` of SPEC section 0 is a sum over tokens divided by a
+    so is the gradient: every ``agg`` of docs/methods/grpo.md is a sum over tokens divided by a
     normaliser, and the share swaps the micro-batch's normaliser for the minibatch's.
 
     - ``seq-mean-token-mean``: a mean over sequences of per-sequence means, so b_micro / b;
@@ -183,7 +183,7 @@ SURROGATES: dict[
 
 
 def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str = "k3") -> torch.Tensor:
-    """Per-token KL estimate of the policy against a frozen reference (SPEC section 0).
+    """Per-token KL estimate of the policy against a frozen reference (docs/methods/grpo.md).
 
     Args:
         logp: ``(B, T)`` policy log-probs of the sampled tokens.
@@ -232,7 +232,7 @@ def policy_loss(  # noqa: PLR0917 - positional order fixed by the public API
     surrogate: str = "clip",
     max_ratio: float = 5.0,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """GRPO's clipped surrogate with per-token weights and optional KL (SPEC section 0), and
+    """GRPO's clipped surrogate with per-token weights and optional KL (docs/methods/grpo.md), and
     the GSPO / CISPO variants (docs/methods/loss_types.md).
 
     Per token ``l = -min(r * A, clip(r, 1 - clip_low, 1 + clip_high) * A)`` with
@@ -318,7 +318,7 @@ def policy_loss(  # noqa: PLR0917 - positional order fixed by the public API
 
 
 def pairwise_preference_loss(s_pos: torch.Tensor, s_neg: torch.Tensor, lam: float) -> torch.Tensor:
-    """ExpModel PFT loss ``-mean(log sigmoid(s+ - s-)) + lam * mean((s+ + s-)^2)`` (SPEC 3.3).
+    """ExpModel PFT loss ``-mean(log sigmoid(s+ - s-)) + lam * mean((s+ + s-)^2)`` (docs/methods/experience.md, step 3).
 
     The second term keeps the scalar scores centred and bounded.
 

@@ -1,4 +1,4 @@
-"""Ranking metrics and targets for the experience model and page-level GRPO (SPEC section 3).
+"""Ranking metrics and targets for the experience model and page-level GRPO (docs/methods/experience.md).
 
 Shapes: ``L`` candidates in a list, ``N`` lists (queries or sampled pages); ``...`` any
 leading batch dimensions.
@@ -14,7 +14,7 @@ GAIN_MODES = ("rank", "minmax")
 def ndcg_at_k(
     gains_in_ranked_order: torch.Tensor, k: int, ideal_gains: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """nDCG@k with linear gains (SPEC 3.5); matches ``sklearn.metrics.ndcg_score``.
+    """nDCG@k with linear gains (docs/methods/experience.md, step 5); matches ``sklearn.metrics.ndcg_score``.
 
     ``DCG@k = sum_{j <= k} g_j / log2(j + 1)`` (j 1-based), divided by the DCG@k of the
     ideal gains sorted descending.
@@ -58,7 +58,7 @@ def _ranks(scores: torch.Tensor) -> torch.Tensor:
 
 
 def rank_gains(scores: torch.Tensor, mode: str = "rank") -> torch.Tensor:
-    """Gains of the candidates under the ideal order ``y^s`` of experience scores (SPEC 3.5).
+    """Gains of the candidates under the ideal order ``y^s`` of experience scores (docs/methods/experience.md, step 5).
 
     Args:
         scores: ``(..., L)`` experience scores ``s_exp``.
@@ -87,7 +87,7 @@ def rank_gains(scores: torch.Tensor, mode: str = "rank") -> torch.Tensor:
 
 
 def augmented_target(clicked: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-    """Pre-training target ``y_aug`` of the generative reranker (SPEC 3.4).
+    """Pre-training target ``y_aug`` of the generative reranker (docs/methods/experience.md, step 4).
 
     Clicked candidates by experience score descending, then every other candidate
     (exposed or unexposed) by score descending; ties keep the lower index first.
@@ -119,7 +119,7 @@ def page_reward(  # noqa: PLR0917 - positional order fixed by the public API
     beta: float,
     k: int,
 ) -> torch.Tensor:
-    """Page-level GRPO reward ``alpha * R_old + beta * nDCG@k(y, y^s)`` (SPEC 3.5).
+    """Page-level GRPO reward ``alpha * R_old + beta * nDCG@k(y, y^s)`` (docs/methods/experience.md, step 5).
 
     Args:
         rankings: ``(N, L)`` long; row ``n`` is a permutation of candidate indices

@@ -1,4 +1,4 @@
-"""ToR token selection and reweighting (SPEC section 2).
+"""ToR token selection and reweighting (docs/methods/tor.md).
 
 Shapes: ``B`` sequences, ``T`` completion tokens, ``V`` vocabulary. ``mask`` is 1 / True
 where a token counts and 0 on padding.
@@ -30,7 +30,7 @@ def topp_entropy(
     renormalize: bool = True,
     chunk_size: int | None = None,
 ) -> torch.Tensor:
-    """Entropy of the top-p candidate distribution of every position (SPEC section 2).
+    """Entropy of the top-p candidate distribution of every position (docs/methods/tor.md).
 
     Sort the next-token probabilities, keep the smallest prefix whose cumulative mass is
     ``>= top_p`` (the token that crosses the threshold is kept), renormalise it to sum to 1
@@ -94,7 +94,7 @@ def visual_sensitivity(logp_with: torch.Tensor, logp_without: torch.Tensor) -> t
 
 
 def num_selected(n_valid: int, fraction: float) -> int:
-    """``k = ceil(fraction * n_valid)``, the size of a top-fraction selection (SPEC 2).
+    """``k = ceil(fraction * n_valid)``, the size of a top-fraction selection (docs/methods/tor.md).
 
     The product is rounded to 6 decimals before the ceiling so float noise cannot add a
     token: a fraction computed as ``0.1 + 0.2`` (0.30000000000000004) of 50 tokens
@@ -113,7 +113,7 @@ def top_fraction_mask(
     fraction: float,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
-    """Select the top ``fraction`` of the valid tokens of the whole batch by score (SPEC 2).
+    """Select the top ``fraction`` of the valid tokens of the whole batch by score (docs/methods/tor.md).
 
     Exactly ``k = ceil(fraction * n_valid)`` tokens are selected, taken over the flattened
     batch (not per sequence). Ties are broken uniformly at random by keys drawn from
@@ -147,7 +147,7 @@ def top_fraction_mask(
 
 
 def top_fraction_threshold(scores: torch.Tensor, mask: torch.Tensor, fraction: float) -> float:
-    """The score of the k-th selected token, ``k = ceil(fraction * n_valid)`` (SPEC 2).
+    """The score of the k-th selected token, ``k = ceil(fraction * n_valid)`` (docs/methods/tor.md).
 
     Pass scores gathered from every DDP rank to get one batch-wide threshold: each rank
     then selects its tokens scoring above it plus, at random, enough of those equal to it.
@@ -179,7 +179,7 @@ def tor_token_weights(  # noqa: PLR0917 - positional order fixed by the public A
     overlap: str = "sum",
     generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """ToR per-token weights ``w = gamma_r * 1[T_r] + gamma_p * 1[T_p]`` (SPEC section 2).
+    """ToR per-token weights ``w = gamma_r * 1[T_r] + gamma_p * 1[T_p]`` (docs/methods/tor.md).
 
     ``T_r`` is the top ``alpha_r`` of valid batch tokens by entropy, ``T_p`` the top
     ``alpha_p`` by visual sensitivity; every other token gets weight 0.
@@ -226,7 +226,7 @@ def tor_weights_from_selection(
     gamma_p: float,
     overlap: str = "sum",
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """ToR weights and selection metrics from already-selected token sets (SPEC section 2).
+    """ToR weights and selection metrics from already-selected token sets (docs/methods/tor.md).
 
     Shared by ``tor_token_weights`` and the engine's rank-global selection, which only
     differ in how ``T_r`` and ``T_p`` are chosen.

@@ -1,4 +1,4 @@
-"""Item annotators for the experience model (SPEC 3.1): the schema, a measuring heuristic, VLM
+"""Item annotators for the experience model (docs/methods/experience.md, step 1): the schema, a measuring heuristic, VLM
 backends."""
 
 from creditflow.annotation.base import ANNOTATORS, Annotator, build_annotator

@@ -1,9 +1,9 @@
-"""The annotator interface and the name -> annotator table (SPEC 3.1).
+"""The annotator interface and the name -> annotator table (docs/methods/experience.md, step 1).
 
 Every annotator turns items (``ITEM_COLUMNS``: ``item_id, category, title, image_png``) into one
 row per item with ``ANNOTATION_COLUMNS``: ``item_id``, ``status`` (``"ok"`` or ``"failed"``),
 ``overall``, one 1-5 score per ``DIMENSIONS``, ``analysis``, ``raw_text`` (the annotator's
-output, the SFT target of SPEC 3.2), ``attempts`` and ``error``. Failed rows keep their scores
+output, the SFT target of docs/methods/experience.md, step 2), ``attempts`` and ``error``. Failed rows keep their scores
 missing rather than guessed.
 """
 

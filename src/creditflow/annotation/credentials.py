@@ -1,4 +1,4 @@
-"""Where an annotator's secret comes from: Kedro credentials, then the environment (issue 16).
+"""Where an annotator's secret comes from: Kedro credentials, then the environment.
 
 Parameters are written to run manifests and MLflow, so a key never goes there. The ``openai``
 annotator names an entry of the Kedro credentials (``conf/local/credentials.yml``, git-ignored)

@@ -1,6 +1,6 @@
 """A measuring annotator: real image and text statistics mapped to the schema's 1-5 scores.
 
-It stands in for the VLM annotator of SPEC 3.1 where none is served: every score comes from a
+It stands in for the VLM annotator of docs/methods/experience.md, step 1 where none is served: every score comes from a
 measurement of the cover pixels or the title, and the analysis text reports those measurements,
 so the output is a legitimate (if simple-minded) SFT target for the ExpModel. It reads only
 ``ITEM_COLUMNS`` (``item_id, category, title, image_png``); the hidden ``true_*`` columns of the
@@ -20,14 +20,14 @@ Measurements (``G`` the grayscale cover, ``0.299 R + 0.587 G + 0.114 B``, in gre
   more, at least two) and stock phrases ("you won't believe"). Informativeness is the share of
   the remaining words that are topical (any category's vocabulary) or descriptors
   ("tutorial"). The markers are reported in the analysis but take nothing off a quality score:
-  click-bait appeal is a separate trait, not a lack of information (issue 15, section 2).
+  click-bait appeal is a separate trait, not a lack of information.
 - relevance, read from the title and the cover: the share of topical words that belong to the
   item's own category, and the share of cover pixels in the category's glyph colour
   (``glyph_share``: chroma, each pixel less its channel mean, within ``GLYPH_CHROMA_RADIUS`` of
   the colour's; an exposure shift moves the three channels alike, so it leaves chroma as it
   is, clipping aside). The score is the mean of the two grades, rounded half up; either alone
   where the other gives no evidence (no topical word, a category without a known colour).
-- an item judged for a search query (a ``query_text``, issue 15 section 2; ``for_query``):
+- an item judged for a search query (a ``query_text``; ``for_query``):
   relevance is the same two shares measured against the query's topic instead of the item's
   own category (the topic: the category whose vocabulary holds most of the query's words,
   ``query_topic``; a query naming no known topic is judged against the item's own category),

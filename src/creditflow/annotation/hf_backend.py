@@ -1,4 +1,4 @@
-"""Local VLM annotator through transformers (SPEC 3.1): the paper's Qwen2.5-VL annotator in-process.
+"""Local VLM annotator through transformers (docs/methods/experience.md, step 1): the paper's Qwen2.5-VL annotator in-process.
 
 Each item is one user turn of a Qwen2.5-VL-style model: the cover image, then the OpenAI
 backend's prompt (title, category and the schema instructions; ``DEFAULT_PROMPT_TEMPLATE``),

@@ -1,4 +1,4 @@
-"""VLM annotator over an OpenAI-compatible chat-completions endpoint (SPEC 3.1).
+"""VLM annotator over an OpenAI-compatible chat-completions endpoint (docs/methods/experience.md, step 1).
 
 The paper annotates with Qwen2.5-VL-32B; any server speaking the OpenAI chat API (vLLM, SGLang,
 TGI, llama.cpp) can play that role, through the official ``openai`` client. Each item is one
@@ -34,7 +34,7 @@ read already waiting is not cut short, so an item ends at most one ``timeout_s``
 deadline: n items take at most ``ceil(n / max_concurrency) * (request_deadline_s + timeout_s)``
 and never more than ``step_deadline_s + timeout_s``.
 
-Secrets (issue 16): everything the server sends back (error bodies, replies) passes through
+Secrets: everything the server sends back (error bodies, replies) passes through
 :func:`creditflow.redaction.scrub` before it is logged, cached or stored, so a 401 body that
 echoes the key leaves ``[REDACTED]`` in ``item_annotations``. The key itself comes from Kedro
 credentials or ``OPENAI_API_KEY`` (:mod:`creditflow.annotation.credentials`), never parameters;

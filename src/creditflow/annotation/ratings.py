@@ -1,6 +1,6 @@
 """A text-only teacher for catalogues without covers: an item's analysis from its ratings.
 
-MovieLens has no images for the VLM annotator of SPEC 3.1 to read, but it has what that
+MovieLens has no images for the VLM annotator of docs/methods/experience.md, step 1 to read, but it has what that
 annotator stands in for: many users' judgement of each movie. The teacher turns the ratings of
 an item into the same kind of annotation the synthetic chain's annotator writes, an analysis
 text followed by an ``overall`` score, for the text-only ExpModel

@@ -1,4 +1,4 @@
-"""The item-annotation schema y of SPEC 3.1 and the tolerant parser of annotator output.
+"""The item-annotation schema y of docs/methods/experience.md, step 1 and the tolerant parser of annotator output.
 
 An annotation is one flat JSON object::
 
@@ -15,7 +15,7 @@ An annotation is one flat JSON object::
 Each dimension is an integer score from 1 (worst) to 5 (best experience; a ``noise`` of 5 means
 a clean image), ``overall`` a number in [1, 5] and ``analysis`` the non-empty reasoning text.
 The same JSON is what an annotator writes, what the ExpModel learns to generate in SFT
-(SPEC 3.2), and what :func:`parse_annotation` reads back.
+(docs/methods/experience.md, step 2), and what :func:`parse_annotation` reads back.
 
 This module also fixes the frame every annotator returns (``ANNOTATION_COLUMNS``) and the item
 fields an annotator may read (``ITEM_COLUMNS``).
@@ -23,7 +23,7 @@ fields an annotator may read (``ITEM_COLUMNS``).
 An item may come with a search query (a ``QUERY_COLUMN`` column, one row per query and item):
 the annotator then judges the item *for that query* (relevance to the query, not only to the
 item's own category) and its rows carry the query too, so the experience model can learn the
-query-aware score s_{q,v} of SPEC 3.3 (``expmodel_sft.score_mode: query``).
+query-aware score s_{q,v} of docs/methods/experience.md, step 3 (``expmodel_sft.score_mode: query``).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Task sources from the catalog (issue 13): ``tapo.tasks.source`` and ``tor.tasks.source``;
-and the experience chain's catalogue and logs (issue 15, section 4): ``annotation.source.items``
+"""Task sources from the catalog: ``tapo.tasks.source`` and ``tor.tasks.source``;
+and the experience chain's catalogue and logs: ``annotation.source.items``
 and ``annotation.source.impressions``.
 
 Kedro builds the pipelines before it reads ``--params``, so a parameter cannot choose a
@@ -104,7 +104,7 @@ def source_problem(entry: str, source: Any, conf_catalog: Mapping[str, Any]) -> 
     listed = f"`{SYNTHETIC}` or one of the catalog's {schema} datasets: {', '.join(valid)}"
     declare = (
         f"a dataset of your own becomes a source with `metadata: {{{SCHEMA_KEY}: {schema}}}` "
-        "in its catalog entry (README 'Your own data')"
+        "in its catalog entry (docs/howto/own_data.md)"
     )
     if source in conf_catalog:
         return (

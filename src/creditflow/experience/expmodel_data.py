@@ -1,16 +1,16 @@
-"""ExpModel training (SPEC section 3, steps 2-3): SFT on item annotations, then pairwise PFT.
+"""ExpModel training (docs/methods/experience.md, steps 2-3): SFT on item annotations, then pairwise PFT.
 
 Stage I (SFT) teaches a small vision-language model to write an item's annotation y from its
 cover image and title: ``L_SFT = -sum_t log p(y_t | y_<t, x)`` over the annotation tokens only.
 Stage II (PFT) puts a scalar head on the SFT'd backbone (``creditflow.models.scorer.ExpScorer``)
 and trains it on ordered pairs (A > B) of candidates of long-tail queries with
 ``pairwise_preference_loss``. ``score_items`` then gives every item its experience score
-``s_exp``, the input of the augmented targets and the page-level reward (SPEC 3.4-3.5).
+``s_exp``, the input of the augmented targets and the page-level reward (docs/methods/experience.md, steps 4-5).
 
 The prompt x is one user turn: the cover image, then ``EXPMODEL_PROMPT`` filled with the item's
 category and title (the annotator judges relevance against the category, so the model sees it
 too). ``SCORE_MODES`` says what is scored: ``"query"`` scores an item *for a search query*,
-s_{q,v} as SPEC 3.3 writes it: the query text closes the prompt (``QUERY_PROMPT``), SFT learns
+s_{q,v} as docs/methods/experience.md, step 3 writes it: the query text closes the prompt (``QUERY_PROMPT``), SFT learns
 the annotation of the (query, item) pair (relevance judged for the query), and PFT pairs are
 formed per query from those annotations; ``"item"`` scores the item alone, for catalogues
 without queries. A frame of annotations, pairs or scores is per (query, item) when it has the
@@ -180,19 +180,19 @@ def ok_annotations(annotations_df: pd.DataFrame) -> pd.DataFrame:
 def split_items(item_ids: Sequence[Any], unseen_fraction: float, seed: int) -> pd.DataFrame:
     """Seeded split of the catalogue into the items the ExpModel trains on and unseen ones.
 
-    SFT and PFT read only ``TRAIN`` items (``items_in_split``, ``pairs_within``); the
-    evaluation measures ``s_exp`` on the ``UNSEEN`` ones, which no training step has seen
-    (issue 15, section 2): what s_exp is for is scoring items nobody annotated or paired.
+     SFT and PFT read only ``TRAIN`` items (``items_in_split``, ``pairs_within``); the
+     evaluation measures ``s_exp`` on the ``UNSEEN`` ones, which no training step has seen
+    : what s_exp is for is scoring items nobody annotated or paired.
 
-    >>> split_items([10, 11, 12, 13], 0.5, seed=0)["split"].value_counts().to_dict()
-    {'train': 2, 'unseen': 2}
+     >>> split_items([10, 11, 12, 13], 0.5, seed=0)["split"].value_counts().to_dict()
+     {'train': 2, 'unseen': 2}
 
-    Returns:
-        ``ITEM_SPLIT_COLUMNS`` (``item_id``, ``split``) in ``item_ids`` order, exactly
-        ``round(unseen_fraction * n)`` of them ``UNSEEN``.
+     Returns:
+         ``ITEM_SPLIT_COLUMNS`` (``item_id``, ``split``) in ``item_ids`` order, exactly
+         ``round(unseen_fraction * n)`` of them ``UNSEEN``.
 
-    Raises:
-        ValueError: a fraction outside [0, 1), repeated ids, or no training item left.
+     Raises:
+         ValueError: a fraction outside [0, 1), repeated ids, or no training item left.
     """
     ids = list(item_ids)
     if type(unseen_fraction) not in (int, float) or not 0 <= unseen_fraction < 1:
@@ -242,7 +242,7 @@ def preference_pairs(
     max_pairs: int | None = None,
     seed: int = 0,
 ) -> pd.DataFrame:
-    """SPEC 3.3: ordered pairs (A > B) of candidates under long-tail queries.
+    """docs/methods/experience.md, step 3: ordered pairs (A > B) of candidates under long-tail queries.
 
     Within each session whose ``query_frequency_band`` is in ``bands``, every ordered pair of
     candidates with ok annotations and ``overall(A) - overall(B) >= margin`` is a pair

@@ -106,7 +106,7 @@ def train_expmodel_pft(
     checkpoints: CheckpointStore | None = None,
     progress: bool = True,
 ) -> tuple[ExpScorer, list[dict[str, float]], float]:
-    """SPEC 3.3: train ``scorer`` in place on ordered pairs with ``pairwise_preference_loss``.
+    """docs/methods/experience.md, step 3: train ``scorer`` in place on ordered pairs with ``pairwise_preference_loss``.
 
     Part of the pairs is held out (``options.heldout_split``) and scored after training. Each
     step scores the ``2 * batch_size`` items of ``batch_size`` training pairs in one
@@ -206,7 +206,7 @@ def train_expmodel_pft(
 def pft_loss(
     scorer: ExpScorer, inputs: dict[str, torch.Tensor], lam: float
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """SPEC 3.3 loss of one batch whose first half of rows are the preferred items: ``inputs``
+    """docs/methods/experience.md, step 3 loss of one batch whose first half of rows are the preferred items: ``inputs``
     are the scorer's (any backbone: the VL ExpModel's, or a text one's ``input_ids`` and
     ``attention_mask``, ``experience.text_expmodel``), ``(2b, P)`` each."""
     scores = scorer(**inputs)  # (2b,)

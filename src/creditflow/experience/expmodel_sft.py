@@ -61,7 +61,7 @@ def expmodel_sft_examples(
     Each example is the chat-formatted prompt (image placeholder expanded to its image tokens,
     then the text, then the assistant header) followed by ``expmodel_target`` + eos. Labels are
     ``IGNORE_INDEX`` on the whole prompt (image tokens included), so the loss covers exactly the
-    target tokens and the eos (SPEC 3.2: "loss on the analysis tokens only").
+    target tokens and the eos (docs/methods/experience.md, step 2: "loss on the analysis tokens only").
 
     Args:
         processor: a Qwen2.5-VL processor (``build_tiny_processor`` or a checkpoint's).
@@ -196,7 +196,7 @@ def train_expmodel_sft(
     checkpoints: CheckpointStore | None = None,
     progress: bool = True,
 ) -> tuple[torch.nn.Module, list[dict[str, float]]]:
-    """SPEC 3.2: fine-tune the VL ``model`` in place to write each item's annotation.
+    """docs/methods/experience.md, step 2: fine-tune the VL ``model`` in place to write each item's annotation.
 
     ``training``: steps, items per step, AdamW and clipping (the chain's settings:
     ``EXPMODEL_TRAINING``); examples are drawn in a seeded order, reshuffled every epoch

@@ -30,7 +30,7 @@ def run_page_grpo(
     config: GRPOConfig,
     checkpoints: CheckpointStore | None,
 ) -> tuple[PointerReranker, GRPOResult]:
-    """Page-level GRPO (SPEC 3.5, ``experience.page_reward``) on a copy of ``model``: prompts are
+    """Page-level GRPO (docs/methods/experience.md, step 5, ``experience.page_reward``) on a copy of ``model``: prompts are
     session indices of ``features`` ``(N, L, F)`` / ``mask`` ``(N, L)``, the policy samples
     rankings at ``config.temperature``; with ``config.beta > 0`` the engine keeps a frozen copy
     of the starting reranker as the KL reference. Resumes from ``checkpoints`` when a run with

@@ -1,7 +1,7 @@
-"""Page-level GRPO (SPEC 3.5): the engine's ``grpo`` advantage on the page reward
+"""Page-level GRPO (docs/methods/experience.md, step 5): the engine's ``grpo`` advantage on the page reward
 ``alpha * R_old + beta * nDCG@k(y, y^s)``, with pages sampled by the ``RerankerPolicy``.
 ``R_old`` is the business objective: the simulated users' clicks and long views on the sampled
-page (``SimulatedFeedback``, issue 15) or the logged-click nDCG (``LoggedClicks``).
+page (``SimulatedFeedback``) or the logged-click nDCG (``LoggedClicks``).
 
 Nothing in the loop is specific to pages: the method is this reward and the config it runs
 under (one ``"page"`` reward, one pointer step per candidate). ``page_grpo.run_page_grpo``
@@ -43,7 +43,7 @@ FEEDBACK_MODES = ("expected", "sampled")
 
 
 class LoggedClicks:
-    """``R_old`` of SPEC 3.5 as first written: nDCG@k of the clicks logged under the old order.
+    """``R_old`` of docs/methods/experience.md, step 5 as first written: nDCG@k of the clicks logged under the old order.
     Counterfactual: an item the old page never exposed has no click, so it never scores.
 
     Args:
@@ -73,7 +73,7 @@ class LoggedClicks:
 
 class SimulatedFeedback:
     """``R_old`` = the business objective of the paper, clicks + long views, as the simulated
-    users (the world's ``ClickModel``) give it to the sampled page itself (issue 15, section 1).
+    users (the world's ``ClickModel``) give it to the sampled page itself.
 
     ``R_old(y) = (clicks(y) + long_view_weight * long_views(y)) / best``, where ``best`` is the
     expected value of the best page of that session (candidates by
@@ -159,7 +159,7 @@ def check_ndim_2(name: str, tensor: torch.Tensor) -> None:
 
 
 class PageReward:
-    """The page-level GRPO reward ``alpha * R_old + beta * nDCG@k(y, y^s)`` (SPEC 3.5), called
+    """The page-level GRPO reward ``alpha * R_old + beta * nDCG@k(y, y^s)`` (docs/methods/experience.md, step 5), called
     as the engine's ``RewardFn``.
 
     Row ``i`` of the tensors belongs to prompt ``i`` of the trainer (``GRPOTrainer(policy,
@@ -251,7 +251,7 @@ def page_reward_of(
                 "reranker_grpo.reward.r_old: simulated needs simulated users, who read the hidden "
                 "relevance and true_quality of the synthetic world (or of a catalogue of your own "
                 "with true_quality); these logs have none: set reranker_grpo.reward.r_old: "
-                "logged_clicks (README 'Your own data')"
+                "logged_clicks (docs/howto/own_data.md)"
             )
         click, long_view = candidate_response(sessions, catalogue, click_model)
         business = SimulatedFeedback(

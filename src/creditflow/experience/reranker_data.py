@@ -1,4 +1,4 @@
-"""The reranker chain's tables as tensors and back (SPEC section 3).
+"""The reranker chain's tables as tensors and back (docs/methods/experience.md).
 
 The pipelines ``annotation`` -> ``expmodel_sft`` -> ``expmodel_pft`` -> ``experience_scoring``
 -> ``augmented_targets`` -> ``reranker_pretrain`` -> ``reranker_grpo`` -> ``reranker_eval`` pass

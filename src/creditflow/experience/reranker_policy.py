@@ -1,4 +1,4 @@
-"""A GRPO policy around the generative reranker (SPEC section 3, step 5).
+"""A GRPO policy around the generative reranker (docs/methods/experience.md, step 5).
 
 Shape symbols: ``N`` sessions the policy holds, ``B`` sampled pages (= prompts x G), ``L``
 candidates per page, ``F`` candidate features. A "prompt" is a session index (row of the

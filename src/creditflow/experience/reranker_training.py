@@ -1,5 +1,5 @@
 """Generative reranker engine pieces: features, targets, teacher-forced pre-training and
-evaluation (SPEC section 3, steps 4-5). The page-level GRPO reward is in
+evaluation (docs/methods/experience.md, steps 4-5). The page-level GRPO reward is in
 ``experience.page_reward``.
 
 Shape symbols: ``N`` sessions, ``B`` sampled pages, ``L`` candidates per session (the longest
@@ -42,12 +42,12 @@ logger = logging.getLogger(__name__)
 # Columns of the last axis of ``session_features``; each is 0 on padding.
 FEATURE_NAMES = (
     "exp_score",  # s_exp of the candidate (0 when no scores are given)
-    "exp_rank_gain",  # (L - rank) / L of s_exp within the session: the y^s gain of SPEC 3.5
+    "exp_rank_gain",  # (L - rank) / L of s_exp within the session: the y^s gain of docs/methods/experience.md, step 5
     "log_popularity_z",  # log(popularity), z-scored over the item table
     "category_match",  # 1 when the item's category is the one the query's words name
     "logged_position",  # position in the logged order / (L - 1)
     "logged_reciprocal_rank",  # 1 / (position + 1): the position bias of the logged page
-    # Content signals of the title (issue 15, section 3: every reranker reads the same ones).
+    # Content signals of the title (every reranker reads the same ones).
     "title_clickbait",  # share of the 3 click-bait markers: a known prefix, "!!!", all caps
     "title_filler_share",  # share of the title's words that are vague fillers ("this", "stuff")
     "title_query_match",  # share of the title's words that are topical words of the query's
@@ -268,7 +268,7 @@ def click_first_order(clicked: torch.Tensor, logged_order: torch.Tensor) -> torc
 def augmented_targets(
     clicked: torch.Tensor, exp_scores: torch.Tensor, mask: torch.Tensor
 ) -> torch.Tensor:
-    """``y_aug`` (SPEC 3.4, ``algorithms.augmented_target``) of padded sessions: padding slots
+    """``y_aug`` (docs/methods/experience.md, step 4, ``algorithms.augmented_target``) of padded sessions: padding slots
     get score ``-inf`` so they come last, in index order (stable ties), as the reranker
     expects.
 
@@ -282,7 +282,7 @@ def augmented_targets(
 def teacher_forcing_nll(
     model: PointerReranker, features: torch.Tensor, mask: torch.Tensor, targets: torch.Tensor
 ) -> torch.Tensor:
-    """Scalar mean negative log-likelihood per counted step of ``targets`` (SPEC 3.4).
+    """Scalar mean negative log-likelihood per counted step of ``targets`` (docs/methods/experience.md, step 4).
 
     features: ``(N, L, F)``; mask: ``(N, L)`` bool; targets: ``(N, L)`` long rankings. Padding
     steps are forced and excluded from the mean.
@@ -301,7 +301,7 @@ def pretrain_reranker(
     checkpoints: CheckpointStore | None = None,
     progress: bool = True,
 ) -> list[dict[str, float]]:
-    """Teacher-forced pre-training of the reranker on target rankings (SPEC 3, step 4).
+    """Teacher-forced pre-training of the reranker on target rankings (docs/methods/experience.md, step 4).
 
     Each step draws ``training.batch_size`` sessions (``EpochSampler``: reshuffled every epoch,
     a batch may straddle two), minimises ``teacher_forcing_nll`` with AdamW and leaves the

@@ -1,4 +1,4 @@
-"""A simulated online A/B of rankers (issue 15, section 1).
+"""A simulated online A/B of rankers.
 
 Every ranker's page of a held-out session goes to the same simulated users: the world's
 ``ClickModel`` (``creditflow.tasks.reranking``), which drew the logged clicks, now reacts to

@@ -1,4 +1,4 @@
-"""A text-only ExpModel (SPEC section 3, steps 2-3) for catalogues without covers (MovieLens).
+"""A text-only ExpModel (docs/methods/experience.md, steps 2-3) for catalogues without covers (MovieLens).
 
 The same two stages as the VL ExpModel (``experience.expmodel_sft`` / ``expmodel_pft``), on a
 text Qwen2:
@@ -89,7 +89,7 @@ def catalogue_pairs(
 ) -> pd.DataFrame:
     """Ordered pairs (A > B) of annotated items with ``overall(A) - overall(B) >= margin``.
 
-    Without queries or sessions to pair within (SPEC 3.3 pairs candidates of one query), pairs
+    Without queries or sessions to pair within (docs/methods/experience.md, step 3 pairs candidates of one query), pairs
     come from the whole annotated catalogue, oriented better-first, each unordered pair once:
     seeded uniform draws of two distinct items, kept when their gap reaches ``margin``, until
     ``max_pairs``; when that is half or more of all such pairs, a seeded sample of all of them
@@ -159,7 +159,7 @@ def train_text_expmodel_pft(
     options: expmodel_pft.PFTOptions | None = None,
     progress: bool = True,
 ) -> tuple[ExpScorer, list[dict[str, float]], float]:
-    """SPEC 3.3 on text: train ``scorer`` in place on ``pairs`` (``catalogue_pairs``).
+    """docs/methods/experience.md, step 3 on text: train ``scorer`` in place on ``pairs`` (``catalogue_pairs``).
 
     Part of the pairs is held out as ``expmodel_pft.train_expmodel_pft`` does
     (``options.heldout_fraction`` / ``heldout_split``, ``expmodel_data.split_pairs``) and scored

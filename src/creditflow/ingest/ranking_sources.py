@@ -1,9 +1,9 @@
-"""A user's catalogue and impression logs as the experience chain's tables (issue 15, section 4).
+"""A user's catalogue and impression logs as the experience chain's tables.
 
 ``annotation.source.items`` / ``annotation.source.impressions`` name catalog datasets in the
 :data:`~creditflow.ingest.schemas.RANKING_ITEMS_SCHEMA` /
 :data:`~creditflow.ingest.schemas.RANKING_IMPRESSIONS_SCHEMA` (Parquet, CSV, JSON lines ...;
-README "Your own data"). :func:`ranking_items` turns the catalogue into ``catalogue_items`` and
+docs/howto/own_data.md). :func:`ranking_items` turns the catalogue into ``catalogue_items`` and
 :func:`ranking_sessions` the logs into the sessions of ``query_logs_{train,heldout}``, with the
 columns the synthetic world writes (:mod:`creditflow.tasks.reranking`), so every later node
 reads them unchanged:

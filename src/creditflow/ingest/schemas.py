@@ -159,7 +159,7 @@ MOVIELENS_TAGS_SCHEMA = TableSchema(
     key=("user_id", "item_id", "tag"),
 )
 
-# --- a user's catalogue and logs for the experience chain (issue 15, section 4) -----------------
+# --- a user's catalogue and logs for the experience chain -----------------
 # Read as task sources (annotation.source.items / .impressions; creditflow.ingest.ranking_sources
 # turns them into catalogue_items and query_logs_{train,heldout}). The key columns are required;
 # the *_OPTIONAL ones may be left out (or left blank per row) and get the default they name.

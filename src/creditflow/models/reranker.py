@@ -1,5 +1,5 @@
 """The generative reranker: a pointer network that emits a page one candidate at a time
-(SPEC section 3, steps 4-5).
+(docs/methods/experience.md, steps 4-5).
 
 Shape symbols: ``N`` pages (sessions, or ``B`` sampled rows), ``L`` candidates per page,
 ``F`` candidate features, ``D`` model width. ``mask`` is 1 / True on real candidates and 0 on

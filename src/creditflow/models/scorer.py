@@ -1,4 +1,4 @@
-"""The ExpModel scorer of SPEC section 3, step 3: a vision-language backbone with a scalar head.
+"""The ExpModel scorer of docs/methods/experience.md, step 3: a vision-language backbone with a scalar head.
 
 PFT "replaces the LM head by a scalar head s": the SFT'd generator's inner model (for
 Qwen2.5-VL, ``Qwen2_5_VLForConditionalGeneration.model``: ViT, merger, embeddings and decoder,
@@ -40,7 +40,7 @@ class ExpScorer(nn.Module):
     """Scalar experience score ``s`` of an item from its prompt (cover image + title).
 
     The head starts at zero, so an untrained scorer gives every item 0: every pair is a tie,
-    the PFT loss starts at ``log 2`` and the centring term of SPEC 3.3 at 0.
+    the PFT loss starts at ``log 2`` and the centring term of docs/methods/experience.md, step 3 at 0.
 
     Args:
         backbone: a model whose forward returns ``last_hidden_state`` ``(B, P, H)``, e.g.

@@ -65,7 +65,7 @@ def train_bpe_tokenizer(
             control tokens; the ``special_tokens`` are added on top, so
             ``len(tokenizer) <= vocab_size + len(special_tokens)``.
         special_tokens: extra marker strings, e.g. ``("<translation>", "</translation>")``
-            for TAPO (SPEC section 1). They are *regular* added tokens (``special=False``):
+            for TAPO (docs/methods/tapo.md). They are *regular* added tokens (``special=False``):
             always one id each and never split, but part of the text, so
             ``decode(ids, skip_special_tokens=True)`` keeps them. The reward and segmentation
             code must see the markers in decoded completions.

@@ -1,4 +1,4 @@
-"""The vision-language policy for ToR (SPEC section 2): a tiny Qwen2.5-VL, its processor and inputs.
+"""The vision-language policy for ToR (docs/methods/tor.md): a tiny Qwen2.5-VL, its processor and inputs.
 
 No checkpoint can be downloaded here, so the embedded default is a randomly initialised
 ``Qwen2_5_VLForConditionalGeneration`` built from a real ``Qwen2_5_VLConfig`` (3D "mrope",
@@ -411,7 +411,7 @@ def freeze_vision_encoder(model: torch.nn.Module) -> torch.nn.Module:
     tower (``...visual.*``, a peft wrapper's names included) except the patch merger, the
     projector into the language model, stops requiring gradients; returns ``model``.
 
-    Why (README "The ToR world"): trained from scratch together with the language model, the
+    Why (docs/results.md "The ToR world"): trained from scratch together with the language model, the
     tiny policy's ViT collapses to an image-independent output within the SFT warm start
     (measured: the SFT loss was the same, to 1e-7, with the pictures of other problems), so no
     answer depends on the picture; its random initialisation keeps the pictures apart, and the
@@ -497,7 +497,7 @@ def vl_prompt_inputs(
 
 
 def text_only_prompt_inputs(processor: Any, prompts: Sequence[str]) -> dict[str, torch.Tensor]:
-    """The same user turns with the image removed: ToR's "no image" pass (SPEC section 2).
+    """The same user turns with the image removed: ToR's "no image" pass (docs/methods/tor.md).
 
     The visual sensitivity ``|log pi(o_t | image, q) - log pi(o_t | no image, q)|`` compares
     the same completion under both prompts; here the image item is dropped from the chat

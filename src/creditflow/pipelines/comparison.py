@@ -13,7 +13,7 @@ knows ``--params`` or ``--env``, so those can change a listed strategy's setting
 add one. ``check_strategies`` (run by ``hooks.parameter_check.ParameterCheckHook`` before the first node)
 then fails the run, saying so, instead of leaving the strategy out silently.
 
-Seeds (issue 17) are a loop inside each strategy's two nodes, not namespaces: the train node
+Seeds are a loop inside each strategy's two nodes, not namespaces: the train node
 runs the strategy's GRPO ``<group>.comparison.n_seeds`` times from the one warm start, run k
 with GRPO seed ``grpo.seed + k`` (``seed_overrides``), and the evaluate node evaluates each
 of those policies (``train_each_seed`` / ``evaluate_each_seed``). Why not a namespace per
@@ -108,7 +108,7 @@ STRATEGY_DATASETS = {
 }
 
 
-# ---------------------------------------------------------------- seeds (issue 17)
+# ---------------------------------------------------------------- seeds
 # (model, metrics, samples) of one GRPO run: what a pipeline's one-seed train function returns.
 Trained = tuple[Any, pd.DataFrame, pd.DataFrame]
 SEED = "seed"  # the column naming the GRPO seed in metrics, samples and evaluations
@@ -284,7 +284,7 @@ def labelled_tables(
     if unseeded:
         raise ValueError(
             f"{sorted(unseeded)} have no {SEED!r} column: they were saved before the "
-            "comparisons had seeds (issue 17); rerun those strategies' train and evaluate nodes"
+            "comparisons had seeds; rerun those strategies' train and evaluate nodes"
         )
     evaluations = [warm_start.assign(policy=WARM_START)]
     evaluations += [tables[RESULTS_PREFIX + n].assign(policy=n) for n in names]

@@ -321,7 +321,7 @@ class AnnotatorChoice(Block):
             raise ValueError(
                 f"options.{secrets[0]}: secrets do not belong in parameters (they are written "
                 "to run manifests and MLflow); name an entry of conf/local/credentials.yml "
-                "with options.credentials instead (README 'Credentials')"
+                "with options.credentials instead (docs/howto/credentials.md)"
             )
         options.pop("credentials", None)  # resolved to the key by the annotation node
         checked_options(options, ANNOTATORS[self.name], f"{self.name} annotator")

@@ -212,7 +212,7 @@ def _paired_sampled_gains(
     return out
 
 
-# ---------------------------------------------------------------- seeds (issue 17)
+# ---------------------------------------------------------------- seeds
 def summarise_per_seed(
     evaluations: pd.DataFrame,
     training_metrics: pd.DataFrame,

@@ -1,4 +1,4 @@
-"""TAPO's rewards (SPEC 1): format, translation (chrF++ / XCOMET) and reasoning (math_verify).
+"""TAPO's rewards (docs/methods/tapo.md): format, translation (chrF++ / XCOMET) and reasoning (math_verify).
 
 Pure functions of strings: ``B`` completions (and ``B`` references / answers) in, ``B``
 floats out; deterministic, and they never raise on malformed model output (it scores 0).

@@ -1,4 +1,4 @@
-"""TAPO's output format: ``<translation>ENGLISH QUESTION</translation>`` then the reasoning (SPEC 1).
+"""TAPO's output format: ``<translation>ENGLISH QUESTION</translation>`` then the reasoning (docs/methods/tapo.md).
 
 Everything here is plain string work on one completion at a time; lists are of length
 ``B`` (completions in a batch). Tags are matched case-sensitively and literally.
@@ -11,7 +11,7 @@ TRANSLATION_CLOSE = "</translation>"
 def extract_translation(completion: str) -> str | None:
     """The translation text of a well-formed completion, else None.
 
-    Well-formed (SPEC 1, the format reward): the completion holds exactly one
+    Well-formed (docs/methods/tapo.md, the format reward): the completion holds exactly one
     ``<translation>`` and exactly one ``</translation>`` (so nested or repeated blocks
     fail), only whitespace precedes ``<translation>``, the text between the tags is
     non-empty after ``str.strip()``, and non-whitespace text follows ``</translation>``.
@@ -39,7 +39,7 @@ def extract_translation(completion: str) -> str | None:
 
 
 def format_reward(completions: list[str]) -> list[float]:
-    """TAPO's format reward F in {0, 1} per completion (SPEC 1).
+    """TAPO's format reward F in {0, 1} per completion (docs/methods/tapo.md).
 
     1.0 iff :func:`extract_translation` finds a well-formed translation block (exactly one
     block, first, non-empty, followed by text); 0.0 otherwise.
@@ -59,7 +59,7 @@ def format_reward(completions: list[str]) -> list[float]:
 def translation_segment_end(completion: str) -> int | None:
     """Where the translation segment ends, as a character offset into ``completion``.
 
-    SPEC 1: the translation segment runs from the first completion token through the
+    docs/methods/tapo.md: the translation segment runs from the first completion token through the
     token that completes ``</translation>``; the reasoning segment is every later token.
 
     Returns:

@@ -1,10 +1,10 @@
-"""TAPO's reasoning reward: is the last ``\\boxed{...}`` answer right? (SPEC 1).
+"""TAPO's reasoning reward: is the last ``\\boxed{...}`` answer right? (docs/methods/tapo.md).
 
 The answer is located with plain string work in the calling process; the comparison with
 the gold answer runs math_verify in a child process (see ``_timeout``) so that every
 completion is bounded by a timeout that also works outside the main thread.
 
-Hostile output (issue 16): answers such as ``9^{9^{9^{9}}}``, ``(10^{10})!`` or 100k nested
+Hostile output: answers such as ``9^{9^{9^{9}}}``, ``(10^{10})!`` or 100k nested
 braces keep sympy busy until the timeout kills it, and each costs the whole timeout plus a
 worker restart. So answers are screened before anything parses them (:func:`screen_answer`:
 length, nesting and the size of the numbers they spell), the checks of one batch share a
@@ -43,7 +43,7 @@ FAILED = "failed"  # the check raised or crashed the worker (e.g. a C stack over
 TIMED_OUT = "timed_out"  # the check ran past timeout_s
 OVER_BUDGET = "over_budget"  # the batch's budget_s ran out before the check finished
 OUTCOMES = (RIGHT, WRONG, NO_ANSWER, REJECTED, FAILED, TIMED_OUT, OVER_BUDGET)
-# The outcomes the registry reports per completion, for a run to count (issue 16).
+# The outcomes the registry reports per completion, for a run to count.
 FLAGS = (REJECTED, TIMED_OUT, OVER_BUDGET)
 
 # screen_answer's caps. Real gold answers (GSM8K, MGSM, TAPO's synthetic tasks, TabMWP,
@@ -63,7 +63,7 @@ FIRST_PASS_TIMEOUT_S = 1.0
 def extract_boxed_answer(completion: str) -> str | None:
     """The content of the LAST ``\\boxed{...}`` in the reasoning part, else None.
 
-    The reasoning part is the text after the first ``</translation>`` (SPEC 1's reasoning
+    The reasoning part is the text after the first ``</translation>`` (docs/methods/tapo.md's reasoning
     segment); a completion without ``</translation>`` is searched whole, so the reward
     also serves math prompts that ask for no translation (TAPO's format is scored by the
     format reward, not here). None when there is no ``\\boxed{`` or the last one is never
@@ -93,7 +93,7 @@ def extract_boxed_answer(completion: str) -> str | None:
 
 
 def normalize_thousands(text: str) -> str:
-    """Drop thousands separators: ``2,125`` -> ``2125`` (SPEC 1: commas must be handled).
+    """Drop thousands separators: ``2,125`` -> ``2125`` (docs/methods/tapo.md: commas must be handled).
 
     >>> normalize_thousands("1,234,567.5 and (1,2)")
     '1234567.5 and (1,2)'
@@ -210,7 +210,7 @@ def reasoning_reward(
     max_nesting: int = MAX_NESTING,
     max_digits: int = MAX_DIGITS,
 ) -> list[float]:
-    """TAPO's reasoning reward R_reason in {0, 1} per completion (SPEC 1).
+    """TAPO's reasoning reward R_reason in {0, 1} per completion (docs/methods/tapo.md).
 
     1.0 iff the last ``\\boxed{...}`` of the reasoning part (:func:`extract_boxed_answer`),
     parsed with math_verify, equals the gold answer; 0.0 when it is wrong, missing,
@@ -527,7 +527,7 @@ def _verify_in_worker(predicted: str, gold: str) -> bool:
         # Deliberately broad: model junk can make antlr / latex2sympy / sympy raise nearly
         # anything (RecursionError, ValueError past int's digit limit, TypeError, ...)
         # despite math_verify's raise_on_error=False. An unverifiable answer is a wrong
-        # answer (SPEC 1), never a crashed training step.
+        # answer (docs/methods/tapo.md), never a crashed training step.
         return False
 
 

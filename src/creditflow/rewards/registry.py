@@ -5,7 +5,7 @@ decoded completions, ``B`` reference English questions and ``B`` gold answers in
 rewards out, and ``flags``: flag name -> ``B`` floats in {0, 1} saying how each reward was
 come by (the reasoning reward's ``reasoning.FLAGS``: answers rejected unparsed, checks that
 timed out or that the batch budget left undone; empty for the other rewards). A run counts
-the flags (issue 16); they are never rewards. Each entry reads the arguments it needs and
+the flags; they are never rewards. Each entry reads the arguments it needs and
 ignores the others; keyword arguments go to the underlying reward (``metric=`` for
 ``translation``; ``timeout_s=``, ``budget_s=`` and the caps for ``reasoning``), checked up
 front by :func:`check_reward_options`.
@@ -24,21 +24,21 @@ RewardFunction = Callable[..., RewardOutput]
 
 
 def _format(completions: list[str], references: list[str], answers: list[str]) -> RewardOutput:
-    """F in {0, 1} (SPEC 1); ``references`` and ``answers`` are unused."""
+    """F in {0, 1} (docs/methods/tapo.md); ``references`` and ``answers`` are unused."""
     return format_reward(completions), {}
 
 
 def _translation(
     completions: list[str], references: list[str], answers: list[str], **kw: Any
 ) -> RewardOutput:
-    """R_trans = F * chrF++ / 100 (SPEC 1); ``answers`` is unused."""
+    """R_trans = F * chrF++ / 100 (docs/methods/tapo.md); ``answers`` is unused."""
     return translation_reward(completions, references, **kw), {}
 
 
 def _reasoning(
     completions: list[str], references: list[str], answers: list[str], **kw: Any
 ) -> RewardOutput:
-    """R_reason in {0, 1} (SPEC 1) and the FLAGS of each check; ``references`` is unused."""
+    """R_reason in {0, 1} (docs/methods/tapo.md) and the FLAGS of each check; ``references`` is unused."""
     outcomes = reasoning_outcomes(completions, answers, **kw)
     rewards = [1.0 if outcome == RIGHT else 0.0 for outcome in outcomes]
     return rewards, {flag: [float(outcome == flag) for outcome in outcomes] for flag in FLAGS}

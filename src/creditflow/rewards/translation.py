@@ -1,4 +1,4 @@
-"""TAPO's translation reward: format-masked fidelity of the English pivot (SPEC 1).
+"""TAPO's translation reward: format-masked fidelity of the English pivot (docs/methods/tapo.md).
 
 R_trans = F * chrF++(translation, reference English question) / 100, or F * XCOMET with
 the optional ``unbabel-comet`` package. Lists are of length ``B`` (completions in a batch).
@@ -14,7 +14,7 @@ from creditflow.rewards.format import extract_translation
 TRANSLATION_METRICS = ("chrf++", "xcomet")
 DEFAULT_XCOMET_MODEL = "Unbabel/XCOMET-XL"
 
-# chrF++ is chrF with word unigrams and bigrams (word_order=2), sentence level (SPEC 1).
+# chrF++ is chrF with word unigrams and bigrams (word_order=2), sentence level (docs/methods/tapo.md).
 # One object for the process: sentence_score keeps no state between calls.
 _CHRF_PLUS_PLUS = CHRF(word_order=2)
 
@@ -38,7 +38,7 @@ def translation_reward(
     model_name: str = DEFAULT_XCOMET_MODEL,
     batch_size: int = 8,
 ) -> list[float]:
-    """TAPO's translation reward R_trans = F * similarity(translation, reference) (SPEC 1).
+    """TAPO's translation reward R_trans = F * similarity(translation, reference) (docs/methods/tapo.md).
 
     A completion that fails the format reward F (see
     :func:`~creditflow.rewards.format.extract_translation`) scores 0.0 without being scored.

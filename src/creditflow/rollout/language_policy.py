@@ -8,7 +8,7 @@ default, the ``lean`` decoder, vLLM). Log-probs are recomputed by a forward over
 rows with one prompt runs that prompt once and shares its KV cache (``rollout.shared_prefix``,
 exact, gradients included), else one forward per batch (``output_head_inputs``). The head is
 then applied a chunk of positions at a time (``algorithms.token_logprobs``), so no
-``(B, T, V)`` logits tensor is ever held (issue 13).
+``(B, T, V)`` logits tensor is ever held.
 """
 
 from __future__ import annotations
@@ -41,12 +41,12 @@ class SamplingSettings:
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
-    entropy_top_p: float = 0.95  # ToR's top-p for the reasoning-token entropy (SPEC section 2)
+    entropy_top_p: float = 0.95  # ToR's top-p for the reasoning-token entropy (docs/methods/tor.md)
     # Positions whose logits are computed at once when scoring (algorithms.token_logprobs);
     # None: as many as 2**24 logits hold (every position at a small vocabulary).
     logprob_chunk_size: int | None = None
     # Score each run of rows with the same prompt with one forward of that prompt and its KV
-    # cache expanded to the rows (rollout.shared_prefix, issue 14); exact, language policies only.
+    # cache expanded to the rows (rollout.shared_prefix); exact, language policies only.
     shared_prefix: bool = True
 
     def request(

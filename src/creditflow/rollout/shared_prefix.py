@@ -1,4 +1,4 @@
-"""Score the G completions of a prompt with one forward of that prompt (issue 14, section 2).
+"""Score the G completions of a prompt with one forward of that prompt.
 
 Shape symbols: B rows, N runs (maximal blocks of consecutive rows with the same prompt ids and
 mask; a GRPO batch has one per prompt, of length G), P prompt tokens (left-padded), T completion

@@ -1,4 +1,4 @@
-"""A GRPO policy around a Qwen2.5-VL-style vision-language model: ToR's policy (SPEC section 2).
+"""A GRPO policy around a Qwen2.5-VL-style vision-language model: ToR's policy (docs/methods/tor.md).
 
 Shape symbols: ``B`` sequences, ``P`` prompt tokens (left-padded), ``T`` completion tokens
 (right-padded), ``V`` vocabulary, ``N`` patches of one image (at most ``N_max`` in a batch),
@@ -13,7 +13,7 @@ index, and the model's flat layout is rebuilt just before each forward (``flat_p
 The forward over ``[prompt, completion]`` follows ``creditflow.models.vision``: it passes
 ``mm_token_type_ids`` and no ``position_ids``, so the model derives the same 3D rope positions
 as ``generate`` did (see that module's docstring). As in ``LanguagePolicy`` it stops before the
-output head, which is then applied a chunk of positions at a time (issue 13).
+output head, which is then applied a chunk of positions at a time.
 """
 
 from __future__ import annotations
@@ -247,13 +247,13 @@ class VisionLanguagePolicy(SamplesOwnModule):
         self, batch: RolloutBatch, with_entropy: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(B, T) log-probs of the completion tokens (with grad when enabled), and on request the
-        (B, T) top-p entropy (SPEC section 2) of the same forward's distribution (no grad)."""
+        (B, T) top-p entropy (docs/methods/tor.md) of the same forward's distribution (no grad)."""
         prompt_inputs = self._model_prompt_inputs(self._batch_prompt_inputs(batch))
         return self._score(prompt_inputs, batch, with_entropy)
 
     @torch.no_grad()
     def no_image_logprobs(self, batch: RolloutBatch) -> torch.Tensor:
-        """(B, T) log pi(o_t | no image, q, o_<t) for every completion token (SPEC section 2).
+        """(B, T) log pi(o_t | no image, q, o_<t) for every completion token (docs/methods/tor.md).
 
         The image is removed from each prompt: its vision marker and placeholder tokens are
         dropped from the ids (the remaining tokens are the text-only chat rendering of the

@@ -1,4 +1,4 @@
-"""MovieLens ranking sessions: the reranker's session frame (SPEC section 3) on real ratings.
+"""MovieLens ranking sessions: the reranker's session frame (docs/methods/experience.md) on real ratings.
 
 MovieLens (``movielens_ratings``, ``movielens_items``; see ``docs/data.md``) has explicit
 ratings and no search queries, exposures or clicks. This module turns each user into one
@@ -24,7 +24,7 @@ experience gain.
 The "training part" is every rating except the held-back candidates (the history, older
 ratings and all ratings of other users, whatever their time). The production order
 ``logged_order`` ranks candidates by their number of ratings in the training part, descending
-(ties in the shuffled order): a popularity ranker, the click-biased baseline of SPEC 3. The
+(ties in the shuffled order): a popularity ranker, the click-biased baseline of docs/methods/experience.md. The
 held-back ratings never enter these counts, so the logged order does not peek at the labels.
 
 ``without_held_back`` gives that training part of any per-(user, item) table (ratings, tags)

@@ -1,4 +1,4 @@
-"""Seeded short-video catalogue and click-biased search logs for the experience model (SPEC section 3).
+"""Seeded short-video catalogue and click-biased search logs for the experience model (docs/methods/experience.md).
 
 The paper (arXiv 2603.24975) learns an "experience score" that historical clicks do not
 pollute. This module builds a world where that matters: every item has a hidden true quality
@@ -535,7 +535,7 @@ def generate_sessions(
     ranker: LoggingRanker = LoggingRanker(),
     click_model: ClickModel = ClickModel(),
 ) -> pd.DataFrame:
-    """Draw search sessions with a biased production ranking, exposure and clicks (SPEC 3.4).
+    """Draw search sessions with a biased production ranking, exposure and clicks (docs/methods/experience.md, step 4).
 
     Queries: ``query_id`` is the frequency rank (0 the most frequent), traffic follows
     :func:`zipf_probabilities`, bands follow :func:`frequency_bands` (expected traffic, not the

@@ -1,4 +1,4 @@
-"""Seeded multilingual arithmetic word problems for TAPO (SPEC section 1).
+"""Seeded multilingual arithmetic word problems for TAPO (docs/methods/tapo.md).
 
 Each row is a short word problem ("Anna has 5 pencils. She buys 3 pencils. She sells 2 pencils.
 How many pencils does Anna have now?") in one language, its English reference translation
@@ -20,7 +20,7 @@ Conventions, chosen once here:
   the citation number words fit. Swahili nouns are all N-class, whose numbers take no prefix.
 - Subtraction never goes below zero: a problem whose running total would drop below the next
   subtrahend is redrawn (rejection sampling), so answers are integers >= 0.
-- ``variant="conflict"`` (issue 17, item 3) inserts one distractor sentence per problem, a
+- ``variant="conflict"`` inserts one distractor sentence per problem, a
   number the answer does not use: "Tom's neighbor buys 7 glasses." (same object, another
   owner), at a random place after the intro. A faithful translation keeps it (``question_en``
   does, so chrF++ rewards keeping it); reading the faithful translation literally, every
@@ -235,7 +235,7 @@ def generate_tapo_problems(
         number_style_probs: probability that a number in ``question`` is written as "digits" or
             "words" (drawn per number; numbers above 20 are always digits). ``question_en``
             always uses digits.
-        operation_counts: numbers of steps to draw from, uniformly (SPEC'd tasks use 1 or 2).
+        operation_counts: numbers of steps to draw from, uniformly (the method's tasks use 1 or 2).
         variant: ``"standard"``, or ``"conflict"``: one distractor sentence per problem, which
             a faithful translation keeps and the answer does not use (module docstring).
 
@@ -310,7 +310,7 @@ def generate_tapo_problems(
 def split_by_language(
     frame: pd.DataFrame, holdout_languages: Sequence[str]
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Hold whole languages out of training (SPEC section 1: generalisation to unseen languages).
+    """Hold whole languages out of training (docs/methods/tapo.md: generalisation to unseen languages).
 
     Args:
         frame: rows with a ``language`` column, e.g. from ``generate_tapo_problems``.
@@ -335,7 +335,7 @@ def split_by_language(
 
 
 def format_tapo_target(question_en: str, answer: str, reasoning: str | None = None) -> str:
-    """The gold SFT completion in SPEC section 1's format: translation block, reasoning, boxed answer.
+    """The gold SFT completion in docs/methods/tapo.md's format: translation block, reasoning, boxed answer.
 
     >>> format_tapo_target("Anna has 5 pencils. She buys 3 pencils. How many?", "8", "5 + 3 = 8.")
     '<translation>Anna has 5 pencils. She buys 3 pencils. How many?</translation>\\n5 + 3 = 8. The answer is \\\\boxed{8}'

@@ -1,4 +1,4 @@
-"""Seeded synthetic visual problems for ToR (SPEC section 2): the answer is in the picture.
+"""Seeded synthetic visual problems for ToR (docs/methods/tor.md): the answer is in the picture.
 
 ToR reweights perception tokens, the completion tokens whose log-probability moves when the
 image is removed; these tasks make perception necessary. Three kinds, each drawn with Pillow

@@ -27,7 +27,7 @@ KL_KINDS = ("k1", "k3")
 
 @dataclass
 class GRPOConfig:
-    """GRPO engine settings (SPEC section 0).
+    """GRPO engine settings (docs/methods/grpo.md).
 
     steps: rollout/update rounds.
     prompts_per_step: distinct prompts per round; the rollout batch is B = prompts_per_step * group_size.

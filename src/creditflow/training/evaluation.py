@@ -335,7 +335,7 @@ def evaluate_vl_policy_sampled(
     """``evaluate_text_policy_sampled`` for image ``prompts``: the mean reward of
     ``samples_per_prompt`` completions per prompt, drawn as GRPO draws its rollouts, one row
     per prompt with ``reward/<name>`` columns. A policy's greedy answers can stay put while
-    GRPO moves the distribution it samples from (README "The ToR world"); this measures the
+    GRPO moves the distribution it samples from (docs/results.md "The ToR world"); this measures the
     latter."""
     sampling = SamplingSettings(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
     policy = VisionLanguagePolicy(model, processor, sampling)

@@ -4,10 +4,10 @@ Reads top to bottom: ``setup`` (optimizer, schedule, resume), ``train`` (one ``s
 rollout batch), ``save``. Credit assignment is chosen by name in ``training.strategies``; the
 loop names no method: it calls the advantage and token-weight strategies through their
 protocols and asks them (and the caller) for per-step reward diagnostics. The loss is
-``algorithms.policy_loss`` (SPEC section 0), its variants chosen by ``GRPOConfig.loss_options``
+``algorithms.policy_loss`` (docs/methods/grpo.md), its variants chosen by ``GRPOConfig.loss_options``
 (``training.loss_types``); DAPO's dynamic sampling and reward shaping are ``training.dapo``.
 
-Memory (issue 13): an optimizer step's minibatch may run as several micro-batches (gradient
+Memory: an optimizer step's minibatch may run as several micro-batches (gradient
 accumulation, ``micro_batch_size``), each loss weighted by ``algorithms.micro_batch_share`` so
 the step's loss and gradient are the minibatch's; the policies score a chunk of positions at a
 time (``logprob_chunk_size``); ``gradient_checkpointing`` and ``bf16`` autocast are optional.
@@ -511,7 +511,7 @@ class GRPOTrainer:
         When that minibatch is a multiple of the group size G, the order of the groups is
         shuffled and each group's G rows stay consecutive, so every minibatch (and every
         micro-batch whose size is a multiple of G) holds whole groups and the shared-prefix
-        forward scores each prompt once (issue 14); otherwise the rows are shuffled one by one.
+        forward scores each prompt once; otherwise the rows are shuffled one by one.
         """
         c = self.config
         B, G = batch.batch_size, batch.group_size

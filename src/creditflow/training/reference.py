@@ -1,4 +1,4 @@
-"""The frozen reference policy of GRPO's KL term (SPEC section 0), built when ``beta > 0``.
+"""The frozen reference policy of GRPO's KL term (docs/methods/grpo.md), built when ``beta > 0``.
 
 Shape symbols: ``B`` sequences, ``T`` completion tokens.
 """

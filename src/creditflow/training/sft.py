@@ -89,7 +89,7 @@ def build_sft_examples(
     use_chat_template: bool = True,
 ) -> list[tuple[list[int], list[int]]]:
     """(input_ids, labels) per example: the chat-formatted prompt, then target + EOS; labels are
-    IGNORE_INDEX on the prompt so only the completion is learned (issue 3, ``train_sft``).
+    IGNORE_INDEX on the prompt so only the completion is learned (``train_sft``).
     Raises ValueError when truncation to ``max_length`` leaves an example no target token."""
     if len(prompts) != len(targets):
         raise ValueError(f"{len(prompts)} prompts but {len(targets)} targets")

@@ -15,7 +15,7 @@ pytestmark = [
 
 
 def _y_aug(clicks: list[int], scores: list[float]) -> list[int]:
-    """SPEC 3.4 written out: clicked by s_exp descending, then the rest by s_exp descending,
+    """docs/methods/experience.md, step 4 written out: clicked by s_exp descending, then the rest by s_exp descending,
     the lower index first on ties."""
     by_score = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
     return [i for i in by_score if clicks[i]] + [i for i in by_score if not clicks[i]]

@@ -1,4 +1,4 @@
-"""README "Real checkpoints", as documented: a ``conf/local/parameters_tapo.yml`` of only the
+"""README "A real checkpoint with LoRA", as documented: a ``conf/local/parameters_tapo.yml`` of only the
 keys that change (a local checkpoint, LoRA by its rank, no SFT) beside conf/base, and
 ``--params`` for the budget, on the command line of a copy of the project."""
 
@@ -27,10 +27,18 @@ pytestmark = pytest.mark.filterwarnings("ignore:register_new_resolver:UserWarnin
 
 
 def readme_recipe(project_root: Path) -> dict:
-    """The conf/local file README "Real checkpoints" shows (its first yaml block)."""
+    """The conf/local file README "A real checkpoint with LoRA" shows (its first yaml block),
+    the same as docs/howto/real_checkpoints.md's."""
     readme = (project_root / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("## Real checkpoints") :]
-    block = section[section.index("```yaml\n") + len("```yaml\n") :]
+    section = readme[readme.index("**A real checkpoint with LoRA.**") :]
+    guide = (project_root / "docs/howto/real_checkpoints.md").read_text(encoding="utf-8")
+    recipe, guide_recipe = (_first_yaml_block(text) for text in (section, guide))
+    assert recipe == guide_recipe, "README and docs/howto/real_checkpoints.md differ"
+    return recipe
+
+
+def _first_yaml_block(text: str) -> dict:
+    block = text[text.index("```yaml\n") + len("```yaml\n") :]
     return yaml.safe_load(block[: block.index("```")])
 
 

@@ -98,7 +98,7 @@ def annotate_for_expmodel(
 ) -> pd.DataFrame:
     """The annotations the ExpModel learns from (``expmodel_sft.score_mode``): in ``query``
     mode the annotator judges every (query, candidate) of the training sessions for its query
-    (relevance to the query, SPEC 3.3's s_{q,v}), one row per pair with its ``query_text``; in
+    (relevance to the query, docs/methods/experience.md, step 3's s_{q,v}), one row per pair with its ``query_text``; in
     ``item`` mode they are ``item_annotations`` (the query logs are not read)."""
     if expmodel_data.check_score_mode(expmodel_params["score_mode"]) == expmodel_data.ITEM_MODE:
         return item_annotations

@@ -1,10 +1,10 @@
-"""``annotation``: catalogue -> query logs (train / held-out) and item annotations (SPEC 3.1),
+"""``annotation``: catalogue -> query logs (train / held-out) and item annotations (docs/methods/experience.md, step 1),
 and the annotations the ExpModel learns from (per (query, item) in ``expmodel_sft.score_mode:
 query``, else the item annotations).
 
 The catalogue and logs are the synthetic world, or files of your own (``annotation.source``),
 read through the fixed inputs ``annotation_source_items`` / ``annotation_source_impressions``
-that ``hooks.task_source.TaskSourceHook`` fills (README "Your own data")."""
+that ``hooks.task_source.TaskSourceHook`` fills (docs/howto/own_data.md)."""
 
 from kedro.pipeline import Node, Pipeline
 

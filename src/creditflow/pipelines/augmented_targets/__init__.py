@@ -1,4 +1,4 @@
-"""The ``augmented_targets`` pipeline: y_aug and click-first pre-training targets (SPEC 3.4)."""
+"""The ``augmented_targets`` pipeline: y_aug and click-first pre-training targets (docs/methods/experience.md, step 4)."""
 
 from creditflow.pipelines.augmented_targets.pipeline import create_pipeline
 

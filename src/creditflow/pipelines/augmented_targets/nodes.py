@@ -15,7 +15,7 @@ from creditflow.experience.reranker_training import (
 def build_augmented_targets(
     query_logs_train: pd.DataFrame, item_experience_scores: pd.DataFrame
 ) -> pd.DataFrame:
-    """SPEC 3.4: per training session, ``y_aug`` = clicked candidates by s_exp descending, then
+    """docs/methods/experience.md, step 4: per training session, ``y_aug`` = clicked candidates by s_exp descending, then
     the exposed-not-clicked and unexposed ones by s_exp descending."""
     logs = logged_sessions(query_logs_train)
     scores = session_exp_scores(query_logs_train, item_experience_scores)  # (N, L)

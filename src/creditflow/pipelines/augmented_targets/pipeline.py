@@ -1,4 +1,4 @@
-"""``augmented_targets``: the reranker's pre-training targets per training session (SPEC 3.4)."""
+"""``augmented_targets``: the reranker's pre-training targets per training session (docs/methods/experience.md, step 4)."""
 
 from kedro.pipeline import Node, Pipeline
 

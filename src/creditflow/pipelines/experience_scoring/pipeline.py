@@ -1,5 +1,5 @@
 """``experience_scoring``: the PFT scorer scores every (query, candidate) of the sessions
-(s_{q,v}) or every catalogue item (s_exp), by ``expmodel_sft.score_mode`` (SPEC 3.3-3.4)."""
+(s_{q,v}) or every catalogue item (s_exp), by ``expmodel_sft.score_mode`` (docs/methods/experience.md, steps 3-4)."""
 
 from kedro.pipeline import Node, Pipeline
 

@@ -23,7 +23,7 @@ logger = logging.getLogger(__name__)
 def build_preference_pairs(
     query_logs_train: pd.DataFrame, expmodel_annotations: pd.DataFrame, params: dict[str, Any]
 ) -> pd.DataFrame:
-    """SPEC 3.3: ordered pairs (A > B) of annotated candidates of long-tail training sessions
+    """docs/methods/experience.md, step 3: ordered pairs (A > B) of annotated candidates of long-tail training sessions
     whose annotated overall scores differ by at least the margin; per query (each item's
     annotation for the session's query, the pair keeps the query) in query mode."""
     options = checked_options(
@@ -51,7 +51,7 @@ def train_expmodel_pft(
     checkpoints: CheckpointStore,
     params: dict[str, Any],
 ) -> tuple[ExpScorer, pd.DataFrame]:
-    """SPEC 3.3: a scalar head on a copy of the SFT'd backbone, trained on the pairs of two
+    """docs/methods/experience.md, step 3: a scalar head on a copy of the SFT'd backbone, trained on the pairs of two
     train items (``expmodel_item_split``; the unseen ones are for the evaluation) with
     ``-log sigmoid(s+ - s-) + lambda (s+ + s-)^2``. The metrics table holds one row per step;
     its last row also holds the pair accuracy on the held-out pairs (``pft/heldout_accuracy``).

@@ -1,4 +1,4 @@
-"""``expmodel_pft``: preference pairs of long-tail sessions -> pairwise fine-tuning (SPEC 3.3)."""
+"""``expmodel_pft``: preference pairs of long-tail sessions -> pairwise fine-tuning (docs/methods/experience.md, step 3)."""
 
 from kedro.pipeline import Node, Pipeline
 

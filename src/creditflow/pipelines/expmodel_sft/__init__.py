@@ -1,4 +1,4 @@
-"""The ``expmodel_sft`` pipeline: the ExpModel learns to write item annotations (SPEC 3.2)."""
+"""The ``expmodel_sft`` pipeline: the ExpModel learns to write item annotations (docs/methods/experience.md, step 2)."""
 
 from creditflow.pipelines.expmodel_sft.pipeline import create_pipeline
 

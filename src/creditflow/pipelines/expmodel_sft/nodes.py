@@ -23,7 +23,7 @@ from creditflow.training.threads import torch_threads
 
 def split_expmodel_items(catalogue_items: pd.DataFrame, params: dict[str, Any]) -> pd.DataFrame:
     """The seeded train / unseen split of the catalogue: SFT and PFT read only the train items,
-    ``expmodel_evaluation`` reports s_exp on the unseen ones too (issue 15, section 2)."""
+    ``expmodel_evaluation`` reports s_exp on the unseen ones too."""
     split = params["item_split"]
     return expmodel_data.split_items(
         catalogue_items["item_id"].tolist(), split["unseen_fraction"], split["seed"]
@@ -75,7 +75,7 @@ def train_expmodel_sft(
     checkpoints: CheckpointStore,
     params: dict[str, Any],
 ) -> tuple[Any, pd.DataFrame]:
-    """SPEC 3.2: SFT a copy of the initial model on the train items' ok annotations (per
+    """docs/methods/experience.md, step 2: SFT a copy of the initial model on the train items' ok annotations (per
     (query, item) in query mode, the query in the prompt; loss on the annotation tokens only);
     returns it and the per-step metrics. A re-run of the same run resumes from (or, finished,
     loads) its checkpoint in ``checkpoints``."""

@@ -1,5 +1,5 @@
 """``expmodel_sft``: train / unseen item split -> processor -> initial tiny VL model -> SFT on
-the ExpModel's annotations, per (query, item) or per item by ``score_mode`` (SPEC 3.2)."""
+the ExpModel's annotations, per (query, item) or per item by ``score_mode`` (docs/methods/experience.md, step 2)."""
 
 from kedro.pipeline import Node, Pipeline
 

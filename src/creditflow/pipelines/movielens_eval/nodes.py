@@ -122,7 +122,7 @@ def train_movielens_expmodel_sft(
     movielens_expmodel_item_split: pd.DataFrame,
     params: dict[str, Any],
 ) -> tuple[Any, pd.DataFrame]:
-    """SPEC 3.2 on text: SFT a copy of the initial model to write each train movie's teacher
+    """docs/methods/experience.md, step 2 on text: SFT a copy of the initial model to write each train movie's teacher
     annotation from its prompt (loss on the annotation tokens only)."""
     settings = params["expmodel"]
     prompts = text_expmodel.text_expmodel_prompts(movielens_item_texts)
@@ -148,7 +148,7 @@ def train_movielens_expmodel_pft(
     movielens_expmodel_item_split: pd.DataFrame,
     params: dict[str, Any],
 ) -> tuple[ExpScorer, pd.DataFrame]:
-    """SPEC 3.3 on text: a scalar head on a copy of the SFT'd backbone, trained on ordered
+    """docs/methods/experience.md, step 3 on text: a scalar head on a copy of the SFT'd backbone, trained on ordered
     pairs of train movies whose teacher scores differ by at least the margin."""
     settings = params["expmodel"]
     train = expmodel_data.items_in_split(

@@ -2,7 +2,7 @@
 the logged popularity order and the click / y_aug / y_aug + page-GRPO rerankers (trained on
 the synthetic logs) by user band, each reranker that reads s_exp also with zero scores.
 
-The text-only ExpModel (issue 15, section 4): a rating teacher annotates the movies with
+The text-only ExpModel: a rating teacher annotates the movies with
 enough ratings that no session holds back (``annotation.ratings``), a tiny Qwen2 learns to
 write that annotation from the movie's title, year, genres and tags (SFT) and then to score
 pairs of movies (PFT), and scores every candidate from its text alone

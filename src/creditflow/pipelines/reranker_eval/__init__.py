@@ -1,4 +1,4 @@
-"""The ``reranker_eval`` pipeline: rankers and the experience model on held-out sessions (SPEC 3)."""
+"""The ``reranker_eval`` pipeline: rankers and the experience model on held-out sessions (docs/methods/experience.md)."""
 
 from creditflow.pipelines.reranker_eval.pipeline import create_pipeline
 

@@ -1,4 +1,4 @@
-"""The ``reranker_grpo`` pipeline: page-level GRPO of the y_aug reranker (SPEC 3.5)."""
+"""The ``reranker_grpo`` pipeline: page-level GRPO of the y_aug reranker (docs/methods/experience.md, step 5)."""
 
 from creditflow.pipelines.reranker_grpo.pipeline import create_pipeline
 

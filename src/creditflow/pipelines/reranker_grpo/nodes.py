@@ -31,7 +31,7 @@ def train_reranker_page_grpo(  # noqa: PLR0913 - the model, its data, the world 
     pretrain_params: dict[str, Any],
     annotation_params: dict[str, Any],
 ) -> tuple[PointerReranker, pd.DataFrame, pd.DataFrame]:
-    """SPEC 3.5: GRPO from the y_aug reranker with the page reward
+    """docs/methods/experience.md, step 5: GRPO from the y_aug reranker with the page reward
     ``alpha * R_old + beta * nDCG@K(y, y^s)`` (R_old the business objective of the sampled page:
     by default the simulated users' clicks + long views, ``annotation.click_model``; y^s the
     candidates by s_exp) and a KL term to the pre-trained reranker."""

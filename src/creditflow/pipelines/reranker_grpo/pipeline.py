@@ -1,4 +1,4 @@
-"""``reranker_grpo``: page-level GRPO from ``reranker_yaug`` -> ``reranker_page_grpo`` (SPEC 3.5)."""
+"""``reranker_grpo``: page-level GRPO from ``reranker_yaug`` -> ``reranker_page_grpo`` (docs/methods/experience.md, step 5)."""
 
 from kedro.pipeline import Node, Pipeline
 

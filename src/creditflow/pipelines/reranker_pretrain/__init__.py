@@ -1,5 +1,5 @@
 """The ``reranker_pretrain`` pipeline: teacher-forced pre-training of the generative reranker on
-y_aug and on the click-first baseline (SPEC 3.4)."""
+y_aug and on the click-first baseline (docs/methods/experience.md, step 4)."""
 
 from creditflow.pipelines.reranker_pretrain.pipeline import create_pipeline
 

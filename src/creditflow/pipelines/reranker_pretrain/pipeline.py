@@ -1,5 +1,5 @@
 """``reranker_pretrain``: one reranker per (target, inputs), from the same initial weights
-(SPEC 3.4; issue 15, section 3).
+(docs/methods/experience.md, step 4).
 
 ``reranker_yaug`` learns y_aug (clicked first, each group by s_exp); ``reranker_click`` learns
 the logged click-first order, the baseline a click-log reranker imitates. The ablations

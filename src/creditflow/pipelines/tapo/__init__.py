@@ -1,4 +1,4 @@
-"""The ``tapo`` pipeline: TAPO (SPEC section 1) against GRPO baselines on multilingual math."""
+"""The ``tapo`` pipeline: TAPO (docs/methods/tapo.md) against GRPO baselines on multilingual math."""
 
 from creditflow.pipelines.tapo.pipeline import create_pipeline
 

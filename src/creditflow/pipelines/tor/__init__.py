@@ -1,4 +1,4 @@
-"""The ``tor`` pipeline: ToR token reweighting (SPEC section 2) against GRPO and its ablations,
+"""The ``tor`` pipeline: ToR token reweighting (docs/methods/tor.md) against GRPO and its ablations,
 on a tiny (or pretrained) Qwen2.5-VL policy."""
 
 from creditflow.pipelines.tor.pipeline import create_pipeline

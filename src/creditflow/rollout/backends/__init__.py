@@ -1,4 +1,4 @@
-"""Rollout backends chosen by name: ``grpo.rollout: {name: ..., ...options}`` (issue 14).
+"""Rollout backends chosen by name: ``grpo.rollout: {name: ..., ...options}``.
 
 ``ROLLOUT_BACKENDS`` maps a name to ``module:Class``; a backend's module is imported only when
 it is chosen (the ``vllm`` one needs an optional extra). A backend's options are its

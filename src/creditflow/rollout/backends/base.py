@@ -1,4 +1,4 @@
-"""The rollout-backend protocol: how a policy's completions are drawn (issue 14).
+"""The rollout-backend protocol: how a policy's completions are drawn.
 
 A backend turns token-id prompts into sampled completion ids. Policies keep everything else:
 tokenisation, ``RolloutBatch`` assembly and the scoring forward pass whose log-probs the loss

@@ -1,4 +1,4 @@
-"""The ``lean`` rollout backend: a hand-written decode loop for Qwen2 text models (issue 14).
+"""The ``lean`` rollout backend: a hand-written decode loop for Qwen2 text models.
 
 It samples from the trained ``Qwen2ForCausalLM`` itself (Qwen2 / Qwen2.5 checkpoints and the
 tiny test models), with what ``model.generate`` spends per step taken out of the loop:

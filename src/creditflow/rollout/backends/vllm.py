@@ -1,5 +1,5 @@
 """The ``vllm`` rollout backend: completions drawn by a vLLM engine that holds its own copy of
-the policy's weights (issue 14; docs/vllm.md).
+the policy's weights (docs/vllm.md).
 
 Two modes, as in TRL's ``vllm_mode``:
 
@@ -345,7 +345,7 @@ class VLLMBackend:
         if self.mode == "colocate":
             llm = self._colocated_engine(model)
             if "weights" in self._asleep:
-                # Map the weights' memory back before writing into it (TRL issue 5142).
+                # Map the weights' memory back before writing into it (as TRL does for the same vLLM reload).
                 llm.wake_up(tags=["weights"])
                 self._asleep.discard("weights")
             llm.collective_rpc(

@@ -1,9 +1,9 @@
 """Credit-assignment strategies, chosen by name from two small tables (one home per method).
 
-- ``grpo.py``: plain GRPO advantages and uniform token weights (SPEC section 0).
+- ``grpo.py``: plain GRPO advantages and uniform token weights (docs/methods/grpo.md).
 - ``tapo.py``: TAPO's step-level advantages, the translation segment, the sign-conflict rate
-  (SPEC section 1).
-- ``tor.py``: ToR's batch-global token selection and weights, with its ablations (SPEC 2).
+  (docs/methods/tapo.md).
+- ``tor.py``: ToR's batch-global token selection and weights, with its ablations (docs/methods/tor.md).
 
 Adding a method means adding a module and a row here, not a branch in the training loop.
 (Page-level GRPO is plain ``grpo`` on a reward of its own: ``creditflow.experience.page_reward``.)

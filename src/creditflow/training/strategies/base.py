@@ -2,7 +2,7 @@
 
 An *advantage strategy* turns the named per-completion rewards of a rollout batch into
 ``(B, T)`` token advantages; a *token-weight strategy* gives the ``(B, T)`` weights ``w`` of
-the loss (SPEC section 0). Each kind has its own call signature (``AdvantageFn``,
+the loss (docs/methods/grpo.md). Each kind has its own call signature (``AdvantageFn``,
 ``TokenWeightFn``) and is registered by name in ``training.strategies``; the GRPO loop calls
 them through these types and names no method.
 
@@ -47,7 +47,7 @@ class WeightContext:
     generator: seeded per step, identically on every process (tie-breaking).
     accelerator: an ``accelerate.Accelerator`` (None in a single process). With several
         processes the batch is this process's share only: a strategy that needs batch-global
-        statistics (ToR's top fraction of all valid tokens, SPEC section 2) gathers them
+        statistics (ToR's top fraction of all valid tokens, docs/methods/tor.md) gathers them
         through it before choosing a threshold.
     """
 

@@ -1,4 +1,4 @@
-"""Plain GRPO (SPEC section 0): one group-normalised advantage per completion on every token,
+"""Plain GRPO (docs/methods/grpo.md): one group-normalised advantage per completion on every token,
 and uniform token weights."""
 
 from __future__ import annotations

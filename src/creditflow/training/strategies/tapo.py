@@ -1,4 +1,4 @@
-"""TAPO in the GRPO engine (SPEC section 1): step-level advantages for translate-then-reason
+"""TAPO in the GRPO engine (docs/methods/tapo.md): step-level advantages for translate-then-reason
 completions, the location of the translation segment in completion tokens, the option checks,
 and the sign-conflict rate of the two rewards.
 
@@ -92,7 +92,7 @@ def tapo_reward_names(spec: Spec) -> tuple[str, str]:
 
 
 def tapo_alpha(spec: Spec) -> float:
-    """The weight of A_trans on translation tokens (SPEC section 1); 0.5 unless set."""
+    """The weight of A_trans on translation tokens (docs/methods/tapo.md); 0.5 unless set."""
     return spec.get("alpha", 0.5)
 
 
@@ -111,7 +111,7 @@ def tapo_token_advantages(
     policy: Any,
     config: GRPOConfig,
 ) -> tuple[torch.Tensor, Metrics]:
-    """TAPO step-level advantages (SPEC section 1): translation tokens get
+    """TAPO step-level advantages (docs/methods/tapo.md): translation tokens get
     alpha*A_trans + (1-alpha)*A_reason, reasoning tokens A_reason. -> (B, T)"""
     translation, reasoning = tapo_reward_names(spec)
     adv_trans, adv_reason = tapo_advantages(
@@ -138,7 +138,7 @@ def tapo_token_advantages(
 
 
 class SignConflictRate:
-    """``adv/sign_conflict_rate`` (SPEC section 1): the share of completions whose translation
+    """``adv/sign_conflict_rate`` (docs/methods/tapo.md): the share of completions whose translation
     and reasoning advantages have opposite signs, the conflict summed GRPO hides. A
     ``RewardMetric``: called with the step's rewards (name -> (B,)) and G; reports nothing
     when either reward is missing. Any run may report it (the tapo pipeline does for every

@@ -1,10 +1,10 @@
-"""ToR in the GRPO engine (SPEC section 2): batch-global token selection, also across DDP
+"""ToR in the GRPO engine (docs/methods/tor.md): batch-global token selection, also across DDP
 processes, and the ``tor`` token-weight strategy with its ablations.
 
 Shape symbols: ``B`` sequences (this process's share under DDP), ``T`` completion tokens.
 Masks are 1 where a token counts.
 
-Selection across processes. SPEC section 2 picks ``T_r`` and ``T_p`` among all valid tokens of
+Selection across processes. docs/methods/tor.md picks ``T_r`` and ``T_p`` among all valid tokens of
 the rollout batch; with data parallelism each process holds only its own rows. Every process
 therefore gathers all processes' scores (padded to one length), takes the global threshold
 with ``top_fraction_threshold`` and keeps its tokens above it, plus the tokens *at* it whose
@@ -34,7 +34,7 @@ from creditflow.rollout.batch import RolloutBatch
 from creditflow.training.config import GRPOConfig
 from creditflow.training.strategies.base import Metrics, Spec, TokenWeightStrategy, WeightContext
 
-# Paper defaults (SPEC section 2); ``top_p`` is the rollout's entropy_top_p and is checked,
+# Paper defaults (docs/methods/tor.md); ``top_p`` is the rollout's entropy_top_p and is checked,
 # not defaulted, here.
 TOR_DEFAULTS: dict[str, Any] = {
     "alpha_r": 0.3,
@@ -67,7 +67,7 @@ def batch_top_fraction_mask(
     generator: torch.Generator | None = None,
     accelerator: Any = None,
 ) -> torch.Tensor:
-    """``top_fraction_mask`` over the rollout batch of *all* processes (SPEC section 2).
+    """``top_fraction_mask`` over the rollout batch of *all* processes (docs/methods/tor.md).
 
     Exactly ``k = ceil(fraction * n_valid)`` tokens are selected over all processes (``n_valid``
     summed over them); ties at the threshold are broken by random keys drawn from
@@ -141,7 +141,7 @@ def batch_tor_token_weights(
     """``algorithms.tor_token_weights`` with both selections taken over all processes.
 
     ``w = gamma_r * 1[T_r] + gamma_p * 1[T_p]`` (``overlap="reasoning"``: ``gamma_r`` on
-    ``T_r & T_p``), 0 elsewhere (SPEC section 2). ``T_r`` is drawn first, then ``T_p``, from
+    ``T_r & T_p``), 0 elsewhere (docs/methods/tor.md). ``T_r`` is drawn first, then ``T_p``, from
     the same ``generator``, as in ``tor_token_weights``, which this equals in one process.
 
     Args:
@@ -214,7 +214,7 @@ def validate_tor(spec: Spec, config: GRPOConfig) -> None:
 def tor_weights(
     spec: Spec, batch: RolloutBatch, policy: Any, context: WeightContext
 ) -> tuple[torch.Tensor, Metrics]:
-    """ToR token weights (SPEC section 2) for a rollout batch. -> (B, T)
+    """ToR token weights (docs/methods/tor.md) for a rollout batch. -> (B, T)
 
     Reasoning score: ``batch.entropy`` (top-p entropy from the rollout's forward). Perception
     score: ``|batch.old_logp - policy.no_image_logprobs(batch)|``. Both selections are over the
@@ -250,7 +250,7 @@ def tor_weights(
     return weights, metrics
 
 
-# ToR (SPEC section 2) and its ablations "tor_reasoning_only" (gamma_p = 0) and
+# ToR (docs/methods/tor.md) and its ablations "tor_reasoning_only" (gamma_p = 0) and
 # "tor_perception_only" (gamma_r = 0), by name.
 TOR_STRATEGIES: dict[str, TokenWeightStrategy] = {
     name: TokenWeightStrategy(
