@@ -56,6 +56,13 @@ def test_the_parameter_reference_lists_every_key_of_the_shipped_conf():
     assert missing == []
 
 
+def test_the_committed_reference_is_the_generated_one():
+    """docs/reference/parameters.md is committed (it is linked from the README); a change to a
+    schema or a YAML comment regenerates it: `python docs/gen_parameters.py`."""
+    committed = (ROOT / "docs/reference/parameters.md").read_text(encoding="utf-8")
+    assert committed == _generator().reference(), "run: python docs/gen_parameters.py"
+
+
 def test_the_reference_takes_descriptions_from_the_yaml_and_the_typed_configs():
     reference = _generator().reference()
     rows = {
