@@ -45,6 +45,8 @@ from kedro.framework.hooks import hook_impl
 from kedro.framework.session import KedroSession
 from kedro.framework.startup import bootstrap_project
 
+from creditflow.reporting.stats import interval_text
+
 ROOT = Path(__file__).resolve().parents[1]
 GROUPS = ("tapo", "tor")
 # The ingested tables each pipeline reads (data_ingest's outputs), copied into a --scratch
@@ -151,18 +153,13 @@ def cell(table: pd.Series, column: str) -> str:
     there is no interval (NaN bounds are shown as missing, never filled in). An interval that
     holds 0 is a null: it says so with the minimum detectable effect at 80 % power, when the
     table has it (``+0.002 [-0.010, +0.014] not detectable (MDE 0.017)``)."""
-    mean = table.get(column)
-    if mean is None or pd.isna(mean):
-        return "-"
     stem, _, split = column.rpartition("_")
-    low, high = table.get(f"{stem}_ci_low_{split}"), table.get(f"{stem}_ci_high_{split}")
-    if low is None or pd.isna(low) or pd.isna(high):
-        return f"{mean:+.3f} [no interval]"
-    text = f"{mean:+.3f} [{low:+.3f}, {high:+.3f}]"
-    mde = table.get(f"{stem}_mde_{split}")
-    if low <= 0.0 <= high and mde is not None and not pd.isna(mde):
-        text += f" not detectable (MDE {mde:.3f})"
-    return text
+    return interval_text(
+        table.get(column),
+        table.get(f"{stem}_ci_low_{split}"),
+        table.get(f"{stem}_ci_high_{split}"),
+        table.get(f"{stem}_mde_{split}", float("nan")),
+    )
 
 
 def markdown_table(group: str, table: pd.DataFrame) -> str:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from creditflow.reporting.stats import minimum_detectable_effect, t_interval
+from creditflow.reporting.stats import interval_text, minimum_detectable_effect, t_interval
 
 BASELINE = "uniform"
 WARM_START = "sft"
@@ -39,20 +39,16 @@ METRICS = {"accuracy_synthetic": "greedy", "sampled_accuracy_synthetic": "sample
 
 
 def interval_cell(values: list[float]) -> str:
-    """``mean [low, high]`` of the 95 % t interval over ``values``.
+    """``mean [low, high]`` of the 95 % t interval over ``values``, a null with its minimum
+    detectable effect (``reporting.stats.interval_text``).
 
-    >>> interval_cell([0.02, 0.04, 0.06])  # se = 0.01155, t(2) = 4.3027
-    '+0.040 [-0.010, +0.090]'
+    >>> interval_cell([0.02, 0.04, 0.06])  # se = 0.01155, t(2) = 4.3027, t_0.8(2) = 1.0607
+    '+0.040 [-0.010, +0.090] not detectable (MDE 0.062)'
+    >>> interval_cell([0.02, 0.03, 0.04])
+    '+0.030 [+0.005, +0.055]'
     """
     mean, se, low, high = t_interval(values)
-    if pd.isna(mean):
-        return "-"
-    if pd.isna(low):
-        return f"{mean:+.3f} [no interval]"
-    text = f"{mean:+.3f} [{low:+.3f}, {high:+.3f}]"
-    if low <= 0.0 <= high:
-        text += f" not detectable (MDE {minimum_detectable_effect(se, len(values)):.3f})"
-    return text
+    return interval_text(mean, low, high, minimum_detectable_effect(se, len(values)))
 
 
 def pooled_per_seed(tables: Path) -> pd.DataFrame:

@@ -1,6 +1,7 @@
 """benchmarks/tor_pooled.py: seeds.py's tor per-seed tables of several batches (one warm start,
 different GRPO seeds) pooled, gains and differences to uniform as t intervals over seeds."""
 
+import doctest
 import importlib.util
 import sys
 from pathlib import Path
@@ -96,3 +97,7 @@ def test_the_sampled_accuracy_is_pooled_beside_the_greedy_one(tmp_path):
     # sampled: uniform gains 0.03, 0.05; tor 0.02, 0.06, tor - uniform -0.01, +0.01.
     assert f"| 0.340 | {cell([0.03, 0.05])} | - |" in rows["uniform"]
     assert f"| 0.340 | {cell([0.02, 0.06])} | {cell([-0.01, 0.01])} |" in rows["tor"]
+
+
+def test_doctests():
+    assert doctest.testmod(tor_pooled).failed == 0

@@ -119,6 +119,26 @@ def t_interval(
     return mean, float(stats.sem(x)), float(interval.low), float(interval.high)
 
 
+def interval_text(mean: float, low: float, high: float, mde: float = float("nan")) -> str:
+    """An interval as the comparison tables are read: ``mean [low, high]``; ``-`` without a
+    mean, ``[no interval]`` without bounds (never filled in); an interval that holds 0 is a
+    null and, where its minimum detectable effect is known, says so.
+
+    >>> interval_text(0.03, 0.01, 0.05)
+    '+0.030 [+0.010, +0.050]'
+    >>> interval_text(0.002, -0.010, 0.014, 0.0171)
+    '+0.002 [-0.010, +0.014] not detectable (MDE 0.017)'
+    """
+    if mean is None or pd.isna(mean):
+        return "-"
+    if low is None or high is None or pd.isna(low) or pd.isna(high):
+        return f"{mean:+.3f} [no interval]"
+    text = f"{mean:+.3f} [{low:+.3f}, {high:+.3f}]"
+    if low <= 0.0 <= high and mde is not None and not pd.isna(mde):
+        text += f" not detectable (MDE {mde:.3f})"
+    return text
+
+
 def paired_differences(
     scores: pd.DataFrame, policy: str, reference: str, keys: Sequence[str], value: str = "value"
 ) -> pd.DataFrame:
