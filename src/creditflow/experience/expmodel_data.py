@@ -180,19 +180,19 @@ def ok_annotations(annotations_df: pd.DataFrame) -> pd.DataFrame:
 def split_items(item_ids: Sequence[Any], unseen_fraction: float, seed: int) -> pd.DataFrame:
     """Seeded split of the catalogue into the items the ExpModel trains on and unseen ones.
 
-     SFT and PFT read only ``TRAIN`` items (``items_in_split``, ``pairs_within``); the
-     evaluation measures ``s_exp`` on the ``UNSEEN`` ones, which no training step has seen
-    : what s_exp is for is scoring items nobody annotated or paired.
+    SFT and PFT read only ``TRAIN`` items (``items_in_split``, ``pairs_within``); the
+    evaluation measures ``s_exp`` on the ``UNSEEN`` ones, which no training step has
+    seen: what s_exp is for is scoring items nobody annotated or paired.
 
-     >>> split_items([10, 11, 12, 13], 0.5, seed=0)["split"].value_counts().to_dict()
-     {'train': 2, 'unseen': 2}
+    >>> dict(sorted(split_items([10, 11, 12, 13], 0.5, seed=0)["split"].value_counts().items()))
+    {'train': 2, 'unseen': 2}
 
-     Returns:
-         ``ITEM_SPLIT_COLUMNS`` (``item_id``, ``split``) in ``item_ids`` order, exactly
-         ``round(unseen_fraction * n)`` of them ``UNSEEN``.
+    Returns:
+        ``ITEM_SPLIT_COLUMNS`` (``item_id``, ``split``) in ``item_ids`` order, exactly
+        ``round(unseen_fraction * n)`` of them ``UNSEEN``.
 
-     Raises:
-         ValueError: a fraction outside [0, 1), repeated ids, or no training item left.
+    Raises:
+        ValueError: a fraction outside [0, 1), repeated ids, or no training item left.
     """
     ids = list(item_ids)
     if type(unseen_fraction) not in (int, float) or not 0 <= unseen_fraction < 1:

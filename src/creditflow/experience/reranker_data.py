@@ -298,7 +298,7 @@ def evaluate_pages(
 
 # Evaluated rankers, in table order: the logged production order (LOGGED), then
 # the greedy pages of the rerankers (name -> which reranker_pretrain setting says what the model
-# reads). The four pre-trained ones are target x inputs : click or y_aug
+# reads). The four pre-trained ones are target x inputs: click or y_aug
 # target, with or without the s_exp features; every other feature is the same for all.
 RERANKER_INPUTS = {
     "click_pretrained": "click",
