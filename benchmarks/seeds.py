@@ -26,12 +26,20 @@ project's ``data/`` (its newest versions and checkpoints) alone::
 
     .venv/bin/python benchmarks/seeds.py --seeds 2 --scratch /tmp/seeds_trial \\
         --params "tapo.sft.steps=5,tapo.grpo.steps=2,tor.sft.steps=5,tor.grpo.steps=2"
+
+``--strategies FILE`` (with ``--scratch``) replaces a group's compared strategies in the
+scratch copy by those of a YAML file (``{<group>: {<strategy>: <its overrides>}}``, the form of
+``<group>.strategies``), e.g. ``benchmarks/conf/tapo_loss_types.yml``: the summed-reward
+baseline beside the DAPO and GSPO loss types, without the strategies the question does not
+need. (``conf/local`` could add strategies but not remove the defaults: parameters merge
+key by key.)
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import shutil
 import sys
 import time
@@ -138,6 +146,22 @@ def scratch_project(directory: Path, groups: Sequence[str]) -> Path:
     return directory
 
 
+def replace_strategies(project: Path, strategies_file: Path) -> None:
+    """Replace ``<group>.strategies`` in the scratch ``project``'s ``conf/base`` by the
+    strategies ``strategies_file`` lists for that group."""
+    replacements = yaml.safe_load(strategies_file.read_text(encoding="utf-8")) or {}
+    for group, strategies in replacements.items():
+        if group not in GROUPS or not isinstance(strategies, dict) or not strategies:
+            raise SystemExit(
+                f"{strategies_file}: expected {{<group>: {{<strategy>: ...}}}} with a group of "
+                f"{list(GROUPS)} and at least one strategy; got {group!r}"
+            )
+        path = project / f"conf/base/parameters_{group}.yml"
+        parameters = yaml.safe_load(path.read_text(encoding="utf-8"))
+        parameters[group]["strategies"] = strategies
+        path.write_text(yaml.safe_dump(parameters, sort_keys=False), encoding="utf-8")
+
+
 def run_comparison(project: Path, group: str, params: dict[str, Any]) -> dict[str, pd.DataFrame]:
     """One ``kedro run --pipelines <group>`` with ``params`` as its ``--params``; the
     comparison tables it saved."""
@@ -202,11 +226,23 @@ def main() -> None:
     parser.add_argument("--params", default="", help="more overrides, as kedro run --params")
     parser.add_argument("--scratch", type=Path, help="run in a copy of the project here")
     parser.add_argument("--out", type=Path, help="write the markdown tables here (and CSVs)")
+    parser.add_argument(
+        "--strategies", type=Path, help="YAML {group: strategies} replacing them (with --scratch)"
+    )
     args = parser.parse_args()
     if args.seeds < 1:
         parser.error("--seeds must be >= 1")
+    if args.strategies and not args.scratch:
+        parser.error("--strategies edits the scratch copy's configuration: give --scratch DIR")
     logging.basicConfig(level=logging.WARNING)
     project = scratch_project(args.scratch, args.pipelines) if args.scratch else ROOT
+    if args.strategies:
+        replace_strategies(project, args.strategies)
+    if args.out:
+        args.out = args.out.resolve()
+    # The pipelines read their strategy list from the project at the working directory
+    # (creditflow.pipelines.comparison.project_root), so a scratch project is run from there.
+    os.chdir(project)
     bootstrap_project(project)
     extra = parse_params(args.params)
     sections = []

@@ -1,4 +1,4 @@
-"""The comparison intervals (creditflow.reporting.stats, issue 17): hand-computed cases, the
+"""The comparison intervals (creditflow.reporting.stats): hand-computed cases, the
 scipy interval against a slow reference formula, the pairing by problem and seed."""
 
 import math

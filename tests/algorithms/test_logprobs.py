@@ -1,4 +1,4 @@
-"""Chunked token log-probs (issue 13) against the single-pass log-softmax on random inputs."""
+"""Chunked token log-probs against the single-pass log-softmax on random inputs."""
 
 import math
 

@@ -169,7 +169,7 @@ def test_make_tiny_model_writes_a_loadable_model_and_interleaved_prompts(tiny_mo
 
 def test_pad_vocab_to_pads_the_tied_embedding_and_keeps_the_tokenizer(tmp_path):
     """--pad-vocab-to N: N embedding rows (the LM head tied to them), the tokenizer's rows
-    unchanged, the tokenizer itself unchanged (issue 13's benchmark at Qwen2.5's 151,936)."""
+    unchanged, the tokenizer itself unchanged (the benchmark at Qwen2.5's 151,936)."""
     sizes = {
         "n_problems": 1, "vocab_size": 300, "hidden_size": 16, "num_hidden_layers": 1,
         "num_attention_heads": 2, "num_key_value_heads": 1, "intermediate_size": 32,

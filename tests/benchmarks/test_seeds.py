@@ -1,4 +1,4 @@
-"""benchmarks/seeds.py (issue 17): its --params parsing and the markdown it writes; the run
+"""benchmarks/seeds.py: its --params parsing and the markdown it writes; the run
 itself is a KedroSession of the tapo / tor pipelines (tests/pipelines/test_seeds.py)."""
 
 import doctest

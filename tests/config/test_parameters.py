@@ -59,7 +59,7 @@ def _set(params: dict, dotted: str, value) -> dict:
     return params
 
 
-# Each probe of issue 16 (and one of each kind per chain group): the key set, its value, and
+# Each hostile-input probe (and one of each kind per chain group): the key set, its value, and
 # what the error must say.
 PROBES = [
     ("tapo.bogus_top", 1, r"tapo: unknown key `bogus_top`; valid keys: comparison, evaluation"),
@@ -87,7 +87,7 @@ PROBES = [
     ("tor.evaluation.tabmwp_mx", 3, r"tor.evaluation: unknown key `tabmwp_mx` \(did you mean"),
     ("tor.policy.tiny.hidden_size", "64", r"tor.policy.tiny.hidden_size: .*got '64' \(str\)"),
     ("tor.tasks.kinds", ["count"], r"tor.tasks.kinds.0: unknown problem kind 'count'"),
-    # Seeds and the baseline of a comparison (issue 17).
+    # Seeds and the baseline of a comparison.
     ("tapo.comparison.n_sedes", 5, r"tapo.comparison: unknown key `n_sedes` \(did you mean"),
     ("tapo.comparison.n_seeds", 0, r"tapo.comparison.n_seeds: .*greater than or equal to 1"),
     ("tor.comparison.n_seeds", 2.0, r"tor.comparison.n_seeds: .*integer"),
@@ -96,7 +96,7 @@ PROBES = [
         "unifrom",
         r"tor: comparison.baseline 'unifrom' is not a strategy; valid: tor, .*uniform",
     ),
-    # Task sources (issue 13): the split's knobs; the source's name is checked against the
+    # Task sources: the split's knobs; the source's name is checked against the
     # catalog by hooks.task_source.TaskSourceHook (tests/config/test_task_sources.py).
     ("tapo.tasks.heldout_fraction", 1.0, r"tapo.tasks.heldout_fraction: .*less than 1"),
     ("tapo.tasks.max_eval_problems", 0, r"tapo.tasks.max_eval_problems: .*greater than or equal"),

@@ -183,7 +183,7 @@ def test_catalog_yaml_config_saves_and_loads_versioned_artifacts(
 
 
 def test_models_by_seed_round_trip_in_seed_order(tmp_path, model_a, model_b, input_ids):
-    """A comparison strategy's GRPO policies, one per seed (issue 17)."""
+    """A comparison strategy's GRPO policies, one per seed."""
     dataset = HFModelsBySeedDataset(str(tmp_path / "policies"), load_args=EAGER)
     dataset.save({0: model_a, 10: model_b, 2: model_a})
     assert sorted(p.name for p in (tmp_path / "policies").iterdir()) == [

@@ -1,4 +1,4 @@
-"""Query-aware experience scores s_{q,v} (docs/methods/experience.md, step 3, issue 15 section 2): the query in the
+"""Query-aware experience scores s_{q,v} (docs/methods/experience.md, step 3): the query in the
 ExpModel's prompt, preference pairs formed per query, scores per (query, candidate) and what
 reads them (y_aug's session scores, the evaluation's per-query tau)."""
 

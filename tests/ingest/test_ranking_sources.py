@@ -1,5 +1,5 @@
-"""A catalogue and impression logs of your own as the experience chain's tables (issue 15,
-section 4): the conversion, errors that name the dataset, row and column, the optional
+"""A catalogue and impression logs of your own as the experience chain's tables: the
+conversion, errors that name the dataset, row and column, the optional
 true_quality, and the example of docs/howto/own_data.md run through the chain's first nodes in a
 Kedro session."""
 

@@ -1,4 +1,4 @@
-"""Seeds as an axis of the tapo and tor comparisons (issue 17): each strategy's GRPO runs once
+"""Seeds as an axis of the tapo and tor comparisons: each strategy's GRPO runs once
 per seed from the one warm start, with its own checkpoints, and the comparison tables carry
 one row per (strategy, seed) and the intervals over seeds."""
 

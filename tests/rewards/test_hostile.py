@@ -1,4 +1,4 @@
-"""The reasoning reward under hostile output (issue 16): answers screened before parsing,
+"""The reasoning reward under hostile output: answers screened before parsing,
 one wall-clock budget per batch, and the outcome of every check reported.
 
 No wall times are asserted here: benchmarks/reasoning_hostile.py times the hostile batches.

@@ -164,7 +164,7 @@ def test_policy_needs_a_pad_token(make_model):
 def test_chunked_scoring_equals_the_single_pass_logits(
     make_model, tapo_tokenizer, tapo_prompts, chunk
 ):
-    """completion_logprobs (the head applied ``chunk`` positions at a time, issue 13) gives the
+    """completion_logprobs (the head applied ``chunk`` positions at a time) gives the
     log-softmax of the plain forward's (B, T, V) logits, their top-p entropy, and the gradient
     of that log-softmax."""
     model = make_model()

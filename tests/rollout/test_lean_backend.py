@@ -1,4 +1,4 @@
-"""The ``lean`` rollout backend against transformers (issue 14): every decode step's logits, the
+"""The ``lean`` rollout backend against transformers: every decode step's logits, the
 greedy and seeded tokens of ``HFBackend``, the sampler's distribution and log-probs, the group
 layout, what it refuses, and its weights cache.
 

@@ -1,4 +1,4 @@
-"""The shared-prefix scoring forward (issue 14, section 2) against the plain one.
+"""The shared-prefix scoring forward against the plain one.
 
 Each case scores one batch twice with the same tiny Qwen2 (GQA, float32, training mode): once
 with ``shared_prefix`` (each run of identical prompts runs once, its KV cache expanded to the

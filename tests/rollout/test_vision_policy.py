@@ -207,7 +207,7 @@ def test_logprobs_are_differentiable_and_temperature_scaled(
 
 
 def test_chunked_scoring_equals_the_single_pass_with_gradients(sampled, make_vl_model):
-    """Scoring 3 positions at a time (issue 13) gives the plain forward's log-softmax, its
+    """Scoring 3 positions at a time gives the plain forward's log-softmax, its
     top-p entropy and its gradient, the vision tower's included."""
     policy, batch, _ = sampled
     model = make_vl_model()

@@ -1,5 +1,5 @@
 """The MovieLens text-only ExpModel's inputs: the training part of the ratings and tags, the
-item text and the rating teacher, which must never read a held-back rating (issue 15, s. 4)."""
+item text and the rating teacher, which must never read a held-back rating."""
 
 import numpy as np
 import pandas as pd

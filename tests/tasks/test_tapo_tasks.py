@@ -350,7 +350,7 @@ def test_tapo_prompt():
     assert len(TAPO_INSTRUCTION.split()) <= 25  # a tiny model sees it on every prompt
 
 
-# --- variant="conflict" (issue 17, item 3) ---------------------------------------------------
+# --- variant="conflict" ---------------------------------------------------
 # The distractor sentence of the English reference, written here independently of the
 # generator: "<Name>'s neighbor buys <d> <noun>." (names may have two words: "Wang Fang").
 NEIGHBOR_EN = re.compile(r"(?<= )(?:\w+ )?\w+'s neighbor buys (\d+) [a-z]+\. ")

@@ -1,4 +1,4 @@
-"""LoRA policies in the engines (issue 13): only the adapters train, in GRPO, SFT and VL SFT;
+"""LoRA policies in the engines: only the adapters train, in GRPO, SFT and VL SFT;
 GRPO's KL reference is the base model with the adapters disabled (no second copy), so its
 log-probs stay the initial policy's; a LoRA run's checkpoints hold its adapters and resume.
 

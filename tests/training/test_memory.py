@@ -1,4 +1,4 @@
-"""The GRPO engine's memory settings (issue 13): micro-batches with gradient accumulation,
+"""The GRPO engine's memory settings: micro-batches with gradient accumulation,
 chunked scoring, gradient checkpointing and bf16 autocast, each against the plain step."""
 
 import copy

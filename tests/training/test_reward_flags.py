@@ -1,4 +1,4 @@
-"""Reward flags and reward options in the engine (issue 16): the reasoning reward's flags
+"""Reward flags and reward options in the engine: the reasoning reward's flags
 reach the step metrics as counts, and reward options reach the reward functions, checked
 before training."""
 

@@ -1,4 +1,4 @@
-"""The ``vllm`` rollout backend for real, on CPU (issue 14; docs/vllm.md): one colocated
+"""The ``vllm`` rollout backend for real, on CPU (docs/vllm.md): one colocated
 ``vllm.LLM`` for the module, a vLLM OpenAI server started by the test for the server mode.
 
 Run with ``make test-vllm`` (the vLLM environment, .venv-vllm). In .venv, without vLLM, only

@@ -1,5 +1,5 @@
 """The ExpModel's train / unseen split through the Kedro nodes: no unseen item reaches SFT or
-PFT, and the evaluation reports s_exp on the unseen items (issue 15, section 2)."""
+PFT, and the evaluation reports s_exp on the unseen items."""
 
 import importlib
 

@@ -147,7 +147,7 @@ def test_tapo_pipeline_runs_end_to_end_and_resumes(tapo_params, raw_data, tmp_pa
     assert all(torch.equal(tapo[k], retrained[k]) for k in tapo)
 
 
-# A catalog source at the smallest sizes, without the SFT warm start (issue 13).
+# A catalog source at the smallest sizes, without the SFT warm start.
 CATALOG_SOURCE = {"sft": {"steps": 0}, "tasks": {"heldout_fraction": 0.25, "max_eval_problems": 2}}
 
 

@@ -170,7 +170,7 @@ def test_tor_pipeline_runs_end_to_end(tor_params, raw_data, tmp_path):
 
 @pytest.mark.slow
 def test_tor_trains_on_tabmwp_as_its_source(tor_params, raw_data, tmp_path):
-    """TabMWP as the source (issue 13), split by problem id: the held-out TabMWP rows are the
+    """TabMWP as the source, split by problem id: the held-out TabMWP rows are the
     TabMWP evaluation (no trained-on row is evaluated), MATH-Vision is still evaluated, and
     the table has today's columns."""
     torch.set_num_threads(1)
