@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
@@ -104,3 +105,21 @@ def test_a_null_is_read_with_its_minimum_detectable_effect(seeds):
     )
     # an interval that excludes 0 is not a null: no MDE
     assert seeds.cell(row, "accuracy_gain_synthetic") == "+0.030 [+0.010, +0.050]"
+
+
+def test_strategies_file_replaces_the_groups_strategies_in_the_scratch_copy(seeds, tmp_path):
+    conf = tmp_path / "conf/base"
+    conf.mkdir(parents=True)
+    (conf / "parameters_tapo.yml").write_text(
+        "tapo:\n  seed: 3\n  strategies:\n    grpo_sum: {advantage: {name: grpo}}\n"
+        "    tapo: {advantage: {name: tapo}}\n"
+    )
+    seeds.replace_strategies(tmp_path, BENCHMARKS / "conf/tapo_loss_types.yml")
+    written = yaml.safe_load((conf / "parameters_tapo.yml").read_text())
+    assert written["tapo"]["seed"] == 3
+    assert list(written["tapo"]["strategies"]) == ["grpo_sum", "dapo", "gspo"]
+    assert written["tapo"]["strategies"]["gspo"]["loss_type"] == "gspo"
+    bad = tmp_path / "bad.yml"
+    bad.write_text("tpao: {x: {}}\n")
+    with pytest.raises(SystemExit, match="tpao"):
+        seeds.replace_strategies(tmp_path, bad)
