@@ -245,8 +245,11 @@ def test_the_bottom_layers_import_no_torch_and_only_what_they_may():
             "collections.abc",
             "dataclasses",
             "difflib",
+            "importlib",  # config.plugins: a strategy or reward named by import path
+            "importlib.metadata",  # ... or by entry point
             "inspect",
             "pathlib",
+            "traceback",
             "types",
             "typing",
             "pydantic",
