@@ -38,7 +38,9 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("rollout", {"rollout"}),  # the engine's sampling side
     ("engine", {"training"}),  # GRPO, supervised training, strategies, checkpoints
     ("chain", {"annotation", "experience", "datasets"}),  # the experience chain, on the engine
-    ("api", {"api"}),  # the Python entry points outside Kedro, over the engine
+    # the Python entry points outside Kedro, over the engine; the contract checks of strategies
+    # and rewards for tests
+    ("api", {"api", "testing"}),
     ("kedro", {"pipelines", "pipeline_registry", "__main__"}),
     ("hooks", {"hooks"}),
     ("settings", {"settings"}),

@@ -49,7 +49,9 @@ def is_import_path(name: str) -> bool:
 
 def entry_point_names(kind: str) -> list[str]:
     """The names installed packages register for ``kind`` (``strategy`` or ``reward``)."""
-    return sorted({ep.name for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUPS[kind])})
+    return sorted(
+        {ep.name for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUPS[kind])}
+    )
 
 
 def load_plugin(name: str, kind: str, key: str) -> Any | None:
@@ -93,8 +95,7 @@ def _from_path(path: str, key: str) -> Any:
     except ModuleNotFoundError as error:
         if error.name and module_name.startswith(error.name):
             raise ConfigError(
-                f"{at(key)}{path!r}: no module named {error.name!r} on the import path; "
-                f"{PATH_HINT}"
+                f"{at(key)}{path!r}: no module named {error.name!r} on the import path; {PATH_HINT}"
             ) from error
         raise ConfigError(
             f"{at(key)}{path!r}: module {module_name!r} does not import ({_short(error)}); "
@@ -127,4 +128,3 @@ def _where(error: BaseException) -> str:
         return "no traceback"
     last = frames[-1]
     return f"{last.filename}, line {last.lineno}"
-

@@ -54,9 +54,7 @@ def plugin_strategy(label: str, name: Any, built_in: Mapping[str, Strategy]) -> 
             not import, a missing attribute, a strategy of the other kind, or a function whose
             signature does not fit.
     """
-    key = f"{label}.name"
-    cls, arguments = KINDS[label]
-    found = load_plugin(name, "strategy", key) if isinstance(name, str) else None
+    found = load_plugin(name, "strategy", f"{label}.name") if isinstance(name, str) else None
     if found is None:
         registered = entry_point_names("strategy")
         raise ConfigError(
@@ -64,6 +62,19 @@ def plugin_strategy(label: str, name: Any, built_in: Mapping[str, Strategy]) -> 
             + (f", {registered} (installed entry points)" if registered else "")
             + ", or an import path 'package.module:function'"
         )
+    return as_strategy(label, found, name)
+
+
+def as_strategy(label: str, found: Any, name: str) -> Strategy:
+    """``found`` as a ``label`` strategy: a strategy dataclass of that kind as it is, a plain
+    function of that kind's signature wrapped (module docstring).
+
+    Raises:
+        ConfigError: naming ``<label>.name`` and ``name``: a strategy of the other kind, or no
+            function of the signature.
+    """
+    key = f"{label}.name"
+    cls, arguments = KINDS[label]
     if isinstance(found, cls):
         return found
     for other, (other_cls, _) in KINDS.items():
