@@ -18,7 +18,7 @@ from kedro.framework.session import KedroSession
 from kedro.framework.startup import bootstrap_project
 
 from creditflow.errors import ConfigError
-from creditflow.testing import check_reward, check_token_weight_strategy
+from creditflow.testing import check_advantage_strategy, check_reward, check_token_weight_strategy
 from tests.kedro_project import NodeCounter, checkout_copy, kedro_cli, save_mgsm_problems
 from tests.pipelines._params import TAPO_SMALLEST
 
@@ -57,7 +57,7 @@ def plugins(project_root: Path, tmp_path: Path) -> Iterator[Path]:
     (folder / "my_credit").mkdir(parents=True)
     (folder / "my_credit/__init__.py").write_text("", encoding="utf-8")
     files = documented_files(project_root)
-    for name in ("my_credit/strategies.py", "my_credit/rewards.py"):
+    for name in ("my_credit/strategies.py", "my_credit/rewards.py", "my_credit/advantages.py"):
         (folder / name).write_text(files[name], encoding="utf-8")
     yield folder
     for module in [m for m in sys.modules if m.split(".")[0] == "my_credit"]:
@@ -82,6 +82,8 @@ def test_the_documented_strategy_and_reward_keep_the_contract(plugins, monkeypat
     weights = check_token_weight_strategy(HIGH_ENTROPY_ONLY, {"name": "high", "fraction": 0.2})
     assert 0 < weights.sum() <= 0.2 * 16 * 12 + 1  # ceil(20 % of the valid tokens)
     assert check_reward("my_credit.rewards:brevity") == check_reward(brevity)
+    advantages = check_advantage_strategy("my_credit.advantages:centred_reward")
+    assert advantages.abs().sum() > 0
 
 
 @pytest.mark.slow
