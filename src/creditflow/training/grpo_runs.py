@@ -15,6 +15,7 @@ from typing import Any
 
 from creditflow.errors import ConfigError
 from creditflow.rewards import check_reward_options
+from creditflow.rewards.plugins import is_builtin_reward
 from creditflow.rollout import (
     LanguagePolicy,
     SamplingSettings,
@@ -110,6 +111,11 @@ def check_grpo_config(config: GRPOConfig, reward_names: Sequence[str] | None = N
             raise ConfigError(
                 f"reward_options names reward {name!r}, which is not computed; computed "
                 f"rewards are {sorted(reward_names)}"
+            )
+        if not is_builtin_reward(name):
+            raise ConfigError(
+                f"reward_options.{name}: a reward of your own takes no options here; bind "
+                "them in its module (e.g. a def that calls your function with them)"
             )
         try:
             check_reward_options(name, options)
