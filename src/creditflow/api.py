@@ -8,7 +8,9 @@ points themselves. A quickstart that runs: docs/python_api.md.
 **A dataset** is a pandas DataFrame, a list of dicts or anything with ``to_pandas()`` (a
 Hugging Face ``Dataset``), one row per prompt:
 
-- ``prompt``: the user turn the policy sees (the tokenizer's chat template wraps it);
+- ``prompt``: the user turn the policy sees (the tokenizer's chat template wraps it), or a
+  conversation as chat messages ``[{"role": "system", "content": ...}, {"role": "user",
+  ...}]``, rendered by the chat template as they are;
 - ``answer``: the gold answer, read by the built-in ``reasoning`` reward;
 - ``reference``, or ``question_en`` as in TAPO's problem tables: the reference text, read by
   the built-in ``translation`` reward;
@@ -186,8 +188,12 @@ def as_dataset(data: Any, rewards: Sequence[Reward] = (), *, sft: bool = False) 
             f"a dataset needs rows and a {PROMPT!r} column, got {len(frame)} rows with "
             f"columns {list(frame.columns)}"
         )
-    if not all(isinstance(prompt, str) for prompt in frame[PROMPT]):
-        raise ConfigError(f"every {PROMPT!r} must be a string (one user turn per row)")
+    bad = next((i for i, p in enumerate(frame[PROMPT]) if not _is_prompt(p)), None)
+    if bad is not None:
+        raise ConfigError(
+            f"row {bad}: every {PROMPT!r} must be a string (one user turn) or a list of chat "
+            f"messages {{'role': ..., 'content': ...}}, got {frame[PROMPT].iloc[bad]!r}"
+        )
     references = [c for c in REFERENCE_COLUMNS if c in frame.columns]
     if len(references) > 1:
         raise ConfigError(
@@ -353,6 +359,22 @@ def evaluate(
         seed=seed,
         reference_column=reference,
         answer_column=answer,
+    )
+
+
+def _is_prompt(prompt: Any) -> bool:
+    """Text, or a non-empty list of ``{"role": str, "content": str}`` messages."""
+    if isinstance(prompt, str):
+        return True
+    return (
+        isinstance(prompt, list)
+        and bool(prompt)
+        and all(
+            isinstance(m, Mapping)
+            and isinstance(m.get("role"), str)
+            and isinstance(m.get("content"), str)
+            for m in prompt
+        )
     )
 
 

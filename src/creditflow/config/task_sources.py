@@ -1,11 +1,12 @@
-"""Task sources from the catalog: ``tapo.tasks.source`` and ``tor.tasks.source``;
+"""Task sources from the catalog: ``tapo.tasks.source``, ``tor.tasks.source`` and
+``grpo.tasks.source``;
 and the experience chain's catalogue and logs: ``annotation.source.items``
 and ``annotation.source.impressions``.
 
 Kedro builds the pipelines before it reads ``--params``, so a parameter cannot choose a
 node's input. The nodes that build tasks or tables therefore read one fixed input each
 (:data:`TASK_SOURCES`: ``tapo_source_problems``, ``tor_source_problems``,
-``annotation_source_items``, ``annotation_source_impressions``), and :class:`TaskSourceHook`
+``grpo_source_prompts``, ``annotation_source_items``, ``annotation_source_impressions``), and :class:`TaskSourceHook`
 puts under that name, when the catalog is created:
 
 - for ``source: synthetic`` (the default): a MemoryDataset holding None; the node then runs
@@ -14,7 +15,8 @@ puts under that name, when the catalog is created:
   ``--load-versions`` and the run's version pinning apply to it as to the name itself).
 
 A source must declare its schema in its catalog entry, ``metadata: {task_schema: math_text}``
-(tapo), ``{task_schema: visual}`` (tor), ``{task_schema: ranking_items}`` or
+(tapo), ``{task_schema: visual}`` (tor), ``{task_schema: prompts}`` (grpo),
+``{task_schema: ranking_items}`` or
 ``{task_schema: ranking_impressions}`` (annotation): that is how a name is known to be a task dataset
 before anything loads, and how an unknown name's error lists the ones there are. The rows are
 checked against the schema when the node loads them (:mod:`creditflow.ingest.source_rows`, :mod:`creditflow.ingest.ranking_sources`).
@@ -38,7 +40,7 @@ SCHEMA_KEY = "task_schema"  # the catalog entry's metadata key naming its task s
 class TaskSource:
     """The fixed node input a source parameter fills (``<group>.<path>``, ``tasks.source`` by
     default), and the task schema (``creditflow.ingest.schemas``: ``math_text``, ``visual``,
-    ``ranking_items``, ``ranking_impressions``) its datasets follow."""
+    ``prompts``, ``ranking_items``, ``ranking_impressions``) its datasets follow."""
 
     dataset: str
     schema: str
@@ -63,6 +65,7 @@ class TaskSource:
 TASK_SOURCES: Mapping[str, TaskSource] = {
     "tapo": TaskSource("tapo_source_problems", "math_text", "tapo"),
     "tor": TaskSource("tor_source_problems", "visual", "tor"),
+    "grpo": TaskSource("grpo_source_prompts", "prompts", "grpo"),
     "annotation_items": TaskSource(
         "annotation_source_items", "ranking_items", "annotation", ("source", "items")
     ),

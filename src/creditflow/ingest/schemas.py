@@ -8,7 +8,8 @@ Every ``data_ingest`` output follows one of these schemas, one per task family:
 - :data:`MOVIELENS_ITEMS_SCHEMA`: ``movielens_items``
 - :data:`MOVIELENS_TAGS_SCHEMA`: ``movielens_tags``
 
-and two schemas describe files of your own that the experience chain reads instead of its
+:data:`PROMPT_SCHEMA` describes a generic prompt set of one's own (the ``grpo`` pipeline), and
+two schemas describe files of your own that the experience chain reads instead of its
 synthetic world (``annotation.source``): :data:`RANKING_ITEMS_SCHEMA` (a catalogue) and
 :data:`RANKING_IMPRESSIONS_SCHEMA` (impression logs), each with optional columns.
 
@@ -19,6 +20,8 @@ Column dtypes use these names:
 - ``Int64``: pandas nullable integer (``<NA>`` where unknown);
 - ``list[str]``: object column of string lists. After a Parquet round trip pyarrow hands each
   cell back as a 1-D numpy array of str, so readers should treat cells as sequences.
+- ``prompt``: object column of prompts, each a string or a list of ``{"role", "content"}``
+  chat messages.
 
 :func:`conform_frame` casts a freshly built frame to its schema; :func:`check_frame` checks
 any frame (e.g. one loaded back from Parquet) against it.
@@ -32,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-DTYPES = ("str", "int64", "float64", "Int64", "list[str]")
+DTYPES = ("str", "int64", "float64", "Int64", "list[str]", "prompt")
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,24 @@ VISUAL_SCHEMA = TableSchema(
             "canonical number (thousands commas stripped; decimals and fractions as written)",
         ),
         Column("choices", "list[str]", "answer options for multiple choice, empty when free-form"),
+    ),
+    key=("id",),
+)
+
+PROMPT_SCHEMA = TableSchema(
+    name="prompts",
+    doc=(
+        "A generic prompt set (the grpo pipeline; creditflow.tasks.prompts): optional "
+        "`completion` (the SFT target) and any other columns, which TRL-style rewards get as "
+        "keyword arguments."
+    ),
+    columns=(
+        Column("id", "str", "prompt id, unique; the held-out split is drawn over ids"),
+        Column(
+            "prompt",
+            "prompt",
+            "one user turn as text, or chat messages [{role: system|user|assistant, content}]",
+        ),
     ),
     key=("id",),
 )
@@ -287,7 +308,19 @@ def _dtype_problem(series: pd.Series, dtype: str) -> str | None:
     if dtype == "list[str]":
         ok = series.dtype == object and series.map(_is_str_sequence).all()
         return None if ok else "holds values that are not sequences of str"
+    if dtype == "prompt":
+        ok = series.map(_is_prompt).all()
+        return None if ok else "holds values that are neither str nor chat messages"
     return None if series.dtype == np.dtype(dtype) else f"has dtype {series.dtype}, not {dtype}"
+
+
+def _is_prompt(value: object) -> bool:
+    if isinstance(value, str):
+        return True
+    is_sequence = isinstance(value, np.ndarray | Sequence) and len(value) > 0
+    return is_sequence and all(
+        isinstance(m, dict) and isinstance(m.get("content"), str) and "role" in m for m in value
+    )
 
 
 def _is_str_sequence(value: object) -> bool:

@@ -48,7 +48,12 @@ import numpy as np
 import pandas as pd
 
 from creditflow.errors import TaskSourceError
-from creditflow.ingest.schemas import MATH_TEXT_SCHEMA, VISUAL_SCHEMA, TableSchema
+from creditflow.ingest.schemas import (
+    MATH_TEXT_SCHEMA,
+    PROMPT_SCHEMA,
+    VISUAL_SCHEMA,
+    TableSchema,
+)
 from creditflow.ingest.validation import canonical_number, image_problem
 from creditflow.rewards.reasoning import MAX_ANSWER_CHARS, gold_answer
 
@@ -76,6 +81,8 @@ MAX_TEXT_CHARS = {
     "reasoning": 50_000,
     "answer": MAX_ANSWER_CHARS,
     "choices": MAX_ANSWER_CHARS,
+    "prompt": 20_000,  # each message's content, for chat prompts
+    "completion": 50_000,
 }
 DEFAULT_MAX_TEXT_CHARS = 20_000
 # C0 controls but tab, newline and carriage return; DEL; C1 controls (mojibake, never text).
@@ -137,6 +144,101 @@ def visual_problems(data: Any, dataset: str) -> pd.DataFrame:
         _check_image(Path(path), dataset, row)
     _require_unique(out, VISUAL_SCHEMA, dataset)
     return out[[*VISUAL_SCHEMA.names, "reasoning"]]
+
+
+# Keyword arguments TRL's reward call passes itself: a column by one of these names would be
+# shadowed (``rewards.plugins.TRL_ARGUMENTS``).
+RESERVED_PROMPT_COLUMNS = ("prompts", "completions", "completion_ids", "trainer_state")
+CHAT_ROLES = ("system", "user", "assistant")
+
+
+def prompt_rows(data: Any, dataset: str) -> pd.DataFrame:
+    """``data`` (a frame or Hugging Face ``Dataset``) as a generic prompt set
+    (``PROMPT_SCHEMA``, ``creditflow.tasks.prompts``): ``id`` as text, ``prompt`` as text or
+    a list of ``{"role", "content"}`` dicts, the optional ``completion`` as text, then every
+    other column as loaded, its cells as plain Python values (a Parquet list cell, a numpy
+    array, becomes a list) so the rewards that read them get what the file says.
+
+    Raises:
+        TaskSourceError: ``id`` or ``prompt`` is missing, an ``id`` is blank or repeats, a
+            prompt is neither text nor chat messages (a role outside ``CHAT_ROLES``, a
+            message without ``content``), a prompt or completion is blank or hostile (module
+            docstring), or a column is named like one of TRL's own reward arguments.
+    """
+    frame = checked_frame(data, dataset, PROMPT_SCHEMA, ["completion", "any other column"])
+    reserved = [str(c) for c in frame.columns if c in RESERVED_PROMPT_COLUMNS]
+    if reserved:
+        raise TaskSourceError(
+            dataset,
+            f"column(s) {reserved} are named like the arguments a TRL-style reward gets from "
+            "the trainer itself",
+            "rename them (the rewards get every other column by its name)",
+            column=reserved[0],
+        )
+    out = pd.DataFrame({"id": _text_column(frame, "id", dataset)})
+    out["prompt"] = [_prompt(value, dataset, row) for row, value in enumerate(frame["prompt"])]
+    if "completion" in frame.columns:
+        out["completion"] = _text_column(frame, "completion", dataset)
+    for column in frame.columns:
+        if column not in out.columns:
+            out[str(column)] = [_plain(value) for value in frame[column].tolist()]
+    _require_unique(out, PROMPT_SCHEMA, dataset)
+    return out
+
+
+def _prompt(value: Any, dataset: str, row: int) -> str | list[dict[str, str]]:
+    """A text prompt, checked; or chat messages as plain dicts, each content checked."""
+    if isinstance(value, str):
+        return _text(value, dataset, row, "prompt")
+    messages = value.tolist() if isinstance(value, np.ndarray) else value
+    fix = (
+        'write the prompt as text, or as a list of messages such as [{"role": "user", '
+        '"content": "..."}] (JSON lines or Parquet; a CSV cell is always text)'
+    )
+    if _is_missing(value):
+        raise TaskSourceError(dataset, "missing value", fix, row, "prompt")
+    if not isinstance(messages, list) or not messages:
+        raise TaskSourceError(
+            dataset, f"{value!r} is neither text nor a list of chat messages", fix, row, "prompt"
+        )
+    out = []
+    for index, message in enumerate(messages):
+        if (
+            not isinstance(message, dict)
+            or set(message) - {"role", "content"}
+            or ("role" not in message or "content" not in message)
+        ):
+            raise TaskSourceError(
+                dataset,
+                f"message {index} is {message!r}, not {{'role': ..., 'content': ...}}",
+                fix,
+                row,
+                "prompt",
+            )
+        if message["role"] not in CHAT_ROLES:
+            raise TaskSourceError(
+                dataset,
+                f"message {index} has the role {message['role']!r}",
+                f"use one of {list(CHAT_ROLES)}",
+                row,
+                "prompt",
+            )
+        content = _text(message["content"], dataset, row, "prompt")
+        out.append({"role": str(message["role"]), "content": content})
+    return out
+
+
+def _plain(value: Any) -> Any:
+    """A cell as plain Python: numpy arrays as lists, numpy scalars as their item, nested."""
+    if isinstance(value, np.ndarray):
+        return [_plain(item) for item in value.tolist()]
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
 
 
 def as_frame(data: Any, dataset: str) -> pd.DataFrame:

@@ -17,6 +17,8 @@ from creditflow.models.tokenizer import (
     IM_END_TOKEN,
     IM_START_TOKEN,
     PAD_TOKEN,
+    Prompt,
+    chat_messages,
     load_tokenizer,
     train_bpe_tokenizer,
 )
@@ -44,7 +46,9 @@ __all__ = [
     "IM_END_TOKEN",
     "IM_START_TOKEN",
     "PAD_TOKEN",
+    "Prompt",
     "build_tiny_qwen2",
+    "chat_messages",
     "explain_missing_checkpoint",
     "load_policy",
     "load_tokenizer",

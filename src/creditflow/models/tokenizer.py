@@ -9,7 +9,7 @@ left padding for batched generation.
 
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,27 @@ QWEN2_SPLIT_PATTERN = (
 )
 # Classes that rebuild nothing on load: tokenizer.json is used exactly as saved.
 _AS_SAVED_CLASSES = ("TokenizersBackend", "PreTrainedTokenizerFast")
+
+
+# A prompt: one user turn as text, or a conversation as chat messages (TRL's "conversational"
+# prompts), each ``{"role": "system" | "user" | "assistant", "content": text}``.
+Prompt = str | Sequence[Mapping[str, str]]
+
+
+def chat_messages(prompt: Prompt) -> list[dict[str, str]]:
+    """``prompt`` as the messages a chat template renders: text becomes one user turn, chat
+    messages stay as they are (a system turn, a few-shot exchange, then the user's question).
+
+    >>> chat_messages("2 + 2?")
+    [{'role': 'user', 'content': '2 + 2?'}]
+    >>> chat_messages(
+    ...     [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    ... )
+    [{'role': 'system', 'content': 'Be brief.'}, {'role': 'user', 'content': 'Hi'}]
+    """
+    if isinstance(prompt, str):
+        return [{"role": "user", "content": prompt}]
+    return [{"role": str(m["role"]), "content": str(m["content"])} for m in prompt]
 
 
 def train_bpe_tokenizer(

@@ -60,6 +60,7 @@ from creditflow.pipelines.reranker_pretrain.pipeline import RERANKERS
 from creditflow.redaction import is_secret_key
 from creditflow.rewards.plugins import check_reward_name
 from creditflow.tasks.movielens import movielens_item_texts, movielens_sessions
+from creditflow.tasks.prompts import PROMPT_KINDS
 from creditflow.tasks.reranking import ClickModel, LoggingRanker
 from creditflow.tasks.splits import SYNTHETIC
 from creditflow.tasks.tapo import ALL_LANGUAGES, OPERATIONS, VARIANTS
@@ -271,6 +272,57 @@ class TorParams(Block):
     @model_validator(mode="after")
     def _baseline_is_a_strategy(self) -> TorParams:
         _check_baseline("tor", self.comparison, self.strategies)
+        return self
+
+
+# --- grpo: any prompt set ---------------------------------------------------------------------
+
+
+class GrpoTasks(TaskSourceFields):
+    sft_target: Annotated[str, Field(min_length=1)] = "completion"
+    n_train: Count
+    n_eval: Count
+    kinds: list[one_of(PROMPT_KINDS, "prompt kind")] = Field(min_length=1)
+    max_operand: Count
+    word_length: Count
+
+
+class GrpoTokenizer(Block):
+    vocab_size: Count
+    special_tokens: list[str] = []
+    model_max_length: Count
+
+
+class GrpoEvaluation(Block):
+    max_new_tokens: Count
+    batch_size: Count
+    samples_per_problem: NonNegative = 0
+    reward_weights: dict[str, float] | None = None
+
+
+class GrpoParams(Block):
+    seed: int
+    torch_threads: Threads = None
+    tasks: GrpoTasks
+    tokenizer: GrpoTokenizer
+    policy: TextPolicy
+    sft: SFT
+    reward_functions: list[RewardName] = Field(min_length=1)
+    grpo: ComparisonGRPO
+    strategies: dict[str, StrategyOverrides] = Field(min_length=1)
+    comparison: StrategyComparison
+    evaluation: GrpoEvaluation
+
+    @model_validator(mode="after")
+    def _baseline_and_weights(self) -> GrpoParams:
+        _check_baseline("grpo", self.comparison, self.strategies)
+        weights = self.evaluation.reward_weights or {}
+        unknown = sorted(set(weights) - set(self.reward_functions))
+        if unknown:
+            raise ValueError(
+                f"evaluation.reward_weights names {unknown}, which are not computed; "
+                f"reward_functions: {self.reward_functions}"
+            )
         return self
 
 
@@ -506,6 +558,7 @@ SCHEMAS: Mapping[str, type[Block]] = {
     "annotation": AnnotationParams,
     "data_ingest": DataIngestParams,
     "experience_scoring": ExperienceScoringParams,
+    "grpo": GrpoParams,
     "expmodel_pft": ExpmodelPFTParams,
     "expmodel_sft": ExpmodelSFTParams,
     "movielens_eval": MovielensEvalParams,

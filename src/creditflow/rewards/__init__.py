@@ -1,9 +1,11 @@
-"""TAPO's rewards (docs/methods/tapo.md): format, translation (chrF++ / XCOMET) and reasoning (math_verify).
+"""TAPO's rewards (docs/methods/tapo.md): format, translation (chrF++ / XCOMET) and reasoning
+(math_verify); exact match for generic prompt sets.
 
 Pure functions of strings: ``B`` completions (and ``B`` references / answers) in, ``B``
 floats out; deterministic, and they never raise on malformed model output (it scores 0).
 """
 
+from creditflow.rewards.exact import exact_match_reward, normalise_answer
 from creditflow.rewards.format import (
     TRANSLATION_CLOSE,
     TRANSLATION_OPEN,
@@ -49,11 +51,13 @@ __all__ = [
     "check_pairs",
     "check_reward_options",
     "chrf_plus_plus",
+    "exact_match_reward",
     "extract_boxed_answer",
     "extract_translation",
     "format_reward",
     "get_reward_function",
     "gold_answer",
+    "normalise_answer",
     "normalize_thousands",
     "reasoning_outcomes",
     "reasoning_reward",

@@ -15,6 +15,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from creditflow.rewards.exact import exact_match_reward
 from creditflow.rewards.format import format_reward
 from creditflow.rewards.reasoning import FLAGS, RIGHT, reasoning_outcomes
 from creditflow.rewards.translation import translation_reward
@@ -44,10 +45,19 @@ def _reasoning(
     return rewards, {flag: [float(outcome == flag) for outcome in outcomes] for flag in FLAGS}
 
 
+def _exact_match(
+    completions: list[str], references: list[str], answers: list[str], **kw: Any
+) -> RewardOutput:
+    """1 where the completion is the gold answer (``exact.exact_match_reward``), else 0;
+    ``references`` is unused."""
+    return exact_match_reward(completions, answers, **kw), {}
+
+
 REWARD_FUNCTIONS: dict[str, RewardFunction] = {
     "format": _format,
     "translation": _translation,
     "reasoning": _reasoning,
+    "exact_match": _exact_match,
 }
 # The data arguments each entry reads (it ignores the others): the columns a dataset needs
 # for it (``creditflow.api``).
@@ -55,12 +65,14 @@ REWARD_INPUTS: dict[str, tuple[str, ...]] = {
     "format": (),
     "translation": ("references",),
     "reasoning": ("answers",),
+    "exact_match": ("answers",),
 }
 # The functions whose keyword arguments each entry forwards (the options it takes).
 _OPTIONS_OF: dict[str, Callable[..., Any]] = {
     "format": format_reward,
     "translation": translation_reward,
     "reasoning": reasoning_outcomes,
+    "exact_match": exact_match_reward,
 }
 _DATA_ARGUMENTS = {"completions", "references", "answers"}
 

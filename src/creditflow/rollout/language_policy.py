@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from creditflow.algorithms import token_logprobs
+from creditflow.models.tokenizer import Prompt, chat_messages
 from creditflow.rollout.backends import (
     FINISH_LENGTH,
     GenerationRequest,
@@ -167,14 +168,19 @@ class LanguagePolicy:
         """The trainer took an optimizer step on ``module``."""
         self.weights_version += 1
 
-    def format_prompt(self, prompt: str) -> str:
+    def format_prompt(self, prompt: Prompt) -> str:
+        """The text the model reads: ``prompt`` rendered by the chat template (text as one
+        user turn, chat messages as they are: ``models.chat_messages``), or text as it is
+        without the template."""
         if not self.use_chat_template:
+            if not isinstance(prompt, str):
+                raise ValueError("chat-message prompts need use_chat_template=True")
             return prompt
         return self.tokenizer.apply_chat_template(
-            [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
+            chat_messages(prompt), add_generation_prompt=True, tokenize=False
         )
 
-    def encode_prompts(self, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    def encode_prompts(self, prompts: list[Prompt]) -> tuple[torch.Tensor, torch.Tensor]:
         """Left-padded (B, P) ids and mask for the chat-formatted prompts."""
         self.tokenizer.padding_side = "left"
         enc = self.tokenizer(

@@ -18,6 +18,7 @@ import torch
 
 from creditflow.config.values import typed_value
 from creditflow.errors import ConfigError
+from creditflow.models.tokenizer import Prompt, chat_messages
 from creditflow.training.checkpoint import CheckpointStore, run_store, tokenizer_digest
 from creditflow.training.supervised import SupervisedConfig, SupervisedTrainer
 
@@ -83,7 +84,7 @@ class SFTConfig:
 
 def build_sft_examples(
     tokenizer,
-    prompts: Sequence[str],
+    prompts: Sequence[Prompt],
     targets: Sequence[str],
     max_length: int,
     use_chat_template: bool = True,
@@ -96,9 +97,9 @@ def build_sft_examples(
     examples = []
     for index, (prompt, target) in enumerate(zip(prompts, targets, strict=True)):
         text = prompt
-        if use_chat_template:
+        if use_chat_template:  # text as one user turn, chat messages as they are
             text = tokenizer.apply_chat_template(
-                [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
+                chat_messages(prompt), add_generation_prompt=True, tokenize=False
             )
         prompt_ids = tokenizer(text, add_special_tokens=False)["input_ids"]
         target_ids = tokenizer(target, add_special_tokens=False)["input_ids"] + [
