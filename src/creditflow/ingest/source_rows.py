@@ -157,7 +157,8 @@ def prompt_rows(data: Any, dataset: str) -> pd.DataFrame:
     (``PROMPT_SCHEMA``, ``creditflow.tasks.prompts``): ``id`` as text, ``prompt`` as text or
     a list of ``{"role", "content"}`` dicts, the optional ``completion`` as text, then every
     other column as loaded, its cells as plain Python values (a Parquet list cell, a numpy
-    array, becomes a list) so the rewards that read them get what the file says.
+    array, becomes a list; a missing value None) so the rewards that read them get what the
+    file says.
 
     Raises:
         TaskSourceError: ``id`` or ``prompt`` is missing, an ``id`` is blank or repeats, a
@@ -181,7 +182,8 @@ def prompt_rows(data: Any, dataset: str) -> pd.DataFrame:
         out["completion"] = _text_column(frame, "completion", dataset)
     for column in frame.columns:
         if column not in out.columns:
-            out[str(column)] = [_plain(value) for value in frame[column].tolist()]
+            values = [_plain(value) for value in frame[column].tolist()]
+            out[str(column)] = pd.Series(values, dtype=object)  # keeps None as None
     _require_unique(out, PROMPT_SCHEMA, dataset)
     return out
 
@@ -229,7 +231,11 @@ def _prompt(value: Any, dataset: str, row: int) -> str | list[dict[str, str]]:
 
 
 def _plain(value: Any) -> Any:
-    """A cell as plain Python: numpy arrays as lists, numpy scalars as their item, nested."""
+    """A cell as plain Python: numpy arrays as lists, numpy scalars as their item, nested; a
+    missing value (NaN, ``pd.NA``: a JSON null in a numeric column) as None, as TRL's
+    datasets hand a null to a reward."""
+    if _is_missing(value):
+        return None
     if isinstance(value, np.ndarray):
         return [_plain(item) for item in value.tolist()]
     if isinstance(value, list | tuple):

@@ -206,8 +206,15 @@ def evaluation_weights(params: dict[str, Any]) -> dict[str, float]:
 
 def reward_dataset(tasks: pd.DataFrame) -> pd.DataFrame:
     """``tasks`` as the rewards see them: without the gold ``completion`` (TRL leaves it out
-    of a reward's keyword arguments too; the evaluation writes its own ``completion``)."""
-    return tasks.drop(columns=[COMPLETION], errors="ignore")
+    of a reward's keyword arguments too; the evaluation writes its own ``completion``), every
+    cell a plain Python value and a missing one None (a JSON null loads as NaN in a numeric
+    column; TRL hands a reward None).
+
+    >>> reward_dataset(pd.DataFrame({"completion": ["2"], "d": [float("nan")]}))["d"].tolist()
+    [None]
+    """
+    frame = tasks.drop(columns=[COMPLETION], errors="ignore").astype(object)
+    return frame.where(frame.notna(), None)
 
 
 def sft_targets(tasks: pd.DataFrame, params: dict[str, Any]) -> list[str]:
