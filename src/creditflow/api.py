@@ -18,7 +18,7 @@ Hugging Face ``Dataset``), one row per prompt:
 - any other column: passed on to callable rewards.
 
 **A reward** is a built-in name (``creditflow.rewards.REWARD_FUNCTIONS``: ``format``,
-``translation``, ``reasoning``) or a TRL-style callable ``fn(completions, **kwargs) ->
+``translation``, ``reasoning``, ``exact_match``) or a TRL-style callable ``fn(completions, **kwargs) ->
 list[float]`` (itself, or named by its import path ``"package.module:function"`` or an entry
 point: ``creditflow.rewards.plugins``), called as TRL calls one: with ``completions`` (B
 strings), ``prompts`` and every other column of the dataset by name, one value per

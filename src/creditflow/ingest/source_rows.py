@@ -163,8 +163,9 @@ def prompt_rows(data: Any, dataset: str) -> pd.DataFrame:
     Raises:
         TaskSourceError: ``id`` or ``prompt`` is missing, an ``id`` is blank or repeats, a
             prompt is neither text nor chat messages (a role outside ``CHAT_ROLES``, a
-            message without ``content``), a prompt or completion is blank or hostile (module
-            docstring), or a column is named like one of TRL's own reward arguments.
+            message without ``content``), text and chat prompts are mixed, a prompt or
+            completion is blank or hostile (module docstring), or a column is named like one
+            of TRL's own reward arguments.
     """
     frame = checked_frame(data, dataset, PROMPT_SCHEMA, ["completion", "any other column"])
     reserved = [str(c) for c in frame.columns if c in RESERVED_PROMPT_COLUMNS]
@@ -178,6 +179,20 @@ def prompt_rows(data: Any, dataset: str) -> pd.DataFrame:
         )
     out = pd.DataFrame({"id": _text_column(frame, "id", dataset)})
     out["prompt"] = [_prompt(value, dataset, row) for row, value in enumerate(frame["prompt"])]
+    # A TRL dataset is conversational or not as a whole (its rewards get completions as
+    # messages or as text accordingly), and so is a batch here.
+    kinds = [isinstance(p, str) for p in out["prompt"]]
+    if len(set(kinds)) > 1:
+        first = kinds.index(not kinds[0])
+        raise TaskSourceError(
+            dataset,
+            f"row 0's prompt is {'text' if kinds[0] else 'chat messages'}, this one "
+            f"{'text' if kinds[first] else 'chat messages'}",
+            "write every prompt one way: all text, or all chat messages (a text prompt is "
+            '[{"role": "user", "content": "..."}])',
+            first,
+            "prompt",
+        )
     if "completion" in frame.columns:
         out["completion"] = _text_column(frame, "completion", dataset)
     for column in frame.columns:

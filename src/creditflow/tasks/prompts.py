@@ -17,10 +17,13 @@ questions whose answer is one number, scored by exact match.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
+
+from creditflow.errors import ConfigError, TaskSourceError
 
 ID, PROMPT, COMPLETION = "id", "prompt", "completion"
 # The synthetic questions: ``add`` ("What is 7 + 12?"), ``sub`` (never negative) and
@@ -134,3 +137,50 @@ def synthetic_prompt_split(
     return unique.iloc[:-n_eval].reset_index(drop=True), unique.iloc[-n_eval:].reset_index(
         drop=True
     )
+
+
+def reward_dataset(tasks: pd.DataFrame) -> pd.DataFrame:
+    """``tasks`` as the rewards see them: without the gold ``completion`` (TRL leaves it out
+    of a reward's keyword arguments too; the evaluation writes its own ``completion``), every
+    cell a plain Python value and a missing one None (a JSON null loads as NaN in a numeric
+    column; TRL hands a reward None).
+
+    >>> reward_dataset(pd.DataFrame({"completion": ["2"], "d": [float("nan")]}))["d"].tolist()
+    [None]
+    """
+    frame = tasks.drop(columns=[COMPLETION], errors="ignore").astype(object)
+    return frame.where(frame.notna(), None)
+
+
+def sft_targets(tasks: pd.DataFrame, column: str, source: str, steps: int) -> list[str]:
+    """The SFT target after each prompt: column ``column`` (``grpo.tasks.sft_target``) of the
+    prompt set ``source``, as text (an integer as its digits), for an SFT of ``steps`` steps.
+
+    Raises:
+        ConfigError: the prompt set has no such column (naming the keys that fix it).
+        TaskSourceError: a target is blank or no text, naming its row.
+
+    >>> sft_targets(pd.DataFrame({"answer": ["7", 12]}), "answer", "mine", 100)
+    ['7', '12']
+    """
+    if column not in tasks:
+        raise ConfigError(
+            f"grpo.sft.steps is {steps} but the prompt set `{source}` has no `{column}` column "
+            "(grpo.tasks.sft_target) for SFT to learn: add gold completions in that column, "
+            "name another one with grpo.tasks.sft_target, or set grpo.sft.steps=0 (a "
+            "pretrained checkpoint needs no warm start)"
+        )
+    targets = []
+    for row, value in enumerate(tasks[column].tolist()):
+        is_int = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+        text = str(int(value)) if is_int else value
+        if not isinstance(text, str) or not text.strip():
+            raise TaskSourceError(
+                source,
+                f"the SFT target is {value!r}, not text",
+                "fill it in or drop the row (or set grpo.sft.steps=0)",
+                row,
+                column,
+            )
+        targets.append(text)
+    return targets

@@ -1,10 +1,13 @@
 """``kedro run --pipelines grpo`` in a Kedro session at the smallest sizes: on the synthetic
-default, and on a user's JSON lines file of chat prompts declared in conf/local/catalog.yml,
-with a TRL-style reward (by import path) that reads one of the file's columns."""
+default, and on docs/howto/any_prompt_set.md's example as written: a JSON lines file of chat
+and text prompts declared in conf/local/catalog.yml, with a TRL-style reward in a file outside
+the repository (by import path) that reads one of the file's columns."""
 
 from __future__ import annotations
 
 import json
+import re
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -27,58 +30,60 @@ SMALLEST = {
 }
 
 
-def difficulty_bonus(completions, difficulty, **kwargs):
-    """A TRL-style reward reading the source's ``difficulty`` column; None (does not apply)
-    where the row has none."""
-    return [None if d is None else 0.1 * d for d in difficulty]
-
-
-MY_PROMPTS = """\
-my_prompts:
-  type: pandas.JSONDataset
-  filepath: data/01_raw/my_prompts.jsonl
-  load_args: {lines: true, dtype: false}
-  metadata: {task_schema: prompts}
-"""
+def documented(project_root: Path) -> tuple[dict[str, str], list[dict]]:
+    """docs/howto/any_prompt_set.md's files: the code blocks whose first line names their file
+    (``# my_rewards.py``), by that name, and the rows of its JSON lines block."""
+    page = (project_root / "docs/howto/any_prompt_set.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```(?:python|yaml)\n# (\S+)\n(.*?)```", page, flags=re.DOTALL)
+    (lines,) = re.findall(r"```json\n(.*?)```", page, flags=re.DOTALL)
+    return dict(blocks), [json.loads(line) for line in lines.splitlines()]
 
 
 @pytest.fixture
 def project(project_root: Path, tmp_path: Path, monkeypatch) -> Path:
     copy_project(project_root, tmp_path, monkeypatch)
-    (tmp_path / "conf/local/catalog.yml").write_text(MY_PROMPTS, encoding="utf-8")
     (tmp_path / "data/01_raw").mkdir(parents=True)
     return tmp_path
+
+
+@pytest.fixture
+def own_prompts(project: Path, project_root: Path, tmp_path_factory, monkeypatch) -> list[dict]:
+    """The page's catalog entry, parameters and reward module in place, and its JSON lines
+    file with 18 more rows like its own (chat prompts, with and without a system turn;
+    max_chars null on some).
+    Returns the rows."""
+    files, rows = documented(project_root)
+    for name in ("conf/local/catalog.yml", "conf/local/parameters_grpo.yml"):
+        (project / name).write_text(files[name], encoding="utf-8")
+    outside = tmp_path_factory.mktemp("outside")  # beside the project, not in it
+    (outside / "my_rewards.py").write_text(files["my_rewards.py"], encoding="utf-8")
+    monkeypatch.syspath_prepend(str(outside))
+    for i in range(18):
+        chat = [{"role": "system", "content": "Reply with a number."}]
+        question = f"What is {i} + 1?"
+        prompt = (
+            [*chat, {"role": "user", "content": question}]
+            if i % 2
+            else chat[1:] + [{"role": "user", "content": question}]
+        )
+        limit = None if i % 3 == 0 else i % 4
+        rows.append(
+            {
+                "id": f"n{i}",
+                "prompt": prompt,
+                "answer": str(i + 1),
+                "completion": str(i + 1),
+                "max_chars": limit,
+            }
+        )
+    _write_prompts(project, rows)
+    yield rows
+    sys.modules.pop("my_rewards", None)  # the next test's folder is another
 
 
 def _write_prompts(project: Path, rows: list[dict]) -> None:
     lines = "".join(json.dumps(row) + "\n" for row in rows)
     (project / "data/01_raw/my_prompts.jsonl").write_text(lines, encoding="utf-8")
-
-
-def _rows(n: int) -> list[dict]:
-    """Chat prompts with a system turn, and plain text ones; difficulty blank on some."""
-    rows = []
-    for i in range(n):
-        question = f"What is {i} + 1?"
-        prompt = (
-            [
-                {"role": "system", "content": "Reply with a number."},
-                {"role": "user", "content": question},
-            ]
-            if i % 2
-            else question
-        )
-        difficulty = None if i % 3 == 0 else i % 4
-        rows.append(
-            {
-                "id": f"q{i}",
-                "prompt": prompt,
-                "answer": str(i + 1),
-                "completion": str(i + 1),
-                "difficulty": difficulty,
-            }
-        )
-    return rows
 
 
 def _run(project: Path, params: dict, counter: NodeCounter | None = None) -> str:
@@ -125,39 +130,37 @@ def test_the_grpo_pipeline_compares_its_strategies_on_the_synthetic_prompts(proj
 
 
 @pytest.mark.slow
-def test_a_users_jsonl_of_chat_prompts_runs_through_the_catalog(project):
+def test_the_documented_jsonl_of_chat_prompts_runs_through_the_catalog(project, own_prompts):
     torch.set_num_threads(1)
-    _write_prompts(project, _rows(20))
-    reward = "tests.pipelines.grpo.test_pipeline:difficulty_bonus"
-    params = {
-        **SMALLEST,
-        "tasks": {"source": "my_prompts", "heldout_fraction": 0.25, "max_eval_problems": 5},
-        "reward_functions": ["exact_match", reward],
-    }
+    params = {**SMALLEST, "tasks": {"heldout_fraction": 0.25, "max_eval_problems": 5}}
     run_id = _run(project, params)
     train = pd.read_json(
         _saved(project, "data/05_model_input/grpo_train_tasks.jsonl", run_id),
         lines=True,
         dtype=False,
     )
-    assert len(train) == 15 and any(isinstance(p, list) for p in train["prompt"])
+    assert len(train) == 15 and all(isinstance(p, list) for p in train["prompt"])
     results = pd.read_parquet(
         _saved(project, "data/07_model_output/grpo_results_sft.parquet", run_id)
     )
     assert len(results) == 5
-    difficulty = {row["id"]: row["difficulty"] for row in _rows(20)}
-    expected = [0.0 if difficulty[i] is None else 0.1 * difficulty[i] for i in results["id"]]
-    assert results[f"reward/{reward}"].tolist() == pytest.approx(expected)
+    # The page's reward read each row's max_chars: 1 within it, 0 over it, 0 where null.
+    reward = "reward/my_rewards:within_budget"
+    limits = {row["id"]: row["max_chars"] for row in own_prompts}
+    for row_id, completion, score in zip(
+        results["id"], results["completion"], results[reward], strict=True
+    ):
+        limit = limits[row_id]
+        assert score == (0.0 if limit is None else float(len(completion) <= limit)), row_id
     table = pd.read_csv(_saved(project, "data/08_reporting/grpo_comparison.csv", run_id))
     assert table["policy"].tolist() == ["sft", "grpo", "dr_grpo"]
-    assert f"sampled_{reward}" in table
+    assert "sampled_my_rewards:within_budget" in table
 
 
-def test_a_bad_row_of_the_users_prompts_fails_the_first_node_naming_it(project):
-    rows = _rows(6)
-    rows[4]["prompt"] = [{"role": "user", "text": "What is 4 + 1?"}]
-    _write_prompts(project, rows)
+def test_a_bad_row_of_the_users_prompts_fails_the_first_node_naming_it(project, own_prompts):
+    own_prompts[4]["prompt"] = [{"role": "user", "text": "What is 4 + 1?"}]
+    _write_prompts(project, own_prompts)
     counter = NodeCounter()
     with pytest.raises(TaskSourceError, match=r"task source `my_prompts`, row 4, column `prompt`"):
-        _run(project, {"tasks": {"source": "my_prompts"}}, counter)
+        _run(project, {}, counter)
     assert counter.started == ["build_grpo_tasks"]  # nothing trained

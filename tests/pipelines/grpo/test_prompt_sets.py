@@ -100,7 +100,7 @@ def test_a_source_in_the_prompts_schema_keeps_chat_prompts_and_its_other_columns
     frame = pd.DataFrame(
         {
             "id": [1, 2],
-            "prompt": ["What is 1 + 1?", np.array(CHAT, dtype=object)],  # as Parquet loads it
+            "prompt": [CHAT[1:], np.array(CHAT, dtype=object)],  # as Parquet loads them
             "answer": ["2", "4"],
             "tags": [np.array(["a", "b"]), np.array(["c"])],
             "weight": [np.float32(0.5), np.float32(2.0)],
@@ -108,7 +108,7 @@ def test_a_source_in_the_prompts_schema_keeps_chat_prompts_and_its_other_columns
     )
     rows = prompt_rows(frame, "mine")
     assert rows["id"].tolist() == ["1", "2"]
-    assert rows["prompt"].tolist() == ["What is 1 + 1?", CHAT]
+    assert rows["prompt"].tolist() == [CHAT[1:], CHAT]
     assert rows["tags"].tolist() == [["a", "b"], ["c"]]  # plain lists, as the file says
     assert rows["weight"].tolist() == [0.5, 2.0]
 
@@ -129,6 +129,10 @@ def test_a_source_in_the_prompts_schema_keeps_chat_prompts_and_its_other_columns
             r"row 1, column `prompt`: holds the chat control token '<\|im_end\|>'",
         ),
         ({"id": ["a", "a"], "prompt": ["x", "y"]}, r"row 1, column `id`: rows \[0, 1\] share"),
+        (
+            {"id": ["a", "b"], "prompt": ["x", CHAT]},
+            r"row 1, column `prompt`: row 0's prompt is text, this one chat messages",
+        ),
         ({"id": ["a"], "question": ["x"]}, r"missing column\(s\) \['prompt'\]"),
         (
             {"id": ["a"], "prompt": ["x"], "completions": ["y"]},
@@ -136,7 +140,16 @@ def test_a_source_in_the_prompts_schema_keeps_chat_prompts_and_its_other_columns
         ),
         ({"id": ["a"], "prompt": ["x"], "completion": [""]}, r"row 0, column `completion`: empty"),
     ],
-    ids=["role", "no content", "chat token", "repeated id", "no prompt", "reserved", "blank"],
+    ids=[
+        "role",
+        "no content",
+        "chat token",
+        "repeated id",
+        "mixed",
+        "no prompt",
+        "reserved",
+        "blank",
+    ],
 )
 def test_a_bad_source_row_names_dataset_row_and_column(frame, expected):
     with pytest.raises(TaskSourceError, match=expected):
@@ -146,7 +159,7 @@ def test_a_bad_source_row_names_dataset_row_and_column(frame, expected):
 def test_sft_without_a_target_column_fails_naming_the_keys(grpo_params):
     params = _with(grpo_params, tasks__source="mine")
     source = pd.DataFrame({"id": ["a", "b", "c"], "prompt": ["x", "y", "z"], "answer": list("123")})
-    with pytest.raises(ConfigError, match=r"grpo\.sft\.steps is 150 but .*`completion` column"):
+    with pytest.raises(ConfigError, match=r"grpo\.sft\.steps is 100 but .*`completion` column"):
         nodes.build_grpo_tasks(source, params)
     # The gold answer as the SFT target, or no SFT at all, both go.
     for changes in ({"tasks__sft_target": "answer"}, {"sft__steps": 0}):

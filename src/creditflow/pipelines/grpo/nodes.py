@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import numbers
 from functools import partial
 from typing import Any
 
@@ -11,13 +10,13 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from creditflow import api
-from creditflow.errors import ConfigError, TaskSourceError
 from creditflow.ingest.source_rows import prompt_rows
 from creditflow.models import to_policy_device
 from creditflow.pipelines.comparison import evaluate_each_seed, labelled_tables, train_each_seed
 from creditflow.pipelines.grpo.report import grpo_intervals, summarise_grpo_evaluations
 from creditflow.reporting.tables import plot_reward_curves, summarise_over_seeds, summarise_per_seed
-from creditflow.tasks.prompts import COMPLETION, PROMPT, prompt_texts, synthetic_prompt_split
+from creditflow.tasks.prompts import PROMPT, prompt_texts, reward_dataset, synthetic_prompt_split
+from creditflow.tasks.prompts import sft_targets as prompt_sft_targets
 from creditflow.tasks.splits import SYNTHETIC, split_by_problem_id, split_options
 from creditflow.training.checkpoint import CheckpointStore
 from creditflow.training.grpo_runs import strategy_config
@@ -47,7 +46,7 @@ def build_grpo_tasks(
     # On the whole set, so an error names the row as the source has it.
     api.as_dataset(reward_dataset(prompts), params["reward_functions"])
     if params["sft"]["steps"] > 0:
-        sft_targets(prompts, params)
+        _sft_targets(prompts, params)
     return train, heldout
 
 
@@ -58,7 +57,7 @@ def train_grpo_tokenizer(grpo_train_tasks: pd.DataFrame, params: dict[str, Any])
         return api.build_tokenizer(params["policy"])
     texts = prompt_texts(grpo_train_tasks[PROMPT])
     if params["tasks"]["sft_target"] in grpo_train_tasks:
-        texts += sft_targets(grpo_train_tasks, params)
+        texts += _sft_targets(grpo_train_tasks, params)
     return api.build_tokenizer(params["policy"], texts, **params["tokenizer"])
 
 
@@ -80,7 +79,7 @@ def warm_start_grpo_policy(
     dataset = pd.DataFrame({PROMPT: [], "target": []})
     if params["sft"]["steps"] > 0:
         dataset = pd.DataFrame(
-            {PROMPT: grpo_train_tasks[PROMPT], "target": sft_targets(grpo_train_tasks, params)}
+            {PROMPT: grpo_train_tasks[PROMPT], "target": _sft_targets(grpo_train_tasks, params)}
         )
     with torch_threads(params["torch_threads"]):
         return api.warm_start(
@@ -204,46 +203,9 @@ def evaluation_weights(params: dict[str, Any]) -> dict[str, float]:
     return dict(weights) if weights else dict.fromkeys(params["reward_functions"], 1.0)
 
 
-def reward_dataset(tasks: pd.DataFrame) -> pd.DataFrame:
-    """``tasks`` as the rewards see them: without the gold ``completion`` (TRL leaves it out
-    of a reward's keyword arguments too; the evaluation writes its own ``completion``), every
-    cell a plain Python value and a missing one None (a JSON null loads as NaN in a numeric
-    column; TRL hands a reward None).
-
-    >>> reward_dataset(pd.DataFrame({"completion": ["2"], "d": [float("nan")]}))["d"].tolist()
-    [None]
-    """
-    frame = tasks.drop(columns=[COMPLETION], errors="ignore").astype(object)
-    return frame.where(frame.notna(), None)
-
-
-def sft_targets(tasks: pd.DataFrame, params: dict[str, Any]) -> list[str]:
-    """The SFT target after each prompt: the ``tasks.sft_target`` column, as text (an integer
-    as its digits).
-
-    Raises:
-        ConfigError: the prompt set has no such column (naming the keys that fix it).
-        TaskSourceError: a target is blank or no text, naming its row.
-    """
-    column, source = params["tasks"]["sft_target"], params["tasks"]["source"]
-    if column not in tasks:
-        raise ConfigError(
-            f"grpo.sft.steps is {params['sft']['steps']} but the prompt set `{source}` has no "
-            f"`{column}` column (grpo.tasks.sft_target) for SFT to learn: add gold completions "
-            "in that column, name another one with grpo.tasks.sft_target, or set "
-            "grpo.sft.steps=0 (a pretrained checkpoint needs no warm start)"
-        )
-    targets = []
-    for row, value in enumerate(tasks[column].tolist()):
-        is_int = isinstance(value, numbers.Integral) and not isinstance(value, bool)
-        text = str(int(value)) if is_int else value
-        if not isinstance(text, str) or not text.strip():
-            raise TaskSourceError(
-                source,
-                f"the SFT target is {value!r}, not text",
-                "fill it in or drop the row (or set grpo.sft.steps=0)",
-                row,
-                column,
-            )
-        targets.append(text)
-    return targets
+def _sft_targets(tasks: pd.DataFrame, params: dict[str, Any]) -> list[str]:
+    """The SFT target after each prompt: the ``tasks.sft_target`` column as text
+    (``tasks.prompts.sft_targets``, which names what is wrong and the keys that fix it)."""
+    return prompt_sft_targets(
+        tasks, params["tasks"]["sft_target"], params["tasks"]["source"], params["sft"]["steps"]
+    )
