@@ -28,7 +28,7 @@ ANSWERS = ["9"] * 3
 
 
 def test_registry_names():
-    assert sorted(REWARD_FUNCTIONS) == ["format", "reasoning", "translation"]
+    assert sorted(REWARD_FUNCTIONS) == ["exact_match", "format", "reasoning", "translation"]
 
 
 def test_adapters_call_the_rewards_with_the_right_arguments():

@@ -194,7 +194,7 @@ def test_a_strategy_of_the_other_kind_is_refused(mine):
         ("mine_pkg.mine:HALF", r"takes no 'completions'|not a function|does not fit"),
         (
             "bleu",
-            r"unknown reward 'bleu'; valid: \['format', 'reasoning', 'translation'\] \(built in\), \['short'\] \(installed entry points\)",
+            r"unknown reward 'bleu'; valid: \['exact_match', 'format', 'reasoning', 'translation'\] \(built in\), \['short'\] \(installed entry points\)",
         ),
     ],
 )
