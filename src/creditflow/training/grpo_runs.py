@@ -344,12 +344,14 @@ def run_vl_grpo(
     references: Sequence[str],
     answers: Sequence[str],
     config: GRPOConfig,
-    reward_names: Sequence[str],
+    reward_names: Sequence[Reward],
     checkpoints: CheckpointStore | None,
+    reward_columns: Mapping[str, Sequence[Any]] | None = None,
 ) -> tuple[Any, GRPOResult]:
     """GRPO on a copy of a vision-language ``model`` (ToR when ``config.token_weights`` names
     a ``tor*`` strategy); resumes from ``checkpoints`` when a run with the same starting
-    weights, prompts (texts and pixels) and config left one there."""
+    weights, prompts (texts and pixels) and config left one there. ``reward_columns``: the
+    TRL-style rewards' keyword arguments, one value per prompt (``evaluation.reward_columns``)."""
     model = copy.deepcopy(model)
     visual = [as_visual_prompt(p) for p in prompts]
     if checkpoints is not None:
@@ -364,7 +366,9 @@ def run_vl_grpo(
             tokenizer_digest(processor.tokenizer),
             processor.image_processor.to_dict(),
         )
-    rewards = TextRewards(reward_names, references, answers, config.reward_options)
+    rewards = TextRewards(
+        reward_names, references, answers, config.reward_options, columns=reward_columns
+    )
     trainer = GRPOTrainer(
         vision_language_policy(model, processor, config), visual, rewards, config, checkpoints
     )
