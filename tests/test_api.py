@@ -79,7 +79,11 @@ def test_a_trl_style_reward_function_works_unchanged_next_to_a_builtin():
     )
     completions = ["<translation>Q1</translation> \\boxed{7}", "\\boxed{3}", "\\boxed{3}"]
     out = rewards(completions, torch.tensor([1, 1, 0]))
-    assert [name for name in out if "/" not in name] == ["format", "length_penalty", "boxed_matches"]
+    assert [name for name in out if "/" not in name] == [
+        "format",
+        "length_penalty",
+        "boxed_matches",
+    ]
     assert out["boxed_matches/not_applicable"].tolist() == [0.0, 0.0, 0.0]  # no None returned
     assert out["format"].tolist() == [1.0, 0.0, 0.0]
     # 13 + 2 + 14 + 1 + 9 = 39 characters, then 9 and 9: -|20 - length|.

@@ -247,6 +247,7 @@ def test_the_bottom_layers_import_no_torch_and_only_what_they_may():
             "collections.abc",
             "dataclasses",
             "difflib",
+            "hashlib",  # config.plugins: the source digest of a strategy or reward of one's own
             "importlib",  # config.plugins: a strategy or reward named by import path
             "importlib.metadata",  # ... or by entry point
             "inspect",

@@ -179,9 +179,10 @@ def check_advantage_strategy(
     policy = policy if policy is not None else ToyPolicy()
 
     def run(b: RolloutBatch, rows: torch.Tensor | None = None) -> torch.Tensor:
-        torch.manual_seed(seed)
         picked = rewards if rows is None else {k: v[rows] for k, v in rewards.items()}
-        out, metrics = strategy.compute(spec, picked, b, policy, config)
+        with torch.random.fork_rng(devices=[]):  # seeded as the engine seeds a step
+            torch.manual_seed(seed)
+            out, metrics = strategy.compute(spec, picked, b, policy, config)
         _check(isinstance(metrics, Mapping), f"metrics must be a mapping, got {type(metrics)}")
         return out
 
@@ -314,8 +315,9 @@ def check_reward(
     index = torch.arange(n_problems).repeat_interleave(group_size)  # (B,)
 
     def run(rows: torch.Tensor) -> dict[str, torch.Tensor]:
-        torch.manual_seed(seed)
-        return scorer([completions[i] for i in rows.tolist()], index[rows])
+        with torch.random.fork_rng(devices=[]):  # the caller's random state stays as it was
+            torch.manual_seed(seed)
+            return scorer([completions[i] for i in rows.tolist()], index[rows])
 
     everything = torch.arange(len(completions))
     out = run(everything)

@@ -19,7 +19,7 @@ from creditflow.rewards.plugins import check_reward_name, plugin_reward
 from creditflow.testing import ToyPolicy, toy_batch
 from creditflow.training import GRPOConfig
 from creditflow.training.evaluation import TextRewards
-from creditflow.training.grpo_runs import build_grpo_config
+from creditflow.training.grpo_runs import _plugin_sources, build_grpo_config
 from creditflow.training.strategies import (
     TokenWeightStrategy,
     WeightContext,
@@ -239,3 +239,13 @@ def test_a_path_reward_is_weighted_under_its_path_and_takes_no_options(mine):
         ConfigError, match=rf"reward_options\.{path}: a reward of your own takes no options"
     ):
         build_grpo_config({"reward_options": {path: {"x": 1}}}, ["reasoning", path])
+
+
+def test_an_edited_strategy_or_reward_does_not_resume_the_old_run(mine):
+    config = GRPOConfig(token_weights={"name": "mine_pkg.mine:half"})
+    first = _plugin_sources(config, ["reasoning", "short"])["plugins"]
+    assert set(first) == {"mine_pkg.mine:half", "short"}  # a path and an entry point
+    (mine / "mine_pkg/mine.py").write_text(MODULE + "\n# edited\n")
+    again = _plugin_sources(config, ["reasoning", "short"])["plugins"]
+    assert again["mine_pkg.mine:half"] != first["mine_pkg.mine:half"]
+    assert _plugin_sources(GRPOConfig(), ["reasoning"]) == {}  # built-ins keep their key

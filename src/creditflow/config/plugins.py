@@ -17,6 +17,7 @@ engine; the user's module itself may of course import torch.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.metadata
 import traceback
@@ -82,6 +83,28 @@ def load_plugin(name: str, kind: str, key: str) -> Any | None:
             f"{at(key)}{name!r} is the entry point {found[0].value!r} of group {group!r}, which "
             f"does not load ({_short(error)}); fix or reinstall the package that declares it"
         ) from error
+
+
+def source_digests(names: list[str], kind: str) -> dict[str, str]:
+    """name -> sha256 of the source file of the module each import path or entry point of
+    ``names`` names (other names are skipped). The resumable checkpoints of a run key on it, so
+    a run with an edited strategy or reward trains afresh instead of resuming the old code's
+    run (code in modules that one imports is not covered)."""
+    group = ENTRY_POINT_GROUPS[kind]
+    digests = {}
+    for name in names:
+        if is_import_path(name):
+            module_name = name.partition(":")[0]
+        else:
+            found = [ep for ep in importlib.metadata.entry_points(group=group) if ep.name == name]
+            if not found:
+                continue
+            module_name = found[0].module
+        path = getattr(importlib.import_module(module_name), "__file__", None)
+        if path is not None:
+            with open(path, "rb") as source:
+                digests[name] = hashlib.sha256(source.read()).hexdigest()
+    return digests
 
 
 def _from_path(path: str, key: str) -> Any:
