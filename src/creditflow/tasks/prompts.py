@@ -26,9 +26,10 @@ import pandas as pd
 from creditflow.errors import ConfigError, TaskSourceError
 
 ID, PROMPT, COMPLETION = "id", "prompt", "completion"
-# The synthetic questions: ``add`` ("What is 7 + 12?"), ``sub`` (never negative) and
-# ``count`` (how often a letter occurs in a short string of a few letters).
-PROMPT_KINDS = ("add", "sub", "count")
+# The synthetic questions: ``add`` ("What is 7 + 12?"), ``sub`` (never negative), ``max``
+# ("Which is larger, 37 or 52?") and ``count`` (how often a letter occurs in a short string
+# of a few letters).
+PROMPT_KINDS = ("add", "sub", "max", "count")
 _LETTERS = "abcd"  # few letters, so the counted one occurs 0-5 times in a short word
 
 
@@ -69,10 +70,16 @@ def generate_prompt_tasks(
     for index in range(n):
         kind = str(kinds[int(rng.integers(len(kinds)))])
         if kind == "count":
-            word = "".join(rng.choice(list(_LETTERS), size=word_length))
+            # Letters spaced, so each is a token of its own (BPE would merge "ccbbaa" into
+            # pieces whose letters the policy cannot see to count).
+            letters = [str(x) for x in rng.choice(list(_LETTERS), size=word_length)]
             letter = str(rng.choice(list(_LETTERS)))
-            question = f"How many times does the letter {letter} occur in {word}?"
-            answer = word.count(letter)
+            question = f"How many times does the letter {letter} occur in: {' '.join(letters)}?"
+            answer = letters.count(letter)
+        elif kind == "max":
+            a, b = (int(x) for x in rng.choice(max_operand + 1, size=2, replace=False))
+            question = f"Which is larger, {a} or {b}?"
+            answer = max(a, b)
         else:
             a, b = (int(x) for x in rng.integers(0, max_operand + 1, size=2))
             if kind == "sub":

@@ -76,17 +76,21 @@ def test_the_grpo_schema_names_the_key(grpo_params, changes, expected):
 
 
 def test_synthetic_prompts_are_seeded_and_held_out_prompts_are_never_trained_on():
-    first = generate_prompt_tasks(50, seed=3)
-    assert first.equals(generate_prompt_tasks(50, seed=3))
-    assert set(first["kind"]) == {"add", "sub", "count"}
-    # Each gold answer is right: the count of the letter, the sum, the difference.
+    first = generate_prompt_tasks(80, seed=3)
+    assert first.equals(generate_prompt_tasks(80, seed=3))
+    assert set(first["kind"]) == {"add", "sub", "max", "count"}
+    # Each gold answer is right: the count of the letter, the sum, the difference, the larger.
     for prompt, answer in zip(first["prompt"], first["answer"], strict=True):
-        words = prompt.split()
-        if words[0] == "How":  # How many times does the letter x occur in word?
-            assert int(answer) == words[-6].rstrip("?").count(words[6])
+        question = prompt.removesuffix(" Answer with the number only.")
+        if question.startswith("How many"):  # ... the letter x occur in: a b c?
+            letter = question.split()[6]
+            assert int(answer) == question.split(": ")[1].rstrip("?").split().count(letter)
+        elif question.startswith("Which"):  # Which is larger, a or b?
+            a, b = question.removeprefix("Which is larger, ").rstrip("?").split(" or ")
+            assert int(answer) == max(int(a), int(b)) and a != b
         else:  # What is a + b?
-            a, op, b = int(words[2]), words[3], int(words[4].rstrip("?"))
-            assert int(answer) == (a + b if op == "+" else a - b) >= 0
+            a, op, b = question.removeprefix("What is ").rstrip("?").split()
+            assert int(answer) == (int(a) + int(b) if op == "+" else int(a) - int(b)) >= 0
     train, heldout = synthetic_prompt_split(400, 40, kinds=["add"], max_operand=30)
     assert len(heldout) == 40 and not set(train["prompt"]) & set(heldout["prompt"])
     with pytest.raises(ValueError, match="only 4 distinct synthetic prompts"):
@@ -159,7 +163,7 @@ def test_a_bad_source_row_names_dataset_row_and_column(frame, expected):
 def test_sft_without_a_target_column_fails_naming_the_keys(grpo_params):
     params = _with(grpo_params, tasks__source="mine")
     source = pd.DataFrame({"id": ["a", "b", "c"], "prompt": ["x", "y", "z"], "answer": list("123")})
-    with pytest.raises(ConfigError, match=r"grpo\.sft\.steps is 100 but .*`completion` column"):
+    with pytest.raises(ConfigError, match=r"grpo\.sft\.steps is 400 but .*`completion` column"):
         nodes.build_grpo_tasks(source, params)
     # The gold answer as the SFT target, or no SFT at all, both go.
     for changes in ({"tasks__sft_target": "answer"}, {"sft__steps": 0}):
