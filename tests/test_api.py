@@ -79,7 +79,12 @@ def test_a_trl_style_reward_function_works_unchanged_next_to_a_builtin():
     )
     completions = ["<translation>Q1</translation> \\boxed{7}", "\\boxed{3}", "\\boxed{3}"]
     out = rewards(completions, torch.tensor([1, 1, 0]))
-    assert list(out) == ["format", "length_penalty", "boxed_matches"]
+    assert [name for name in out if "/" not in name] == [
+        "format",
+        "length_penalty",
+        "boxed_matches",
+    ]
+    assert out["boxed_matches/not_applicable"].tolist() == [0.0, 0.0, 0.0]  # no None returned
     assert out["format"].tolist() == [1.0, 0.0, 0.0]
     # 13 + 2 + 14 + 1 + 9 = 39 characters, then 9 and 9: -|20 - length|.
     assert out["length_penalty"].tolist() == [-19.0, -11.0, -11.0]
@@ -95,10 +100,21 @@ def test_bad_rewards_fail_before_training_and_say_why():
     with pytest.raises(ConfigError, match="__name__"):
         api.reward_names([partial(length_penalty)])
     assert api.reward_names(["reasoning", length_penalty]) == ["reasoning", "length_penalty"]
-    with pytest.raises(ValueError, match="one float per completion"):
-        TextRewards([lambda completions, **kw: [None] * len(completions)], ["Q"], ["1"])(
-            ["a"], torch.tensor([0])
+    with pytest.raises(ValueError, match="returned 1 values for 2 completions"):
+        TextRewards([lambda completions, **kw: [1.0]], ["Q"], ["1"])(
+            ["a", "b"], torch.tensor([0, 0])
         )
+
+
+def test_a_none_score_means_does_not_apply_as_in_trl():
+    # TRL sums the reward functions skipping a None (nansum): it adds 0 to the total. Here it
+    # scores 0 and is counted as a flag, so a run says how often a reward did not apply.
+    def only_short(completions, **kwargs):
+        return [None if len(c) > 3 else 1.0 for c in completions]
+
+    out = TextRewards([only_short], ["Q"], ["1"])(["ab", "abcdef"], torch.tensor([0, 0]))
+    assert out["only_short"].tolist() == [1.0, 0.0]
+    assert out["only_short/not_applicable"].tolist() == [0.0, 1.0]
 
 
 def test_every_builtin_reward_says_which_data_it_reads_and_ignores_the_rest():

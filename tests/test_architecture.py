@@ -38,7 +38,9 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("rollout", {"rollout"}),  # the engine's sampling side
     ("engine", {"training"}),  # GRPO, supervised training, strategies, checkpoints
     ("chain", {"annotation", "experience", "datasets"}),  # the experience chain, on the engine
-    ("api", {"api"}),  # the Python entry points outside Kedro, over the engine
+    # the Python entry points outside Kedro, over the engine; the contract checks of strategies
+    # and rewards for tests
+    ("api", {"api", "testing"}),
     ("kedro", {"pipelines", "pipeline_registry", "__main__"}),
     ("hooks", {"hooks"}),
     ("settings", {"settings"}),
@@ -245,8 +247,12 @@ def test_the_bottom_layers_import_no_torch_and_only_what_they_may():
             "collections.abc",
             "dataclasses",
             "difflib",
+            "hashlib",  # config.plugins: the source digest of a strategy or reward of one's own
+            "importlib",  # config.plugins: a strategy or reward named by import path
+            "importlib.metadata",  # ... or by entry point
             "inspect",
             "pathlib",
+            "traceback",
             "types",
             "typing",
             "pydantic",

@@ -17,10 +17,11 @@ Hugging Face ``Dataset``), one row per prompt:
 
 **A reward** is a built-in name (``creditflow.rewards.REWARD_FUNCTIONS``: ``format``,
 ``translation``, ``reasoning``) or a TRL-style callable ``fn(completions, **kwargs) ->
-list[float]``, called as TRL calls one: with ``completions`` (B strings), ``prompts`` and
-every other column of the dataset by name, one value per completion. Its metrics are
-``reward/<fn.__name__>``; which rewards count in GRPO, and how much, is
-``GRPOConfig.rewards``.
+list[float]`` (itself, or named by its import path ``"package.module:function"`` or an entry
+point: ``creditflow.rewards.plugins``), called as TRL calls one: with ``completions`` (B
+strings), ``prompts`` and every other column of the dataset by name, one value per
+completion. Its metrics are ``reward/<fn.__name__>`` (``reward/<path>`` for a path); which
+rewards count in GRPO, and how much, is ``GRPOConfig.rewards``.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from creditflow.models import (
 from creditflow.models.builders import text_policy_spec
 from creditflow.reporting.tables import metrics_frame
 from creditflow.rewards import REWARD_INPUTS
+from creditflow.rewards.plugins import TRLReward, is_builtin_reward
 from creditflow.training.checkpoint import CheckpointStore
 from creditflow.training.config import GRPOConfig
 from creditflow.training.evaluation import (
@@ -193,9 +195,13 @@ def as_dataset(data: Any, rewards: Sequence[Reward] = (), *, sft: bool = False) 
             "know which is the reference; drop or rename one"
         )
     needed = {TARGET: "the SFT warm start (sft=...)"} if sft else {}
-    for reward in (reward for reward in rewards if isinstance(reward, str)):
-        for argument in REWARD_INPUTS.get(reward, ()):
+    for reward in (reward for reward in rewards if is_builtin_reward(reward)):
+        for argument in REWARD_INPUTS[reward]:
             needed.setdefault(_INPUT_COLUMNS[argument], f"the {reward!r} reward")
+    for name, reward in TextRewards(rewards, [], []).functions.items():
+        if isinstance(reward, TRLReward):  # its required arguments are columns
+            for column in reward.missing_columns(frame.columns):
+                needed.setdefault(column, f"the {name!r} reward")
     for column, why in needed.items():
         if (column == REFERENCE_COLUMNS[0] and references) or column in frame.columns:
             continue
@@ -259,7 +265,7 @@ def train_grpo(
     check_grpo_config(config, reward_names(rewards))
     reference, answer = _reward_input_columns(frame)
     prompts = list(frame[PROMPT])
-    callables = any(not isinstance(reward, str) for reward in rewards)
+    callables = any(not is_builtin_reward(reward) for reward in rewards)
     model, result = run_grpo(
         model,
         tokenizer,

@@ -58,7 +58,7 @@ from creditflow.models.reranker import RerankerConfig
 from creditflow.models.vision import build_tiny_qwen2_5_vl, vl_policy_spec
 from creditflow.pipelines.reranker_pretrain.pipeline import RERANKERS
 from creditflow.redaction import is_secret_key
-from creditflow.rewards import REWARD_FUNCTIONS
+from creditflow.rewards.plugins import check_reward_name
 from creditflow.tasks.movielens import movielens_item_texts, movielens_sessions
 from creditflow.tasks.reranking import ClickModel, LoggingRanker
 from creditflow.tasks.splits import SYNTHETIC
@@ -81,7 +81,9 @@ def one_of(names: Collection[str], what: str) -> Any:
 
 
 Threads = Annotated[int, Field(ge=1)] | None
-RewardName = one_of(REWARD_FUNCTIONS, "reward")
+# A built-in reward, or the import path / entry point of one's own (rewards.plugins: it is
+# imported and its signature checked here).
+RewardName = Annotated[str, AfterValidator(check_reward_name)]
 
 
 # --- blocks shared by several groups ---------------------------------------------------------

@@ -101,9 +101,13 @@ class GRPOConfig:
         instead of G forwards over ``[prompt, completion]``; language policies only, and the
         plain forward still runs where the cache cannot be shared (e.g. under
         ``gradient_checkpointing`` in the update).
-    advantage: {"name": strategy, ...strategy options} (training.strategies.ADVANTAGE_STRATEGIES).
-    token_weights: {"name": strategy, ...options} (training.strategies.TOKEN_WEIGHT_STRATEGIES).
-    rewards: reward name -> weight; the weighted sum is the scalar reward of ``grpo``.
+    advantage: {"name": strategy, ...strategy options} (training.strategies.ADVANTAGE_STRATEGIES;
+        a strategy of one's own by import path ``"package.module:function"`` or entry point,
+        docs/extending.md).
+    token_weights: {"name": strategy, ...options} (training.strategies.TOKEN_WEIGHT_STRATEGIES,
+        or one's own, as ``advantage``).
+    rewards: reward name -> weight; the weighted sum is the scalar reward of ``grpo``. A reward
+        of one's own goes by its import path (``{"my_credit.rewards:brevity": 0.1}``).
     reward_options: reward name -> keyword options of that reward function, e.g.
         ``{"reasoning": {"budget_s": 30.0}}`` (``creditflow.rewards.check_reward_options``;
         checked against the computed rewards by ``grpo_runs.build_grpo_config``).

@@ -13,19 +13,21 @@ from tqdm.auto import tqdm
 
 from creditflow.errors import ConfigError
 from creditflow.rewards import check_reward_options, get_reward_function
+from creditflow.rewards.plugins import TRLReward, is_builtin_reward, plugin_reward
 from creditflow.rollout import LanguagePolicy, SamplingSettings, VisionLanguagePolicy
 from creditflow.rollout.backends import rollout_backend
 from creditflow.training.config import DEFAULT_ROLLOUT_BACKEND
 from creditflow.training.grpo import step_seed
 
-# A reward: a name of ``rewards.REWARD_FUNCTIONS``, or a TRL-style callable
-# ``fn(completions, **columns) -> B floats`` (``TextRewards``).
+# A reward: a name of ``rewards.REWARD_FUNCTIONS``, an import path / entry point of a
+# TRL-style function (``rewards.plugins``), or such a callable ``fn(completions, **columns) ->
+# B floats`` itself (``TextRewards``).
 Reward = str | Callable[..., Sequence[float]]
 
 
 def reward_name(reward: Reward) -> str:
-    """The name a reward's metrics and weights go by: a built-in's own name, a callable's
-    ``__name__`` (as TRL names them).
+    """The name a reward's metrics and weights go by: the string it is named with (a
+    built-in's name, an import path), a callable's ``__name__`` (as TRL names them).
 
     Raises:
         ConfigError: a callable without a usable ``__name__`` (a ``functools.partial``, a
@@ -59,11 +61,13 @@ class TextRewards:
     against the row of prompt ``prompt_index[b]``.
 
     ``rewards``: names of built-in rewards (``rewards.REWARD_FUNCTIONS``), called with the
-    references and answers, and TRL-style callables, called as
-    ``fn(completions=..., **{column: B values})`` with the rows of ``columns``
-    (``reward_columns``), returning B floats; a callable is named by its ``__name__``
-    (``reward_name``) and has no flags. ``options``: built-in reward name -> keyword options
-    of that reward, checked here (``rewards.check_reward_options``).
+    references and answers, and TRL-style rewards: callables, or the import paths / entry
+    points of such functions (``rewards.plugins.plugin_reward``), called as TRL calls them
+    (``rewards.plugins.TRLReward``: ``completions``, ``prompts`` and the other rows of
+    ``columns``, ``reward_columns``), returning B floats (None: does not apply, scored 0 and
+    flagged ``not_applicable``); a callable is named by its ``__name__`` (``reward_name``), a
+    path by itself. ``options``: built-in reward name -> keyword options of that reward,
+    checked here (``rewards.check_reward_options``).
     """
 
     def __init__(
@@ -78,17 +82,17 @@ class TextRewards:
         repeated = sorted({name for name in names if names.count(name) > 1})
         if repeated:
             raise ConfigError(f"rewards {repeated} are given twice; give each reward once")
-        builtin = [name for name, r in zip(names, rewards, strict=True) if isinstance(r, str)]
+        builtin = [name for name, r in zip(names, rewards, strict=True) if is_builtin_reward(r)]
         options = dict(options or {})
         unknown = sorted(set(options) - set(builtin))
         if unknown:
             raise ValueError(
                 f"options for rewards {unknown} that are not built-in rewards in {names} "
-                "(a callable reward takes no options: give it its own def)"
+                "(a reward of your own takes no options: bind them in its module)"
             )
-        # A name fails here, before any rollout; a callable is taken as it is.
+        # A name fails here, before any rollout; a callable's signature too.
         self.functions = {
-            name: get_reward_function(r) if isinstance(r, str) else r
+            name: get_reward_function(r) if is_builtin_reward(r) else _trl_reward(name, r)
             for name, r in zip(names, rewards, strict=True)
         }
         self.options = {name: check_reward_options(name, options.get(name, {})) for name in builtin}
@@ -104,29 +108,26 @@ class TextRewards:
         answers = [self.answers[i] for i in rows]
         out = {}
         for name, fn in self.functions.items():
-            if name not in self.options:  # a callable
-                out[name] = self._call_trl_style(name, fn, completions, rows)
-                continue
-            rewards, flags = fn(completions, refs, answers, **self.options[name])
+            if isinstance(fn, TRLReward):
+                rewards, flags = fn(completions, self._rows("prompts", rows), self._kwargs(rows))
+            else:
+                rewards, flags = fn(completions, refs, answers, **self.options[name])
             out[name] = torch.tensor(rewards, dtype=torch.float32)
             for flag, values in flags.items():
                 out[f"{name}/{flag}"] = torch.tensor(values, dtype=torch.float32)
         return out
 
-    def _call_trl_style(
-        self, name: str, fn: Callable[..., Sequence[float]], completions: list[str], rows: list[int]
-    ) -> torch.Tensor:
-        kwargs = {column: [values[i] for i in rows] for column, values in self.columns.items()}
-        rewards = list(fn(completions=completions, **kwargs))
-        # TRL reads None as "does not apply" and averages around it; a GRPO group here needs
-        # every completion scored, so None is refused rather than guessed.
-        if len(rewards) != len(completions) or any(r is None for r in rewards):
-            got = f"{len(rewards)} values" + (" with None" if None in rewards else "")
-            raise ValueError(
-                f"reward {name!r} returned {got} for {len(completions)} completions: "
-                "return one float per completion"
-            )
-        return torch.tensor([float(r) for r in rewards], dtype=torch.float32)
+    def _rows(self, column: str, rows: list[int]) -> list[Any]:
+        values = self.columns.get(column)
+        return [None] * len(rows) if values is None else [values[i] for i in rows]
+
+    def _kwargs(self, rows: list[int]) -> dict[str, list[Any]]:
+        return {c: [v[i] for i in rows] for c, v in self.columns.items() if c != "prompts"}
+
+
+def _trl_reward(name: str, reward: Reward) -> TRLReward:
+    """A TRL-style reward: a callable as it is, a name resolved (``rewards.plugins``)."""
+    return plugin_reward(reward) if isinstance(reward, str) else TRLReward(name, reward)
 
 
 @torch.no_grad()

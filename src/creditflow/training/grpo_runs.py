@@ -13,8 +13,10 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from creditflow.config.plugins import source_digests
 from creditflow.errors import ConfigError
 from creditflow.rewards import check_reward_options
+from creditflow.rewards.plugins import is_builtin_reward
 from creditflow.rollout import (
     LanguagePolicy,
     SamplingSettings,
@@ -44,7 +46,13 @@ from creditflow.training.fsdp import unsharded_copy
 from creditflow.training.grpo import GRPOResult, GRPOTrainer
 from creditflow.training.launch import run_data_parallel
 from creditflow.training.sft import SFTConfig
-from creditflow.training.strategies import RewardMetric, advantage_strategy, validate_strategies
+from creditflow.training.strategies import (
+    ADVANTAGE_STRATEGIES,
+    TOKEN_WEIGHT_STRATEGIES,
+    RewardMetric,
+    advantage_strategy,
+    validate_strategies,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -110,6 +118,11 @@ def check_grpo_config(config: GRPOConfig, reward_names: Sequence[str] | None = N
             raise ConfigError(
                 f"reward_options names reward {name!r}, which is not computed; computed "
                 f"rewards are {sorted(reward_names)}"
+            )
+        if not is_builtin_reward(name):
+            raise ConfigError(
+                f"reward_options.{name}: a reward of your own takes no options here; bind "
+                "them in its module (e.g. a def that calls your function with them)"
             )
         try:
             check_reward_options(name, options)
@@ -234,6 +247,23 @@ def vision_language_policy(model, processor, config: GRPOConfig) -> VisionLangua
     return VisionLanguagePolicy(model, processor, sampling_settings(config))
 
 
+def _plugin_sources(config: GRPOConfig, rewards: Sequence[Reward]) -> dict[str, Any]:
+    """``{"plugins": {name: source digest}}`` of the strategies and rewards of one's own a run
+    names (``config.plugins.source_digests``), for its checkpoint key; empty when it names
+    none, so the key of a run of built-ins stays what it was."""
+    strategies = [
+        spec["name"]
+        for spec, table in (
+            (config.advantage, ADVANTAGE_STRATEGIES),
+            (config.token_weights, TOKEN_WEIGHT_STRATEGIES),
+        )
+        if spec["name"] not in table
+    ]
+    own_rewards = [r for r in rewards if isinstance(r, str) and not is_builtin_reward(r)]
+    digests = {**source_digests(strategies, "strategy"), **source_digests(own_rewards, "reward")}
+    return {"plugins": digests} if digests else {}
+
+
 def train_grpo_process(
     accelerator,
     model,
@@ -283,7 +313,9 @@ def run_grpo(
 ) -> tuple[Any, GRPOResult]:
     """GRPO on a copy of ``model``; resumes from ``checkpoints`` when a run with the same
     starting weights, prompts, references, answers, config and process count left one there
-    (the code of a callable reward and the columns it reads are not part of that key).
+    (with the source of the modules of the strategies and rewards named by import path or
+    entry point; the code of a callable reward and the columns it reads are not part of that
+    key).
 
     ``reward_names``: built-in reward names and TRL-style callables (``TextRewards``), which
     get ``reward_columns`` (one value per prompt; ``evaluation.reward_columns``).
@@ -301,6 +333,7 @@ def run_grpo(
         extra = {"num_processes": num_processes} if num_processes > 1 else {}
         if "fsdp" in (distributed.get("accelerate") or {}):
             extra["fsdp"] = True
+        extra.update(_plugin_sources(config, reward_names))
         checkpoints = run_store(
             checkpoints,
             model,
@@ -338,15 +371,18 @@ def run_vl_grpo(
     references: Sequence[str],
     answers: Sequence[str],
     config: GRPOConfig,
-    reward_names: Sequence[str],
+    reward_names: Sequence[Reward],
     checkpoints: CheckpointStore | None,
+    reward_columns: Mapping[str, Sequence[Any]] | None = None,
 ) -> tuple[Any, GRPOResult]:
     """GRPO on a copy of a vision-language ``model`` (ToR when ``config.token_weights`` names
     a ``tor*`` strategy); resumes from ``checkpoints`` when a run with the same starting
-    weights, prompts (texts and pixels) and config left one there."""
+    weights, prompts (texts and pixels) and config left one there. ``reward_columns``: the
+    TRL-style rewards' keyword arguments, one value per prompt (``evaluation.reward_columns``)."""
     model = copy.deepcopy(model)
     visual = [as_visual_prompt(p) for p in prompts]
     if checkpoints is not None:
+        plugins = _plugin_sources(config, reward_names)
         prompt_keys = [[p.text, content_digest(p.image.tobytes())] for p in visual]
         checkpoints = run_store(
             checkpoints,
@@ -357,8 +393,11 @@ def run_vl_grpo(
             list(answers),
             tokenizer_digest(processor.tokenizer),
             processor.image_processor.to_dict(),
+            *[plugins] if plugins else [],
         )
-    rewards = TextRewards(reward_names, references, answers, config.reward_options)
+    rewards = TextRewards(
+        reward_names, references, answers, config.reward_options, columns=reward_columns
+    )
     trainer = GRPOTrainer(
         vision_language_policy(model, processor, config), visual, rewards, config, checkpoints
     )

@@ -39,7 +39,7 @@ from creditflow.tasks.splits import (
 )
 from creditflow.tasks.tor import format_tor_target, generate_tor_problems, tor_prompt
 from creditflow.training.checkpoint import CheckpointStore
-from creditflow.training.evaluation import evaluate_vl_problems
+from creditflow.training.evaluation import evaluate_vl_problems, reward_columns
 from creditflow.training.grpo_runs import (
     run_vl_grpo,
     strategy_config,
@@ -163,16 +163,18 @@ def train_tor_policy(
     config, distributed = strategy_config(params, strategy)
     if distributed is not None:
         raise ConfigError("tor.grpo.distributed: the vision-language GRPO runs in one process")
+    prompts = _train_prompts(tor_train_tasks)
     with torch_threads(params["torch_threads"]):
         model, result = run_vl_grpo(
             _trainable_policy(tor_sft_policy, params),
             tor_processor,
-            _train_prompts(tor_train_tasks),
+            prompts,
             list(tor_train_tasks["question"]),
             list(tor_train_tasks["answer"]),
             config,
             params["reward_functions"],
             checkpoints,
+            reward_columns=reward_columns(tor_train_tasks, prompts),
         )
     return model, metrics_frame(result.history), pd.DataFrame(result.samples)
 

@@ -7,7 +7,9 @@
 
 Adding a method means adding a module and a row here, not a branch in the training loop.
 (Page-level GRPO is plain ``grpo`` on a reward of its own: ``creditflow.experience.page_reward``.)
-``validate_strategies`` checks a config's strategy specs before any model is built.
+A name that is in neither table is an import path or an entry point of a strategy of one's own
+(``plugins.py``, docs/extending.md). ``validate_strategies`` checks a config's strategy specs
+before any model is built.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from creditflow.training.strategies.base import (
     weighted_reward,
 )
 from creditflow.training.strategies.grpo import GRPO, UNIFORM
+from creditflow.training.strategies.plugins import plugin_strategy
 from creditflow.training.strategies.tapo import TAPO, SignConflictRate
 from creditflow.training.strategies.tor import TOR_STRATEGIES
 
@@ -48,9 +51,9 @@ def validate_strategies(config: GRPOConfig) -> None:
 def _lookup(label: str, spec, table: dict):
     if not (isinstance(spec, dict) and "name" in spec):
         raise ConfigError(f"{label} must be a mapping with a 'name' key, got {spec!r}")
-    if spec["name"] not in table:
-        raise ConfigError(f"unknown {label} strategy {spec['name']!r}; valid: {sorted(table)}")
-    return table[spec["name"]]
+    if spec["name"] in table:
+        return table[spec["name"]]
+    return plugin_strategy(label, spec["name"], table)
 
 
 __all__ = [
