@@ -34,6 +34,9 @@ from typing import Any
 
 import pandas as pd
 
+from creditflow.config.grpo import GRPOConfig
+from creditflow.config.policy import text_policy_spec
+from creditflow.config.supervised import SFTConfig
 from creditflow.errors import ConfigError
 from creditflow.models import (
     explain_missing_checkpoint,
@@ -41,12 +44,10 @@ from creditflow.models import (
     load_tokenizer,
     train_bpe_tokenizer,
 )
-from creditflow.models.builders import text_policy_spec
 from creditflow.reporting.tables import metrics_frame
 from creditflow.rewards import REWARD_INPUTS
 from creditflow.rewards.plugins import TRLReward, is_builtin_reward
 from creditflow.training.checkpoint import CheckpointStore
-from creditflow.training.config import GRPOConfig
 from creditflow.training.evaluation import (
     Reward,
     TextRewards,
@@ -54,7 +55,7 @@ from creditflow.training.evaluation import (
     reward_columns,
 )
 from creditflow.training.grpo_runs import check_grpo_config, run_grpo
-from creditflow.training.sft import SFTConfig, run_sft
+from creditflow.training.sft import run_sft
 from creditflow.training.strategies import RewardMetric
 
 PROMPT, ANSWER, TARGET = "prompt", "answer", "target"
@@ -65,7 +66,7 @@ REFERENCE_COLUMNS = ("reference", "question_en")
 _INPUT_COLUMNS = {"answers": ANSWER, "references": REFERENCE_COLUMNS[0]}
 TINY = "tiny"
 
-# A policy: a ``models.builders.PolicySpec`` dict (``{"source": "tiny", "tiny": {...}}``,
+# A policy: a ``config.policy.PolicySpec`` dict (``{"source": "tiny", "tiny": {...}}``,
 # ``{"source": "pretrained", "name_or_path": ...}``), or a Hugging Face id / local directory.
 Policy = Mapping[str, Any] | str | os.PathLike
 Checkpoints = CheckpointStore | str | os.PathLike | None
@@ -111,7 +112,7 @@ def build_tokenizer(policy: Policy, texts: Iterable[str] | None = None, **option
     not read).
 
     Raises:
-        ValueError: an invalid policy spec (``models.builders.PolicySpec``).
+        ValueError: an invalid policy spec (``config.policy.PolicySpec``).
         ConfigError: a tiny policy without ``texts``.
         OSError: a checkpoint that is neither a local directory nor in the cache.
     """

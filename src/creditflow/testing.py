@@ -38,8 +38,8 @@ from typing import Any
 
 import torch
 
+from creditflow.config.grpo import GRPOConfig
 from creditflow.rollout.batch import RolloutBatch
-from creditflow.training.config import GRPOConfig
 from creditflow.training.evaluation import Reward, TextRewards
 from creditflow.training.strategies import (
     ADVANTAGE_STRATEGIES,

@@ -7,6 +7,9 @@ import copy
 
 import torch
 
+from creditflow.config.grpo import (
+    GRPOConfig,
+)
 from creditflow.experience.page_reward import PageReward
 from creditflow.experience.reranker_policy import RerankerPolicy
 from creditflow.models.reranker import PointerReranker
@@ -14,9 +17,6 @@ from creditflow.training.checkpoint import (
     CheckpointStore,
     content_digest,
     run_store,
-)
-from creditflow.training.config import (
-    GRPOConfig,
 )
 from creditflow.training.grpo import GRPOResult, GRPOTrainer
 

@@ -48,7 +48,7 @@ from kedro.framework.project import settings
 from kedro.pipeline import Node, Pipeline, pipeline
 
 from creditflow import tracking
-from creditflow.training.config import GRPOConfig
+from creditflow.config.grpo import GRPOConfig
 from creditflow.training.grpo_runs import check_comparison_params
 
 logger = logging.getLogger(__name__)

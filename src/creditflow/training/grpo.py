@@ -5,7 +5,7 @@ rollout batch), ``save``. Credit assignment is chosen by name in ``training.stra
 loop names no method: it calls the advantage and token-weight strategies through their
 protocols and asks them (and the caller) for per-step reward diagnostics. The loss is
 ``algorithms.policy_loss`` (docs/methods/grpo.md), its variants chosen by ``GRPOConfig.loss_options``
-(``training.loss_types``); DAPO's dynamic sampling and reward shaping are ``training.dapo``.
+(``config.loss_types``); DAPO's dynamic sampling and reward shaping are ``training.dapo``.
 
 Memory: an optimizer step's minibatch may run as several micro-batches (gradient
 accumulation, ``micro_batch_size``), each loss weighted by ``algorithms.micro_batch_share`` so
@@ -35,16 +35,16 @@ from tqdm.auto import tqdm
 from transformers import get_cosine_schedule_with_warmup
 
 from creditflow.algorithms import micro_batch_share, policy_loss, truncated_importance_weights
+from creditflow.config.grpo import (
+    GRPOConfig,
+    check_importance_sampling,
+    check_process_layout,
+)
 from creditflow.errors import ConfigError
 from creditflow.models.lora import is_lora_model
 from creditflow.rollout.batch import Policy, RolloutBatch
 from creditflow.tracking import StepCallback, active_step_logger
 from creditflow.training.checkpoint import CheckpointStore
-from creditflow.training.config import (
-    GRPOConfig,
-    check_importance_sampling,
-    check_process_layout,
-)
 from creditflow.training.dapo import fill_batch, shape_batch
 from creditflow.training.fsdp import (
     FULL_OPTIMIZER_LAYOUT,

@@ -14,8 +14,8 @@ before any model is built.
 
 from __future__ import annotations
 
+from creditflow.config.grpo import GRPOConfig
 from creditflow.errors import ConfigError
-from creditflow.training.config import GRPOConfig
 from creditflow.training.strategies.base import (
     AdvantageStrategy,
     Metrics,

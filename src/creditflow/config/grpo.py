@@ -10,9 +10,9 @@ import typing
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from creditflow.config.loss_types import DEFAULTED, DEFINING, resolve_loss_knobs
 from creditflow.config.values import typed_value
 from creditflow.errors import ConfigError
-from creditflow.training.loss_types import DEFAULTED, DEFINING, resolve_loss_knobs
 
 AGG_MODES = ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm")
 # The names of algorithms.IMPORTANCE_LEVELS and algorithms.SURROGATES (this module stays
@@ -41,7 +41,7 @@ class GRPOConfig:
         whole minibatch in one pass.
     learning_rate, weight_decay, max_grad_norm, warmup_steps: AdamW, clipping and a linear
         warm-up (in optimizer steps) followed by cosine decay to 0.
-    loss_type: a preset of the loss knobs by TRL's name (``training.loss_types.LOSS_TYPES``,
+    loss_type: a preset of the loss knobs by TRL's name (``config.loss_types.LOSS_TYPES``,
         docs/methods/loss_types.md): ``grpo``, ``bnpo``, ``dr_grpo``, ``dapo``, ``cispo`` or
         ``gspo``. It sets agg, importance_level, surrogate (and, for dr_grpo,
         ``advantage.scale_by_std: false``): an explicit knob that contradicts it is an error
