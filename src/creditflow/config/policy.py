@@ -230,8 +230,9 @@ class PolicySpec:
     dtype: a ``DTYPE_NAMES`` name; ``"auto"`` keeps the checkpoint's (float32 for a tiny
         model).
     device: where the policy lives, a ``check_device_name`` name (``"auto"``: CUDA when
-        present); one this machine lacks fails the spec (``models.builders.resolve_device``). The catalog loads saved policies on the CPU, so
-        the nodes that take one move it there (``to_policy_device``).
+        present); one this machine lacks fails the spec (``models.builders.resolve_device``).
+        The catalog loads saved policies on the CPU, so the nodes that take one move it there
+        (``models.builders.to_policy_device``).
     lora: a ``LoraSpec`` block: train LoRA adapters (peft, an optional extra) on
         the frozen model instead of all of its weights; None trains them all.
     trust_remote_code: whether ``from_pretrained`` may run code shipped with the checkpoint.
