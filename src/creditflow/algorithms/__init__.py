@@ -9,6 +9,7 @@ from creditflow.algorithms._masked import masked_mean
 from creditflow.algorithms.advantages import (
     group_zscore,
     segment_token_advantages,
+    shuffle_group_advantages,
     sign_conflict_rate,
     tapo_advantages,
 )
@@ -64,6 +65,7 @@ __all__ = [
     "policy_loss",
     "rank_gains",
     "segment_token_advantages",
+    "shuffle_group_advantages",
     "sign_conflict_rate",
     "tapo_advantages",
     "token_logprobs",
