@@ -24,6 +24,7 @@ from creditflow.algorithms.losses import (
     micro_batch_share,
     pairwise_preference_loss,
     policy_loss,
+    sampler_mismatch,
     truncated_importance_weights,
 )
 from creditflow.algorithms.ranking import (
@@ -64,6 +65,7 @@ __all__ = [
     "pairwise_preference_loss",
     "policy_loss",
     "rank_gains",
+    "sampler_mismatch",
     "segment_token_advantages",
     "shuffle_group_advantages",
     "sign_conflict_rate",

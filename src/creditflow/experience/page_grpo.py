@@ -38,7 +38,7 @@ def run_page_grpo(
     policy_model = copy.deepcopy(model)
     reward_tensors, reward_key = reward.run_key()
     data_key = [content_digest(t) for t in (features, mask, *reward_tensors)]
-    checkpoints = run_store(checkpoints, policy_model, config.to_dict(), data_key, reward_key)
+    checkpoints = run_store(checkpoints, policy_model, config.run_key(), data_key, reward_key)
     policy = RerankerPolicy(policy_model, features, mask, temperature=config.temperature)
     trainer = GRPOTrainer(
         policy, list(range(len(features))), reward, config, checkpoints, desc="page GRPO"

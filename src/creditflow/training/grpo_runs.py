@@ -337,7 +337,7 @@ def run_grpo(
         checkpoints = run_store(
             checkpoints,
             model,
-            config.to_dict(),
+            config.run_key(),
             list(prompts),
             list(references),
             list(answers),
@@ -387,7 +387,7 @@ def run_vl_grpo(
         checkpoints = run_store(
             checkpoints,
             model,
-            config.to_dict(),
+            config.run_key(),
             prompt_keys,
             list(references),
             list(answers),

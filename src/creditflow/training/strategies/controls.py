@@ -28,7 +28,7 @@ import torch
 from creditflow.algorithms import group_zscore, masked_mean, shuffle_group_advantages
 from creditflow.errors import ConfigError
 from creditflow.rollout.batch import RolloutBatch
-from creditflow.training.config import GRPOConfig
+from creditflow.config.grpo import GRPOConfig
 from creditflow.training.strategies.base import (
     AdvantageStrategy,
     Metrics,
