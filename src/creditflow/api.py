@@ -83,12 +83,16 @@ class Trained:
     samples: completions logged every ``config.log_samples_every`` steps.
     sft_metrics: one row per SFT step (``step``, ``sft/loss``, ``lr``); None without a warm
         start.
+    credit: the credit inspector's rows, one per completion token of the recorded
+        completions (``creditflow.training.credit``); empty when ``config.credit_inspector``
+        is off.
     """
 
     model: Any
     metrics: pd.DataFrame
     samples: pd.DataFrame
     sft_metrics: pd.DataFrame | None = None
+    credit: pd.DataFrame | None = None
 
 
 def policy_spec(policy: Policy) -> dict[str, Any]:
@@ -280,7 +284,12 @@ def train_grpo(
         reward_metrics=reward_metrics,
         reward_columns=reward_columns(frame, prompts) if callables else None,
     )
-    return Trained(model, metrics_frame(result.history), pd.DataFrame(result.samples))
+    return Trained(
+        model,
+        metrics_frame(result.history),
+        pd.DataFrame(result.samples),
+        credit=pd.DataFrame(result.credit),
+    )
 
 
 def train(

@@ -366,7 +366,10 @@ class CreditInspection:
     def recorded_steps(self, total: int) -> set[int]:
         """The 1-based steps recorded in a run of ``total`` steps.
 
-        >>> sorted(CreditInspection().recorded_steps(25)), sorted(CreditInspection([2]).recorded_steps(5))
+        >>> (
+        ...     sorted(CreditInspection().recorded_steps(25)),
+        ...     sorted(CreditInspection([2]).recorded_steps(5)),
+        ... )
         ([1, 13, 25], [2])
         """
         if self.steps is not None:
