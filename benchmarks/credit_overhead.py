@@ -15,6 +15,11 @@ then on, off, ...) so drifting load hits both alike; each pair gives two ratios:
 - ``other``: the same over the steps it does not record (what the inspector costs there: 0
   but noise).
 
+On a busy machine the difference of two runs is noisy, so the runs with the inspector on also
+time the recorder itself (its ``begin``, ``observe`` and ``finish``, wrapped here): ``direct``
+is that time over the recorded steps' own ``time/step_s``, the added share of a recorded step
+measured inside one run.
+
 ``--sft-steps``, ``--steps`` and ``--prompts-per-step`` shrink the warm start and the run on a
 busy machine. Both err on the costly side: the recorder's work is fixed (4 completions) while a
 smaller batch makes the step it is compared with cheaper, and it grows with the recorded
@@ -24,7 +29,7 @@ Printed: every pair's ratios, their medians, and the load average before and aft
 Usage (``benchmarks/README.md``, "Cost of the credit inspector")::
 
     .venv/bin/python benchmarks/credit_overhead.py --repeats 3 --workdir /tmp/credit_overhead \
-        --sft-steps 100 --steps 9
+        --sft-steps 100 --steps 5 --prompts-per-step 4
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from kedro.config import OmegaConfigLoader  # noqa: E402
 from creditflow.pipelines.tapo import nodes  # noqa: E402
 from creditflow.training.checkpoint import CheckpointStore  # noqa: E402
 from creditflow.training.config import CreditInspection  # noqa: E402
+from creditflow.training.credit import CreditRecorder  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_INSPECTOR = {"steps": None, "rollouts": 4}
@@ -71,6 +77,34 @@ def warm_start(params: dict[str, Any], workdir: Path) -> tuple[Any, Any, Any]:
         initial, tokenizer, train_tasks, CheckpointStore(workdir / "sft"), params
     )
     return policy, tokenizer, train_tasks
+
+
+class RecorderClock:
+    """Seconds spent in ``CreditRecorder``'s methods while it is installed (a benchmark-only
+    wrapper: the engine is not instrumented)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._originals = {}
+
+    def __enter__(self) -> RecorderClock:
+        for name in ("begin", "observe", "finish"):
+            original = getattr(CreditRecorder, name)
+            self._originals[name] = original
+
+            def timed(recorder, *args, _original=original, **kwargs):
+                started = time.perf_counter()
+                try:
+                    return _original(recorder, *args, **kwargs)
+                finally:
+                    self.seconds += time.perf_counter() - started
+
+            setattr(CreditRecorder, name, timed)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for name, original in self._originals.items():
+            setattr(CreditRecorder, name, original)
 
 
 def timed_run(setup: tuple, params: dict[str, Any], inspector: dict | None, strategy: str):
@@ -118,28 +152,34 @@ def main() -> None:
     total = params["grpo"]["steps"]
     recorded = sorted(s - 1 for s in CreditInspection(**DEFAULT_INSPECTOR).recorded_steps(total))
     others = [s for s in range(total) if s not in recorded]
-    run_ratios, recorded_ratios, other_ratios = [], [], []
+    run_ratios, recorded_ratios, other_ratios, direct = [], [], [], []
     for pair in range(args.repeats):
         times = {}
         for mode in ("off", "on") if pair % 2 == 0 else ("on", "off"):
             started = time.perf_counter()
             inspector = DEFAULT_INSPECTOR if mode == "on" else None
-            times[mode], credit = timed_run(setup, params, inspector, args.strategy)
+            with RecorderClock() as clock:
+                times[mode], credit = timed_run(setup, params, inspector, args.strategy)
+            if mode == "on":
+                direct.append(clock.seconds / sum(times["on"][s] for s in recorded))
             say(
                 f"pair {pair + 1} {mode}: {time.perf_counter() - started:.1f} s, "
-                f"{len(credit)} credit rows, load {os.getloadavg()[0]:.2f}"
+                f"{len(credit)} credit rows, recorder {clock.seconds:.3f} s, "
+                f"load {os.getloadavg()[0]:.2f}"
             )
         run_ratios.append(ratio(times["on"], times["off"], list(range(total))))
         recorded_ratios.append(ratio(times["on"], times["off"], recorded))
         other_ratios.append(ratio(times["on"], times["off"], others) if others else float("nan"))
         say(
             f"pair {pair + 1}: run {run_ratios[-1]:.4f}, recorded steps "
-            f"{recorded_ratios[-1]:.4f}, other steps {other_ratios[-1]:.4f}"
+            f"{recorded_ratios[-1]:.4f}, other steps {other_ratios[-1]:.4f}, "
+            f"direct {direct[-1]:.4f}"
         )
     say(
         f"median on/off over {args.repeats} pairs: run {statistics.median(run_ratios):.4f} "
         f"(all {total} steps), recorded steps {statistics.median(recorded_ratios):.4f} "
         f"(steps {[s + 1 for s in recorded]}), other steps {statistics.median(other_ratios):.4f}"
+        f"; direct: recorder / recorded steps {statistics.median(direct):.4f}"
         f"; load after: {os.getloadavg()}"
     )
 
