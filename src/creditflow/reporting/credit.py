@@ -125,6 +125,8 @@ def _strategy_line(name: str, tokens: pd.DataFrame, scale: float) -> str:
         style = (
             f"background:{credit_colour(token.credit, scale)};"
             f"border-bottom:3px solid {SEGMENT_COLOURS.get(token.segment, '#bbbbbb')}"
+            # Dark backgrounds get white text, so every token stays readable.
+            + (";color:#ffffff" if abs(token.credit) > 0.6 * scale else "")
         )
         spans.append(
             f'<span title="{html.escape(tip)}" style="{style}">{html.escape(token.token)}</span>'
