@@ -14,6 +14,8 @@ detectable effect at 80 % power of the same seeds (``minimum_detectable_effect``
 - ``contradicted``: it excludes 0 on the other side;
 - ``not detectable at this budget (MDE x)``: it holds 0; an effect smaller than x could not
   have been seen with these seeds, so the claim is neither confirmed nor refuted;
+- ``identical: no signal at this budget``: every seed's difference is exactly 0 (the two
+  strategies trained the same policy, e.g. a budget so small that no group's rewards differ);
 - ``no interval``: fewer than two seeds.
 
 The shuffled-advantages cards are the testbed's positive control: GRPO must beat a policy
@@ -36,6 +38,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import logging
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -122,6 +125,7 @@ CLAIMS = (
 )  # fmt: skip
 
 REPRODUCED, CONTRADICTED, NO_INTERVAL = "reproduced", "contradicted", "no interval"
+IDENTICAL = "identical: no signal at this budget"
 
 
 def verdict(expected: int, low: float, high: float, mde: float) -> str:
@@ -132,9 +136,13 @@ def verdict(expected: int, low: float, high: float, mde: float) -> str:
     ('reproduced', 'contradicted')
     >>> verdict(+1, -0.01, 0.02, 0.031), verdict(+1, float("nan"), float("nan"), float("nan"))
     ('not detectable at this budget (MDE 0.031)', 'no interval')
+    >>> verdict(-1, 0.0, 0.0, 0.0)
+    'identical: no signal at this budget'
     """
     if pd.isna(low) or pd.isna(high):
         return NO_INTERVAL
+    if low == high == 0.0:
+        return IDENTICAL
     if low > 0 or high < 0:
         return REPRODUCED if (low > 0) == (expected > 0) else CONTRADICTED
     return f"not detectable at this budget (MDE {mde:.3f})"
@@ -216,6 +224,9 @@ def main() -> None:
     project = seeds.scratch_project(args.scratch, args.pipelines)
     for group in args.pipelines:
         set_strategies(project, group, STRATEGIES[group])
+    # The pipelines read their strategy lists from the project at or above the working
+    # directory (pipelines.comparison.project_root) when they are built: the scratch one.
+    os.chdir(project)
     seeds.bootstrap_project(project)
     extra = seeds.parse_params(args.params)
     per_seed, minutes = {}, {}

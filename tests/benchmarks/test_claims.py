@@ -66,6 +66,9 @@ def test_one_seed_gives_no_interval_and_a_missing_strategy_is_an_error(claims):
         _per_seed({"grpo_sum": [0.5], "tapo": [0.6]}),
     )
     assert row["verdict"] == "no interval" and math.isnan(row["ci_low"])
+    same = _per_seed({"grpo_sum": [0.5, 0.6], "tapo": [0.5, 0.6]})
+    row = claims.claim_row(claims.Claim("t", "tapo", "tapo", "grpo_sum", +1, "x"), same)
+    assert row["verdict"] == "identical: no signal at this budget"
     with pytest.raises(ValueError, match="no rows of"):
         claims.claim_row(
             claims.Claim("t", "tapo", "tapo", "grpo_sum", +1, "x"), _per_seed({"tapo": [0.6]})
