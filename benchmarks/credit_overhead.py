@@ -49,9 +49,9 @@ os.environ.setdefault("KEDRO_DISABLE_TELEMETRY", "1")
 
 from kedro.config import OmegaConfigLoader  # noqa: E402
 
+from creditflow.config.grpo import CreditInspection  # noqa: E402
 from creditflow.pipelines.tapo import nodes  # noqa: E402
 from creditflow.training.checkpoint import CheckpointStore  # noqa: E402
-from creditflow.training.config import CreditInspection  # noqa: E402
 from creditflow.training.credit import CreditRecorder  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from creditflow.algorithms import group_zscore
+from creditflow.config.grpo import CreditInspection
 from creditflow.errors import ConfigError
 from creditflow.training import GRPOConfig
-from creditflow.config.grpo import CreditInspection
 from creditflow.training.credit import CREDIT_COLUMNS, segment_labels, token_texts
 from tests.training.helpers import make_trainer
 

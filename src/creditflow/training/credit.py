@@ -32,9 +32,9 @@ from typing import Any
 import torch
 
 from creditflow.algorithms import IMPORTANCE_LEVELS, SURROGATES
+from creditflow.config.grpo import CreditInspection, GRPOConfig
 from creditflow.rewards import translation_segment_end
 from creditflow.rollout.batch import RolloutBatch
-from creditflow.config.grpo import CreditInspection, GRPOConfig
 from creditflow.training.strategies.tapo import REASONING, translation_segment_ids
 
 CREDIT_COLUMNS = (

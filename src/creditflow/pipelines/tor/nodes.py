@@ -177,12 +177,8 @@ def train_tor_policy(
             checkpoints,
             reward_columns=reward_columns(tor_train_tasks, prompts),
         )
-    return (
-        model,
-        metrics_frame(result.history),
-        pd.DataFrame(result.samples),
-        pd.DataFrame(result.credit),
-    )
+    samples, credit = pd.DataFrame(result.samples), pd.DataFrame(result.credit)
+    return model, metrics_frame(result.history), samples, credit
 
 
 def evaluate_tor_policy(

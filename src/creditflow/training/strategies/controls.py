@@ -26,9 +26,9 @@ from typing import Any
 import torch
 
 from creditflow.algorithms import group_zscore, masked_mean, shuffle_group_advantages
+from creditflow.config.grpo import GRPOConfig
 from creditflow.errors import ConfigError
 from creditflow.rollout.batch import RolloutBatch
-from creditflow.config.grpo import GRPOConfig
 from creditflow.training.strategies.base import (
     AdvantageStrategy,
     Metrics,
