@@ -1,6 +1,6 @@
 """Writes docs/reference/parameters.md: every key of every parameter group, its type, default
 and description, generated from the schemas that check them before a run
-(``creditflow.pipelines.parameters.SCHEMAS``).
+(``creditflow.pipelines.parameters.all_schemas``).
 
 A description comes from where the knob is documented: the comment above (or beside) the key
 in ``conf/base/parameters_<group>.yml``, else the docstring of the typed config the schema
@@ -22,7 +22,7 @@ import yaml
 from pydantic_core import PydanticUndefined
 
 from creditflow.config.schema import Block
-from creditflow.pipelines.parameters import SCHEMAS
+from creditflow.pipelines.parameters import all_schemas
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY_LINE = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z_][\w]*):(?P<rest>.*)$")
@@ -160,17 +160,18 @@ def reference() -> str:
         "# Parameter reference",
         "",
         "Every key of every parameter group, generated from the schemas that check them "
-        "before a run's first node (`creditflow.pipelines.parameters.SCHEMAS`); the "
+        "before a run's first node (`creditflow.pipelines.parameters.all_schemas`); the "
         "descriptions come from `conf/base/parameters_<group>.yml` and the typed configs. "
         "Set a key in `conf/local/parameters_<group>.yml` or with "
         '`kedro run --params "<group>.<key>=<value>"`.',
         "",
     ]
+    schemas = all_schemas()
     for yaml_file in sorted((ROOT / "conf" / "base").glob("parameters_*.yml")):
         group = yaml_file.stem.removeprefix("parameters_")
-        if group not in SCHEMAS:
+        if group not in schemas:
             parts += yaml_only_group(group, yaml_file)
-    for group, block in sorted(SCHEMAS.items()):
+    for group, block in sorted(schemas.items()):
         yaml_file = ROOT / "conf" / "base" / f"parameters_{group}.yml"
         comments = yaml_comments(yaml_file) if yaml_file.is_file() else {}
         parts += [

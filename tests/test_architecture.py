@@ -56,9 +56,13 @@ PEER_IMPORTS = {
 # why: optional extras such as vllm or peft, or heavy modules only some calls need.)
 DEFERRED_IMPORTS = {
     # settings.py imports the hooks for every kedro command (kedro --help, kedro viz); the
-    # parameter schemas pull in the training engine (torch, transformers: seconds).
+    # strategy and device checks pull in the training engine (torch, transformers: seconds),
+    # the schemas pydantic models and the task worlds' tables (pandas).
+    ("creditflow.hooks.parameter_check", "creditflow.models.builders"),
     ("creditflow.hooks.parameter_check", "creditflow.pipelines.comparison"),
     ("creditflow.hooks.parameter_check", "creditflow.pipelines.parameters"),
+    # The chain's schemas import its torch modules; a tapo / tor run's check does without.
+    ("creditflow.pipelines.parameters", "creditflow.pipelines.chain_parameters"),
     # Likewise for the raw data check: the ingest loaders pull in pandas.
     ("creditflow.hooks.raw_data", "creditflow.pipelines.data_ingest.pipeline"),
 }
@@ -251,7 +255,10 @@ def test_the_bottom_layers_import_no_torch_and_only_what_they_may():
             "importlib",  # config.plugins: a strategy or reward named by import path
             "importlib.metadata",  # ... or by entry point
             "inspect",
+            "numbers",
+            "os",
             "pathlib",
+            "re",
             "traceback",
             "types",
             "typing",

@@ -405,5 +405,11 @@ def test_log_artifact_tables_plots_and_bad_types(mlflow_run, tmp_path: Path) -> 
     assert saved.read_bytes() == PNG_MAGIC + b"rest"
     csv = Path(client.download_artifacts(run_id, "reranker_evaluation.csv", str(tmp_path)))
     assert csv.read_text() == "ranker,true_ndcg\nlogged,0.5\n"
+    page = "<html><body>credit</body></html>"
+    assert tracking.log_artifact(client, run_id, "tapo_token_credit_html", page) == [
+        "tapo_token_credit_html.html"
+    ]
+    html = client.download_artifacts(run_id, "tapo_token_credit_html.html", str(tmp_path))
+    assert Path(html).read_text() == page
     with pytest.raises(ValueError, match="a plot a matplotlib Figure, a PIL image or PNG"):
         tracking.log_artifact(client, run_id, "bad_plot", "not a figure")

@@ -36,6 +36,9 @@ from typing import Any
 
 import pandas as pd
 
+from creditflow.config.grpo import GRPOConfig
+from creditflow.config.policy import text_policy_spec
+from creditflow.config.supervised import SFTConfig
 from creditflow.errors import ConfigError
 from creditflow.models import (
     explain_missing_checkpoint,
@@ -43,12 +46,10 @@ from creditflow.models import (
     load_tokenizer,
     train_bpe_tokenizer,
 )
-from creditflow.models.builders import text_policy_spec
 from creditflow.reporting.tables import metrics_frame
 from creditflow.rewards import REWARD_INPUTS
 from creditflow.rewards.plugins import TRLReward, is_builtin_reward
 from creditflow.training.checkpoint import CheckpointStore
-from creditflow.training.config import GRPOConfig
 from creditflow.training.evaluation import (
     Reward,
     TextRewards,
@@ -56,7 +57,7 @@ from creditflow.training.evaluation import (
     reward_columns,
 )
 from creditflow.training.grpo_runs import check_grpo_config, run_grpo
-from creditflow.training.sft import SFTConfig, run_sft
+from creditflow.training.sft import run_sft
 from creditflow.training.strategies import RewardMetric
 
 PROMPT, ANSWER, TARGET = "prompt", "answer", "target"
@@ -67,7 +68,7 @@ REFERENCE_COLUMNS = ("reference", "question_en")
 _INPUT_COLUMNS = {"answers": ANSWER, "references": REFERENCE_COLUMNS[0]}
 TINY = "tiny"
 
-# A policy: a ``models.builders.PolicySpec`` dict (``{"source": "tiny", "tiny": {...}}``,
+# A policy: a ``config.policy.PolicySpec`` dict (``{"source": "tiny", "tiny": {...}}``,
 # ``{"source": "pretrained", "name_or_path": ...}``), or a Hugging Face id / local directory.
 Policy = Mapping[str, Any] | str | os.PathLike
 Checkpoints = CheckpointStore | str | os.PathLike | None
@@ -84,12 +85,16 @@ class Trained:
     samples: completions logged every ``config.log_samples_every`` steps.
     sft_metrics: one row per SFT step (``step``, ``sft/loss``, ``lr``); None without a warm
         start.
+    credit: the credit inspector's rows, one per completion token of the recorded
+        completions (``creditflow.training.credit``); empty when ``config.credit_inspector``
+        is off.
     """
 
     model: Any
     metrics: pd.DataFrame
     samples: pd.DataFrame
     sft_metrics: pd.DataFrame | None = None
+    credit: pd.DataFrame | None = None
 
 
 def policy_spec(policy: Policy) -> dict[str, Any]:
@@ -113,7 +118,7 @@ def build_tokenizer(policy: Policy, texts: Iterable[str] | None = None, **option
     not read).
 
     Raises:
-        ValueError: an invalid policy spec (``models.builders.PolicySpec``).
+        ValueError: an invalid policy spec (``config.policy.PolicySpec``).
         ConfigError: a tiny policy without ``texts``.
         OSError: a checkpoint that is neither a local directory nor in the cache.
     """
@@ -285,7 +290,12 @@ def train_grpo(
         reward_metrics=reward_metrics,
         reward_columns=reward_columns(frame, prompts) if callables else None,
     )
-    return Trained(model, metrics_frame(result.history), pd.DataFrame(result.samples))
+    return Trained(
+        model,
+        metrics_frame(result.history),
+        pd.DataFrame(result.samples),
+        credit=pd.DataFrame(result.credit),
+    )
 
 
 def train(

@@ -18,6 +18,11 @@ you give) and raises ``AssertionError``, saying which part of the contract broke
   construction (``GRPOConfig.micro_batch_size``). A strategy is checked on two shares run as
   two simulated processes; a reward on one group at a time.
 
+A strategy whose output is a random draw over batch positions (the controls
+``shuffled_advantages`` and ``random_tokens``: docs/methods/controls.md) cannot keep the
+group-order and splitting properties draw for draw, only in distribution; pass
+``positional_draw=True`` to check it for everything else.
+
 Every shipped strategy and reward passes them (tests/training/test_contracts.py)::
 
     from creditflow.testing import check_token_weight_strategy
@@ -38,8 +43,8 @@ from typing import Any
 
 import torch
 
+from creditflow.config.grpo import GRPOConfig
 from creditflow.rollout.batch import RolloutBatch
-from creditflow.training.config import GRPOConfig
 from creditflow.training.evaluation import Reward, TextRewards
 from creditflow.training.strategies import (
     ADVANTAGE_STRATEGIES,
@@ -149,6 +154,7 @@ def check_advantage_strategy(
     rewards: Mapping[str, torch.Tensor] | None = None,
     policy: Any = None,
     seed: int = 0,
+    positional_draw: bool = False,
 ) -> torch.Tensor:
     """The contract (module docstring) of an advantage strategy; returns its ``(B, T)``
     advantages on ``batch``.
@@ -161,6 +167,8 @@ def check_advantage_strategy(
             ``rewards: {reasoning: 1, translation: 1}``.
         batch, rewards, policy: default ``toy_batch()``, ``toy_rewards`` of the config's
             rewards and those the strategy reads, ``ToyPolicy()``.
+        positional_draw: the output is a random draw over batch positions: the group-order
+            and splitting checks are skipped (module docstring).
     """
     strategy, spec = _strategy("advantage", strategy, spec, ADVANTAGE_STRATEGIES)
     batch = (
@@ -189,6 +197,8 @@ def check_advantage_strategy(
     out = run(batch)
     _check_tensor("advantages", out, batch)
     _check_equal("two calls under one seed", run(batch), out)
+    if positional_draw:
+        return out
     rows = _permuted_rows(batch, seed)
     _check_equal("the groups in another order", run(batch.select(rows), rows), out[rows])
     halves = _halves(batch)
@@ -205,6 +215,7 @@ def check_token_weight_strategy(
     batch: RolloutBatch | None = None,
     policy: Any = None,
     seed: int = 0,
+    positional_draw: bool = False,
 ) -> torch.Tensor:
     """The contract (module docstring) of a token-weight strategy; returns its ``(B, T)``
     weights on ``batch``. Arguments as ``check_advantage_strategy`` (a plain function:
@@ -235,6 +246,8 @@ def check_token_weight_strategy(
     out = run(batch)
     _check_tensor("weights", out, batch)
     _check_equal("two calls under one seed", run(batch), out)
+    if positional_draw:
+        return out
     rows = _permuted_rows(batch, seed)
     _check_equal("the groups in another order", run(batch.select(rows)), out[rows])
     halves = _halves(batch)

@@ -48,7 +48,8 @@ StepCallback = Callable[[int, Mapping[str, Any]], None]
 # (``_ab`` / ``_sweep``: the simulated online A/B of the reranker chain and its sweep).
 TABLE_SUFFIXES = ("_comparison", "_evaluation", "_ab", "_sweep")
 PLOT_SUFFIXES = ("_plot", "_curves")
-ARTIFACT_SUFFIXES = TABLE_SUFFIXES + PLOT_SUFFIXES
+PAGE_SUFFIXES = ("_html",)  # an HTML page as text (the credit inspector's rendering)
+ARTIFACT_SUFFIXES = TABLE_SUFFIXES + PLOT_SUFFIXES + PAGE_SUFFIXES
 
 # The step logger of the node running in this thread (set by the Kedro hook) ...
 _ACTIVE: ContextVar[StepLogger | None] = ContextVar("creditflow_step_logger", default=None)
@@ -275,9 +276,10 @@ def log_artifact(mlflow_client: MlflowClient, run_id: str, name: str, data: Any)
     """Log the data saved as dataset ``name``; returns the artifact paths written.
 
     A pandas DataFrame (a ``TABLE_SUFFIXES`` table, e.g. ``*_comparison``) becomes
-    ``<name>.csv``; a plot (``*_plot`` / ``*_curves``: a matplotlib Figure, a PIL image or PNG
-    bytes) becomes ``<name>.png``, and a list or dict of them (as kedro-datasets'
-    MatplotlibDataset saves) ``<name>/<index or key>.png``.
+    ``<name>.csv``; a page (``*_html``: HTML text) ``<name>.html``; a plot (``*_plot`` /
+    ``*_curves``: a matplotlib Figure, a PIL image or PNG bytes) becomes ``<name>.png``, and a
+    list or dict of them (as kedro-datasets' MatplotlibDataset saves)
+    ``<name>/<index or key>.png``.
 
     Raises:
         ValueError: anything else, naming what is expected.
@@ -287,6 +289,9 @@ def log_artifact(mlflow_client: MlflowClient, run_id: str, name: str, data: Any)
     if isinstance(data, pd.DataFrame):
         mlflow_client.log_text(run_id, data.to_csv(index=False), f"{name}.csv")
         return [f"{name}.csv"]
+    if isinstance(data, str) and name.endswith(PAGE_SUFFIXES):
+        mlflow_client.log_text(run_id, data, f"{name}.html")
+        return [f"{name}.html"]
     if isinstance(data, Mapping):
         items = [(f"{name}/{key}.png", value) for key, value in data.items()]
     elif isinstance(data, list | tuple):

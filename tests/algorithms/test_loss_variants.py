@@ -8,7 +8,7 @@ import torch
 from torch.testing import assert_close
 
 from creditflow.algorithms import AGGREGATIONS, IMPORTANCE_LEVELS, SURROGATES, policy_loss
-from creditflow.training.config import AGG_MODES, IMPORTANCE_LEVEL_NAMES, SURROGATE_NAMES
+from creditflow.config.grpo import AGG_MODES, IMPORTANCE_LEVEL_NAMES, SURROGATE_NAMES
 
 F64 = torch.float64
 

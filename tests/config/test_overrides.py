@@ -7,6 +7,9 @@ key under ``--params`` fails before the pipelines load."""
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,10 +19,17 @@ from kedro.config import OmegaConfigLoader
 from kedro.framework.project import settings
 from kedro.framework.session import KedroSession
 
+import creditflow
 from creditflow.errors import ConfigError
 from creditflow.models.lora import is_lora_model
 from creditflow.pipelines.parameters import check_parameters
-from tests.kedro_project import NodeCounter, NodeIO, copy_project, save_tiny_checkpoint
+from tests.kedro_project import (
+    NodeCounter,
+    NodeIO,
+    checkout_copy,
+    copy_project,
+    save_tiny_checkpoint,
+)
 
 pytestmark = pytest.mark.filterwarnings("ignore:register_new_resolver:UserWarning")
 
@@ -199,6 +209,52 @@ def test_a_misspelt_key_under_params_fails_before_mlflow_opens_its_store(project
         ):
             session.run(pipeline_names=["tapo"])
     assert counter.started == [] and not (project / "mlruns").exists()
+
+
+# What a fresh process holds when the --params check fails, printed for the test to read.
+NO_TORCH_PROBE = """
+import sys
+from pathlib import Path
+
+from kedro.framework.session import KedroSession
+from kedro.framework.startup import bootstrap_project
+
+from creditflow.errors import ConfigError
+
+bootstrap_project(Path.cwd())
+for pipeline, overrides in (
+    ("tapo", {"tapo": {"grpo": {"stepz": 2}}}),
+    ("tor", {"tor": {"policy": {"tiny": {"hidden_sise": 8}}}}),
+):
+    with KedroSession.create(project_path=Path.cwd(), runtime_params=overrides) as session:
+        try:
+            session.run(pipeline_names=[pipeline])
+        except ConfigError as error:
+            print("error:", str(error).splitlines()[-1].strip())
+print("loaded:", sorted(name for name in ("torch", "transformers", "pandas") if name in sys.modules))
+"""
+
+
+def test_a_misspelt_comparison_key_fails_without_importing_torch(project_root, tmp_path):
+    # In a fresh process, as `kedro run` starts one: the check of a tapo or tor override
+    # needs neither torch nor transformers (seconds to import), nor the pipelines.
+    directory = checkout_copy(project_root, tmp_path / "project")
+    source = str(Path(creditflow.__file__).parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([source, os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run(
+        [sys.executable, "-c", NO_TORCH_PROBE],
+        cwd=directory,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    lines = [line for line in result.stdout.splitlines() if line.startswith(("error:", "loaded:"))]
+    assert lines[0].startswith("error: tapo.grpo: unknown key `stepz` (did you mean `steps`?)")
+    assert lines[1].startswith("error: tor.policy.tiny: unknown key `hidden_sise` (did you mean")
+    # pandas comes with the task worlds' name tables (tapo languages, tor kinds).
+    assert lines[2] == "loaded: ['pandas']", result.stdout
 
 
 def test_a_group_of_a_conf_local_file_is_a_group_for_params(project):

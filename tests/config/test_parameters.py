@@ -23,7 +23,8 @@ from creditflow.config.schema import (
 )
 from creditflow.errors import ConfigError
 from creditflow.pipeline_registry import register_pipelines
-from creditflow.pipelines.parameters import SCHEMAS, check_parameters
+from creditflow.pipelines.chain_parameters import CHAIN_SCHEMAS
+from creditflow.pipelines.parameters import CHAIN_GROUPS, GROUPS, all_schemas, check_parameters
 from tests.kedro_project import NodeCounter, copy_project
 
 
@@ -45,7 +46,7 @@ def _groups_read_by_pipelines() -> set[str]:
 
 def test_every_group_a_pipeline_reads_has_a_schema_and_the_shipped_conf_passes(conf_params):
     groups = _groups_read_by_pipelines()
-    assert groups <= set(SCHEMAS), sorted(groups - set(SCHEMAS))
+    assert groups <= GROUPS, sorted(groups - GROUPS)
     check_parameters({group: conf_params[group] for group in groups})
 
 
@@ -276,3 +277,8 @@ def test_a_session_run_with_a_misspelt_key_fails_before_its_first_node(
     assert not (tmp_path / "data").exists() or not any(
         p.is_file() and "run_manifests" not in str(p) for p in (tmp_path / "data").rglob("*")
     )
+
+
+def test_the_chain_groups_are_the_chain_schemas():
+    assert set(CHAIN_SCHEMAS) == CHAIN_GROUPS
+    assert set(all_schemas()) == GROUPS and None not in all_schemas().values()

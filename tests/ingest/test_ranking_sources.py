@@ -18,7 +18,7 @@ from PIL import Image
 from creditflow.errors import TaskSourceError
 from creditflow.experience.reranker_training import evaluate_rankings
 from creditflow.ingest.ranking_sources import ranking_items, ranking_sessions
-from creditflow.pipelines.parameters import RankingSource
+from creditflow.pipelines.chain_parameters import RankingSource
 from creditflow.pipelines.reranker_eval import nodes as eval_nodes
 from creditflow.tasks.reranking import SESSION_COLUMNS, ClickModel, candidate_response
 from tests.kedro_project import NodeCounter, copy_project

@@ -6,10 +6,12 @@ import logging
 import pytest
 import torch
 
+from creditflow.config.policy import ALL_LINEAR, LoraSpec
 from creditflow.config.schema import problems
 from creditflow.models import load_policy, load_vl_policy
-from creditflow.models.lora import ALL_LINEAR, LoraSpec, adapter_state_dict, is_lora_model
-from creditflow.pipelines.parameters import ExpmodelModel, TextPolicy
+from creditflow.models.lora import adapter_state_dict, is_lora_model, peft_config
+from creditflow.pipelines.chain_parameters import ExpmodelModel
+from creditflow.pipelines.parameters import TextPolicy
 from tests.models.test_policy_spec import TINY_TEXT, TINY_VL, processor  # noqa: F401 - fixture
 
 pytest.importorskip("peft")
@@ -21,7 +23,7 @@ def test_from_params_fills_the_defaults_and_builds_the_peft_config():
     spec = LoraSpec.from_params(LORA)
     assert spec == LoraSpec(r=4, alpha=8.0, target_modules=("q_proj", "v_proj"))
     assert (spec.dropout, spec.seed) == (0.0, 0)
-    config = LoraSpec.from_params({**LORA, "dropout": 0.1}).peft_config()
+    config = peft_config(LoraSpec.from_params({**LORA, "dropout": 0.1}))
     assert (config.r, config.lora_alpha, config.lora_dropout) == (4, 8.0, 0.1)
     assert config.target_modules == {"q_proj", "v_proj"}
     assert LoraSpec.from_params({**LORA, "target_modules": "all-linear"}).target_modules == (
@@ -69,7 +71,7 @@ def test_the_parameter_schema_checks_the_lora_block():
 def test_only_the_rank_is_required_alpha_is_twice_it_and_every_linear_layer_gets_one():
     assert LoraSpec.from_params({"r": 8}) == LoraSpec(r=8, alpha=16.0, target_modules=ALL_LINEAR)
     assert LoraSpec.from_params({"r": 8, "alpha": None}).alpha == 16.0
-    config = LoraSpec.from_params({"r": 8}).peft_config()
+    config = peft_config(LoraSpec.from_params({"r": 8}))
     assert (config.r, config.lora_alpha, config.target_modules) == (8, 16.0, "all-linear")
 
 

@@ -58,10 +58,14 @@ def test_cuda_without_a_gpu_fails_before_anything_is_built(
         load_policy({**TINY_TEXT, "device": device}, tokenizer=tokenizer)
     with pytest.raises(ValueError, match=fix):
         load_vl_policy({**TINY_VL, "device": device}, processor=processor)
-    # The check a run makes before its first node (ParameterCheckHook) says the same.
+    # The check a run makes before its first node (ParameterCheckHook) says the same; the
+    # one on --params overrides, before torch loads, checks the name's form only.
+    spec = {"source": "tiny", "device": device}
     for block in (TextPolicy, VisionPolicy):
-        (problem,) = problems("tapo.policy", {"source": "tiny", "device": device}, block)
+        before_first_node = {"check_device": resolve_device}
+        (problem,) = problems("tapo.policy", spec, block, context=before_first_node)
         assert problem.startswith("tapo.policy: device") and fix in problem
+        assert problems("tapo.policy", spec, block) == []
 
 
 def test_an_unknown_device_name_lists_the_valid_ones(tokenizer):

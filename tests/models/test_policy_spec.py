@@ -7,17 +7,23 @@ The stored digests were computed with the loaders as they were before ``PolicySp
 """
 
 import hashlib
+import inspect
+import typing
+from dataclasses import fields
 
 import pytest
 import torch
 
+from creditflow.config.policy import DTYPE_NAMES, PolicySpec, TinyQwen2, TinyQwen2_5VL
 from creditflow.models import (
     build_tiny_processor,
+    build_tiny_qwen2,
+    build_tiny_qwen2_5_vl,
     load_policy,
     load_vl_policy,
     train_vl_tokenizer,
 )
-from creditflow.models.builders import DTYPES, PolicySpec
+from creditflow.models.builders import DTYPES, from_pretrained_kwargs
 
 VL_CORPUS = [
     "Look at the image and answer the question. Put the final answer in \\boxed{}.",
@@ -73,7 +79,7 @@ def test_from_params_fills_the_pretrained_defaults():
         {"source": "pretrained", "name_or_path": "org/model"}, tiny_options=(), example_id="x"
     )
     assert spec == PolicySpec(source="pretrained", name_or_path="org/model")
-    assert spec.from_pretrained_kwargs() == {"dtype": DTYPES["auto"], "trust_remote_code": False}
+    assert from_pretrained_kwargs(spec) == {"dtype": DTYPES["auto"], "trust_remote_code": False}
     eager = PolicySpec.from_params(
         {
             "source": "pretrained",
@@ -84,7 +90,7 @@ def test_from_params_fills_the_pretrained_defaults():
         tiny_options=(),
         example_id="x",
     )
-    assert eager.from_pretrained_kwargs() == {
+    assert from_pretrained_kwargs(eager) == {
         "dtype": torch.bfloat16,
         "trust_remote_code": False,
         "attn_implementation": "eager",
@@ -137,3 +143,27 @@ def test_the_settings_of_the_other_source_are_ignored():
 def test_a_missing_name_or_path_names_the_example_id():
     with pytest.raises(ValueError, match="e.g. 'org/example'"):
         PolicySpec.from_params({"source": "pretrained"}, tiny_options=(), example_id="org/example")
+
+
+@pytest.mark.parametrize(
+    ("options", "builder", "taken"),
+    [
+        (TinyQwen2, build_tiny_qwen2, "tokenizer"),
+        (TinyQwen2_5VL, build_tiny_qwen2_5_vl, "processor_or_tokenizer"),
+    ],
+)
+def test_the_torch_free_tiny_options_are_the_builders_keyword_arguments(options, builder, taken):
+    # config.policy keeps a copy of each builder's options so that the parameter check needs
+    # no torch; same names, types and defaults as the signature.
+    hints = typing.get_type_hints(builder)
+    expected = {
+        name: (hints[name], p.default)
+        for name, p in inspect.signature(builder).parameters.items()
+        if name != taken
+    }
+    hints = typing.get_type_hints(options)
+    assert {f.name: (hints[f.name], f.default) for f in fields(options)} == expected
+
+
+def test_the_torch_free_dtype_names_are_the_loaders_dtypes():
+    assert DTYPE_NAMES == tuple(DTYPES)

@@ -154,13 +154,15 @@ def test_train_and_evaluate_each_seed_label_every_row_with_its_seed():
     def train(params, overrides):
         calls.append(overrides["seed"])
         metrics = pd.DataFrame({"step": [1, 2], "reward/total": [0.0, overrides["seed"]]})
-        return f"model-{overrides['seed']}", metrics, pd.DataFrame()
+        credit = pd.DataFrame({"step": [1], "token": [str(overrides["seed"])]})
+        return f"model-{overrides['seed']}", metrics, pd.DataFrame(), credit
 
     params = {"comparison": {"n_seeds": 2}, "grpo": {"seed": 3}}
-    policies, metrics, samples = train_each_seed(train, params, {})
+    policies, metrics, samples, credit = train_each_seed(train, params, {})
     assert calls == [3, 4] and policies == {3: "model-3", 4: "model-4"}
     assert metrics.columns[0] == "seed" and metrics["seed"].tolist() == [3, 3, 4, 4]
     assert samples.empty
+    assert credit.to_dict("list") == {"seed": [3, 4], "step": [1, 1], "token": ["3", "4"]}
     results = evaluate_each_seed(policies, lambda model: pd.DataFrame({"who": [model]}))
     assert results.to_dict("list") == {"seed": [3, 4], "who": ["model-3", "model-4"]}
 

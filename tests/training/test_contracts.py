@@ -21,17 +21,31 @@ from creditflow.training.strategies import (
 )
 from creditflow.training.strategies.base import no_options
 
+# The controls draw at random over batch positions: group order and splitting hold in
+# distribution only (creditflow.testing); everything else is checked.
+POSITIONAL_DRAWS = {"shuffled_advantages", "random_tokens"}
+
 
 @pytest.mark.parametrize("name", sorted(ADVANTAGE_STRATEGIES))
 def test_every_shipped_advantage_strategy_keeps_the_contract(name):
-    advantages = check_advantage_strategy(name)
+    advantages = check_advantage_strategy(name, positional_draw=name in POSITIONAL_DRAWS)
     assert advantages.abs().sum() > 0  # the toy rewards give a learning signal
 
 
 @pytest.mark.parametrize("name", sorted(TOKEN_WEIGHT_STRATEGIES))
 def test_every_shipped_token_weight_strategy_keeps_the_contract(name):
-    weights = check_token_weight_strategy(name)
+    weights = check_token_weight_strategy(name, positional_draw=name in POSITIONAL_DRAWS)
     assert weights.sum() > 0
+
+
+@pytest.mark.parametrize("name", sorted(POSITIONAL_DRAWS))
+def test_the_positional_draws_do_break_group_order_draw_for_draw(name):
+    """Why they are exempt: checked fully, each fails the group-order check."""
+    check = (
+        check_advantage_strategy if name in ADVANTAGE_STRATEGIES else check_token_weight_strategy
+    )
+    with pytest.raises(AssertionError, match="groups in another order"):
+        check(name)
 
 
 # exact_match scores a bare answer only (the toy completions are in TAPO's format): bare

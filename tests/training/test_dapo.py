@@ -10,10 +10,10 @@ import copy
 import pytest
 import torch
 
+from creditflow.config.grpo import DynamicSampling
 from creditflow.rollout import RolloutBatch, SamplingSettings, VisionLanguagePolicy
 from creditflow.rollout.batch import concat_batches
 from creditflow.training import GRPOConfig, GRPOTrainer
-from creditflow.training.config import DynamicSampling
 from creditflow.training.dapo import fill_batch, shape_batch
 from creditflow.training.grpo_runs import vision_language_policy
 from tests.rollout.test_vision_policy import (  # noqa: F401 - fixtures are found by name

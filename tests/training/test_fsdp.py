@@ -14,9 +14,9 @@ import torch
 from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
 
+from creditflow.config.grpo import GRPOConfig
 from creditflow.errors import ConfigError
 from creditflow.training import CheckpointStore
-from creditflow.training.config import GRPOConfig
 from creditflow.training.grpo_runs import check_distributed, run_grpo
 from creditflow.training.launch import run_data_parallel
 from tests.training.helpers import (

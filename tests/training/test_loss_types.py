@@ -4,11 +4,11 @@ before any model is built, naming the key to drop."""
 
 import pytest
 
+from creditflow.config.grpo import check_process_layout
+from creditflow.config.loss_types import DEFAULTED, DEFINING, LOSS_TYPES
 from creditflow.errors import ConfigError
 from creditflow.training import GRPOConfig
-from creditflow.training.config import check_process_layout
 from creditflow.training.grpo_runs import build_grpo_config, check_distributed, strategy_config
-from creditflow.training.loss_types import DEFAULTED, DEFINING, LOSS_TYPES
 
 REWARDS = ["format", "translation", "reasoning"]
 BASE = {"prompts_per_step": 4, "group_size": 4, "rewards": {"reasoning": 1.0}}

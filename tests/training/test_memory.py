@@ -7,10 +7,10 @@ import types
 import pytest
 import torch
 
+from creditflow.config.grpo import check_process_layout
 from creditflow.errors import ConfigError
 from creditflow.training import GRPOConfig
 from creditflow.training import grpo as grpo_module
-from creditflow.training.config import check_process_layout
 from tests.training.helpers import make_trainer, spy
 
 AGG_MODES = ["seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm"]

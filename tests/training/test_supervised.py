@@ -5,6 +5,7 @@ import pytest
 import torch
 from transformers import get_cosine_schedule_with_warmup
 
+from creditflow.config.supervised import SCHEDULE_NAMES
 from creditflow.errors import ConfigError
 from creditflow.training.checkpoint import CheckpointStore
 from creditflow.training.sft import (
@@ -15,7 +16,12 @@ from creditflow.training.sft import (
     run_sft,
     train_sft,
 )
-from creditflow.training.supervised import EpochSampler, SupervisedConfig, SupervisedTrainer
+from creditflow.training.supervised import (
+    SCHEDULES,
+    EpochSampler,
+    SupervisedConfig,
+    SupervisedTrainer,
+)
 
 
 # ---------------------------------------------------------------- the loop it replaced
@@ -348,3 +354,7 @@ def test_a_truncated_latest_checkpoint_resumes_from_the_one_before(tmp_path):
     assert resumed.start_step == 2  # the complete checkpoint before the broken one
     assert resumed.train() == expected and len(calls) == 4
     _assert_same_weights(fresh, reference)
+
+
+def test_the_torch_free_schedule_names_are_the_trainers_schedules():
+    assert sorted(SCHEDULE_NAMES) == sorted(SCHEDULES)

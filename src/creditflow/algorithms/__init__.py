@@ -9,6 +9,7 @@ from creditflow.algorithms._masked import masked_mean
 from creditflow.algorithms.advantages import (
     group_zscore,
     segment_token_advantages,
+    shuffle_group_advantages,
     sign_conflict_rate,
     tapo_advantages,
 )
@@ -23,6 +24,7 @@ from creditflow.algorithms.losses import (
     micro_batch_share,
     pairwise_preference_loss,
     policy_loss,
+    sampler_mismatch,
     truncated_importance_weights,
 )
 from creditflow.algorithms.ranking import (
@@ -63,7 +65,9 @@ __all__ = [
     "pairwise_preference_loss",
     "policy_loss",
     "rank_gains",
+    "sampler_mismatch",
     "segment_token_advantages",
+    "shuffle_group_advantages",
     "sign_conflict_rate",
     "tapo_advantages",
     "token_logprobs",

@@ -152,3 +152,44 @@ def sign_conflict_rate(r_trans: torch.Tensor, r_reason: torch.Tensor, group_size
     if num_counted == 0:
         return 0.0
     return int(conflict.sum()) / num_counted
+
+
+def shuffle_group_advantages(
+    advantages: torch.Tensor, group_size: int, generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """A control that must not learn: every group's advantages moved to another group.
+
+    The groups are put in a random order ``sigma`` and group ``sigma[k]`` receives the
+    advantages of group ``sigma[k + 1]`` (the last receives the first's): a random cyclic
+    derangement, so no completion keeps an advantage of its own group, each group's
+    advantages still sum to zero and the batch keeps exactly the same multiset of values.
+    A completion's advantage is then unrelated to its own reward, so the expected policy
+    gradient carries no signal about the task (only noise of the same size as GRPO's).
+
+    Args:
+        advantages: ``(B,)`` per-completion advantages, consecutive groups of ``G``.
+        group_size: ``G``.
+        generator: seeds the group order (None: torch's global generator).
+
+    Returns:
+        ``(B,)``; row ``j`` of a group holds row ``j`` of its source group.
+
+    >>> shuffle_group_advantages(torch.tensor([1.0, -1.0, 2.0, -2.0]), 2)
+    tensor([ 2., -2.,  1., -1.])
+    """
+    check_ndim("advantages", advantages, 1, "(B,)")
+    if group_size < 1 or advantages.numel() % group_size != 0:
+        raise ValueError(
+            f"the batch of {advantages.numel()} advantages must be divisible by group_size "
+            f"(got group_size={group_size})"
+        )
+    n_groups = advantages.numel() // group_size
+    if n_groups < 2:
+        raise ValueError(
+            f"shuffling advantages across groups needs at least 2 groups, got {n_groups}"
+        )
+    grouped = advantages.view(n_groups, group_size)  # (B/G, G)
+    order = torch.randperm(n_groups, generator=generator)  # sigma
+    source = torch.empty_like(order)
+    source[order] = order.roll(-1)  # group sigma[k] reads group sigma[k + 1]
+    return grouped[source.to(advantages.device)].reshape(-1)  # (B,)

@@ -72,6 +72,33 @@ def truncated_importance_weights(
     return diff.exp().clamp(max=cap)
 
 
+def sampler_mismatch(
+    trainer_logp: torch.Tensor, sampler_logp: torch.Tensor | None, mask: torch.Tensor
+) -> dict[str, float]:
+    """How far a rollout engine's sampler log-probs are from the trainer's at sampling time,
+    over valid tokens: ``rollout/sampler_logp_abs_diff`` (mean absolute difference) and the
+    mean and max of the untruncated per-token ratio (``rollout/is_ratio_*``); empty without a
+    valid token, without sampler log-probs (None: the engine reports none) or trainer ones
+    (numel 0: unscored). trainer_logp, sampler_logp, mask: ``(B, T)``; NaN counts as no
+    mismatch.
+
+    >>> m = sampler_mismatch(torch.tensor([[0.0, -1.0]]), torch.zeros(1, 2), torch.ones(1, 2))
+    >>> m["rollout/sampler_logp_abs_diff"], round(m["rollout/is_ratio_mean"], 4)  # (1 + e^-1) / 2
+    (0.5, 0.6839)
+    """
+    if sampler_logp is None or trainer_logp.numel() == 0:
+        return {}
+    diff = torch.nan_to_num(trainer_logp - sampler_logp, nan=0.0)[mask.bool()]
+    if diff.numel() == 0:
+        return {}
+    ratio = diff.exp()
+    return {
+        "rollout/sampler_logp_abs_diff": diff.abs().mean().item(),
+        "rollout/is_ratio_mean": ratio.mean().item(),
+        "rollout/is_ratio_max": ratio.max().item(),
+    }
+
+
 def micro_batch_share(agg: str, micro_mask: torch.Tensor, mask: torch.Tensor) -> float:
     """What one micro-batch's loss counts for in its minibatch's (gradient accumulation).
 

@@ -254,12 +254,15 @@ def _unknown_keys(group: str, schema: type[Block], loc: tuple, keys: list[str]) 
     return f"{_path(group, loc)}: {unknown_keys_message(keys, valid)}"
 
 
-def problems(group: str, params: Any, schema: type[Block]) -> list[str]:
+def problems(
+    group: str, params: Any, schema: type[Block], context: Mapping[str, Any] | None = None
+) -> list[str]:
     """What is wrong with ``params`` (the ``params:<group>`` dict, overrides applied) under
     ``schema``: one line per problem, starting with the dotted key, e.g. ``tapo.tasks:
-    unknown key `n_train_per_langauge` (did you mean `n_train_per_language`?); ...``."""
+    unknown key `n_train_per_langauge` (did you mean `n_train_per_language`?); ...``.
+    ``context`` goes to the blocks' validators (pydantic's validation context)."""
     try:
-        schema.model_validate(params)
+        schema.model_validate(params, context=context)
     except ValidationError as error:
         errors = error.errors()
     else:

@@ -7,6 +7,9 @@ import copy
 
 import torch
 
+from creditflow.config.grpo import (
+    GRPOConfig,
+)
 from creditflow.experience.page_reward import PageReward
 from creditflow.experience.reranker_policy import RerankerPolicy
 from creditflow.models.reranker import PointerReranker
@@ -14,9 +17,6 @@ from creditflow.training.checkpoint import (
     CheckpointStore,
     content_digest,
     run_store,
-)
-from creditflow.training.config import (
-    GRPOConfig,
 )
 from creditflow.training.grpo import GRPOResult, GRPOTrainer
 
@@ -38,7 +38,7 @@ def run_page_grpo(
     policy_model = copy.deepcopy(model)
     reward_tensors, reward_key = reward.run_key()
     data_key = [content_digest(t) for t in (features, mask, *reward_tensors)]
-    checkpoints = run_store(checkpoints, policy_model, config.to_dict(), data_key, reward_key)
+    checkpoints = run_store(checkpoints, policy_model, config.run_key(), data_key, reward_key)
     policy = RerankerPolicy(policy_model, features, mask, temperature=config.temperature)
     trainer = GRPOTrainer(
         policy, list(range(len(features))), reward, config, checkpoints, desc="page GRPO"

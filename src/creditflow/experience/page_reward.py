@@ -26,11 +26,11 @@ from creditflow.algorithms.feedback import (
     expected_page_feedback,
     sample_page_feedback,
 )
+from creditflow.config.grpo import GRPOConfig
 from creditflow.errors import ConfigError
 from creditflow.experience.reranker_policy import parse_rankings
 from creditflow.experience.reranker_training import logged_sessions
 from creditflow.tasks.reranking import ClickModel, candidate_response
-from creditflow.training.config import GRPOConfig
 from creditflow.training.strategies import validate_strategies
 
 # Set by ``page_grpo_config``, never by parameters: the engine's scalar reward is PageReward's

@@ -31,7 +31,9 @@ class ParameterCheckHook:
     The ``--params`` overrides are checked earlier, when the context is created: before the
     pipelines are imported, MLflow opens its store or the catalog is built. A top-level name
     that is no group of the conf (``tpao.grpo.steps=2``) fails with a "did you mean", and each
-    group they name is checked whole against its schema.
+    group they name is checked whole against its schema; a ``tapo`` or ``tor`` group without
+    importing torch. Whether this machine has a policy's ``device`` (torch) is asked before
+    the first node only.
 
     All problems of all groups come in one ConfigError, in seconds, before anything trains.
     """
@@ -43,18 +45,23 @@ class ParameterCheckHook:
         if not overrides:
             return
         check_override_groups(overrides, _conf_groups(loader))
-        # Imported here: settings.py imports this module for every kedro command, and the
-        # schemas pull in the training engine (torch, transformers: seconds).
-        from creditflow.pipelines.parameters import SCHEMAS, check_parameters  # noqa: PLC0415
+        # Imported here: settings.py imports this module for every kedro command (kedro
+        # --help), and the schemas take pydantic models and the task worlds' name tables
+        # (pandas) to build. The tapo and tor schemas import no torch, so a misspelt
+        # comparison key fails here in seconds; a chain group's schema imports its configs'
+        # modules (torch) first.
+        from creditflow.pipelines.parameters import GROUPS, check_parameters  # noqa: PLC0415
 
         params = loader["parameters"]
-        check_parameters({group: params[group] for group in overrides if group in SCHEMAS})
+        check_parameters({group: params[group] for group in overrides if group in GROUPS})
 
     @hook_impl
     def before_pipeline_run(self, pipeline: Pipeline, catalog: CatalogProtocol) -> None:
         # Imported here: settings.py imports this module for every kedro command (kedro
-        # --help, kedro viz), and the checks pull in the training engine (torch,
-        # transformers: ~3 s); by the time a run starts its pipelines have imported it.
+        # --help, kedro viz), and the strategy checks and the device check pull in the
+        # training engine (torch, transformers: seconds); by the time a run starts its
+        # pipelines have imported it.
+        from creditflow.models.builders import resolve_device  # noqa: PLC0415
         from creditflow.pipelines.comparison import check_strategies  # noqa: PLC0415
         from creditflow.pipelines.parameters import check_parameters  # noqa: PLC0415
 
@@ -62,7 +69,7 @@ class ParameterCheckHook:
             name = f"params:{group}"
             return catalog.load(name) if name in catalog else None
 
-        check_parameters(_parameter_groups(pipeline, catalog))
+        check_parameters(_parameter_groups(pipeline, catalog), check_device=resolve_device)
         check_strategies(pipeline, group_params)
 
 

@@ -3,12 +3,10 @@
 Shape symbols: ``B`` sequences, ``T`` tokens, ``V`` vocabulary (= ``len(tokenizer)``).
 """
 
-import inspect
 import logging
 import os
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -21,17 +19,17 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
-from creditflow.models.lora import LoraSpec, add_lora
+from creditflow.config.policy import (
+    ATTN_IMPLEMENTATIONS,
+    PolicySpec,
+    text_policy_spec,
+)
+from creditflow.models.lora import add_lora
 from creditflow.models.tokenizer import load_tokenizer
 
 logger = logging.getLogger(__name__)
 
-# Both run the same speed for the tiny model on CPU and both are deterministic there
-# (measured: identical logits across runs and across batch compositions). "eager" is the
-# default because it is plain matmul + softmax with no shape-dependent kernel choice and it
-# is the only one that can return attention maps; pass "sdpa" for real models on GPU.
-ATTN_IMPLEMENTATIONS = ("eager", "sdpa")
-
+# The dtypes by config.policy.DTYPE_NAMES (a test holds the names equal).
 DTYPES: dict[str, torch.dtype | str] = {
     "float32": torch.float32,
     "bfloat16": torch.bfloat16,
@@ -115,30 +113,7 @@ def build_tiny_qwen2(
     return model.eval()
 
 
-# Keys a spec may hold besides its ``tiny`` builder options, per source.
-_COMMON_KEYS = {"source", "dtype", "device", "lora"}
-_SOURCE_KEYS = {
-    "tiny": {"tiny"},
-    "pretrained": {"name_or_path", "trust_remote_code", "attn_implementation"},
-}
-_SPEC_KEYS = {source: _COMMON_KEYS | keys for source, keys in _SOURCE_KEYS.items()}
 DEVICE_TYPES = ("cpu", "cuda", "mps")
-
-
-def without_other_source(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """``spec`` less the keys only the other policy sources take: ``tiny`` beside ``source:
-    pretrained``; ``name_or_path``, ``trust_remote_code``, ``attn_implementation`` beside
-    ``source: tiny``. Nothing is dropped when ``source`` names no source.
-
-    The project merges conf/local into conf/base key by key (settings.py), so base's ``tiny:``
-    block is still there when an override switches ``source`` to ``pretrained``: it is
-    ignored, not refused.
-    """
-    source = spec.get("source")
-    if source not in _SOURCE_KEYS:
-        return dict(spec)
-    other = set().union(*(keys for name, keys in _SOURCE_KEYS.items() if name != source))
-    return {key: value for key, value in spec.items() if key not in other}
 
 
 def resolve_device(name: str) -> torch.device:
@@ -181,137 +156,28 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
-@dataclass(frozen=True)
-class PolicySpec:
-    """A validated policy spec, the ``params:`` dict of ``load_policy`` and ``load_vl_policy``::
-
-        {"source": "tiny", "tiny": {...kwargs of the tiny builder...}}
-        {"source": "pretrained",
-         "name_or_path": "Qwen/Qwen2.5-0.5B-Instruct",   # hub id or local directory
-         "dtype": "bfloat16",                            # optional, default "auto"
-         "device": "cuda",                               # optional, default "cpu"
-         "lora": {"r": 16},                              # optional, default None
-         "trust_remote_code": False,                     # optional
-         "attn_implementation": "sdpa"}                  # optional
-
-    source: ``"tiny"`` (a randomly initialised model built here) or ``"pretrained"``. The
-        keys of the other source (``tiny`` beside ``pretrained``; ``name_or_path``,
-        ``trust_remote_code``, ``attn_implementation`` beside ``tiny``) are ignored, so an
-        override that switches ``source`` need not remove them.
-    tiny: keyword arguments of the tiny builder (``source: tiny`` only).
-    name_or_path: hub id or local checkpoint directory (``source: pretrained`` only).
-    dtype: a ``DTYPES`` name; ``"auto"`` keeps the checkpoint's (float32 for a tiny model).
-    device: where the policy lives, a ``resolve_device`` name (``"auto"``: CUDA when present);
-        one this machine lacks fails the spec. The catalog loads saved policies on the CPU, so
-        the nodes that take one move it there (``to_policy_device``).
-    lora: a ``models.lora.LoraSpec`` block: train LoRA adapters (peft, an optional extra) on
-        the frozen model instead of all of its weights; None trains them all.
-    trust_remote_code: whether ``from_pretrained`` may run code shipped with the checkpoint.
-    attn_implementation: one of ``ATTN_IMPLEMENTATIONS``, or None for transformers' default.
-    """
-
-    source: str
-    tiny: Mapping[str, Any] = field(default_factory=dict)
-    name_or_path: str | None = None
-    dtype: str = "auto"
-    device: str = "cpu"
-    lora: LoraSpec | None = None
-    trust_remote_code: bool = False
-    attn_implementation: str | None = None
-
-    @classmethod
-    def from_params(
-        cls, spec: Mapping[str, Any], *, tiny_options: Collection[str], example_id: str
-    ) -> "PolicySpec":
-        """Validate ``spec`` before anything is built or loaded.
-
-        Args:
-            spec: a dict of the form above.
-            tiny_options: the keyword arguments the tiny builder takes.
-            example_id: a hub id for the message when ``name_or_path`` is missing.
-
-        Raises:
-            ValueError: an invalid spec, with what to set in ``parameters_*.yml``.
-        """
-        source = spec.get("source")
-        if source not in _SPEC_KEYS:
-            raise ValueError(f"unknown policy source {source!r}; valid: {sorted(_SPEC_KEYS)}")
-        spec = without_other_source(spec)
-        unknown = set(spec) - _SPEC_KEYS[source]
-        if unknown:
-            raise ValueError(
-                f"unknown keys {sorted(unknown)} for policy source {source!r}; "
-                f"valid: {sorted(_SPEC_KEYS[source])}"
-            )
-        dtype = spec.get("dtype", "auto")
-        if dtype not in DTYPES:
-            raise ValueError(f"unknown dtype {dtype!r}; valid: {list(DTYPES)}")
-        device = spec.get("device", "cpu")
-        resolve_device(device)
-        lora = None if spec.get("lora") is None else LoraSpec.from_params(spec["lora"])
-        common = {"dtype": dtype, "device": device, "lora": lora}
-        if source == "tiny":
-            tiny = dict(spec.get("tiny") or {})
-            unknown = set(tiny) - set(tiny_options)
-            if unknown:
-                raise ValueError(
-                    f"unknown keys {sorted(unknown)} under 'tiny'; valid: {sorted(tiny_options)}"
-                )
-            return cls(source="tiny", tiny=tiny, **common)
-        name_or_path = spec.get("name_or_path")
-        if not name_or_path:
-            raise ValueError(
-                "policy source 'pretrained' needs 'name_or_path': set it in parameters to a "
-                f"Hugging Face id (e.g. '{example_id}') or a local checkpoint directory"
-            )
-        attn = spec.get("attn_implementation")
-        if attn is not None and attn not in ATTN_IMPLEMENTATIONS:
-            raise ValueError(
-                f"unknown attn_implementation {attn!r}; valid: {list(ATTN_IMPLEMENTATIONS)}"
-            )
-        trust_remote_code = spec.get("trust_remote_code", False)
-        if not isinstance(trust_remote_code, bool):
-            # A YAML string such as "false" would be truthy and silently run hub code.
-            raise ValueError(f"trust_remote_code must be true or false, got {trust_remote_code!r}")
-        return cls(
-            source="pretrained",
-            name_or_path=os.fspath(name_or_path),
-            trust_remote_code=trust_remote_code,
-            attn_implementation=attn,
-            **common,
-        )
-
-    def from_pretrained_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of ``from_pretrained`` for a ``pretrained`` spec."""
-        kwargs: dict[str, Any] = {
-            "dtype": DTYPES[self.dtype],
-            "trust_remote_code": self.trust_remote_code,
-        }
-        if self.attn_implementation is not None:
-            kwargs["attn_implementation"] = self.attn_implementation
-        device = resolve_device(self.device)
-        if device.type != "cpu":
-            # Straight onto the device, without a copy of the weights in CPU memory first.
-            kwargs["device_map"] = str(device)
-        return kwargs
-
-    def prepare(self, model: PreTrainedModel) -> PreTrainedModel:
-        """A built or loaded ``model`` as the spec asks for it: a tiny one cast to ``dtype``,
-        on ``device``, wrapped with fresh LoRA adapters when ``lora`` is set."""
-        if self.source == "tiny" and self.dtype != "auto":
-            model = model.to(DTYPES[self.dtype])
-        model = model.to(resolve_device(self.device))
-        return (model if self.lora is None else add_lora(model, self.lora)).eval()
+def from_pretrained_kwargs(policy: PolicySpec) -> dict[str, Any]:
+    """Keyword arguments of ``from_pretrained`` for a ``pretrained`` ``policy``."""
+    kwargs: dict[str, Any] = {
+        "dtype": DTYPES[policy.dtype],
+        "trust_remote_code": policy.trust_remote_code,
+    }
+    if policy.attn_implementation is not None:
+        kwargs["attn_implementation"] = policy.attn_implementation
+    device = resolve_device(policy.device)
+    if device.type != "cpu":
+        # Straight onto the device, without a copy of the weights in CPU memory first.
+        kwargs["device_map"] = str(device)
+    return kwargs
 
 
-_TINY_OPTIONS = set(inspect.signature(build_tiny_qwen2).parameters) - {"tokenizer"}
-TEXT_EXAMPLE_ID = "Qwen/Qwen2.5-0.5B-Instruct"
-
-
-def text_policy_spec(spec: Mapping[str, Any]) -> PolicySpec:
-    """``spec`` validated as ``load_policy`` takes it (the tiny options of ``build_tiny_qwen2``),
-    building nothing: the check a run makes before its first node."""
-    return PolicySpec.from_params(spec, tiny_options=_TINY_OPTIONS, example_id=TEXT_EXAMPLE_ID)
+def prepare_policy(policy: PolicySpec, model: PreTrainedModel) -> PreTrainedModel:
+    """A built or loaded ``model`` as ``policy`` asks for it: a tiny one cast to ``dtype``,
+    on ``device``, wrapped with fresh LoRA adapters when ``lora`` is set."""
+    if policy.source == "tiny" and policy.dtype != "auto":
+        model = model.to(DTYPES[policy.dtype])
+    model = model.to(resolve_device(policy.device))
+    return (model if policy.lora is None else add_lora(model, policy.lora)).eval()
 
 
 def load_policy(
@@ -336,23 +202,21 @@ def load_policy(
         OSError: a pretrained checkpoint that is neither a local directory nor cached while
             offline (``HF_HUB_OFFLINE=1``).
     """
-    policy = text_policy_spec(spec)
+    policy = text_policy_spec(spec, check_device=resolve_device)
     if policy.source == "tiny":
         if tokenizer is None:
             raise ValueError(
                 "policy source 'tiny' sizes its vocabulary from a tokenizer: pass "
                 "load_policy(spec, tokenizer=...) (e.g. one from train_bpe_tokenizer)"
             )
-        return policy.prepare(build_tiny_qwen2(tokenizer, **policy.tiny)), tokenizer
+        return prepare_policy(policy, build_tiny_qwen2(tokenizer, **policy.tiny)), tokenizer
     name_or_path = policy.name_or_path
     with explain_missing_checkpoint(name_or_path):
-        model = AutoModelForCausalLM.from_pretrained(
-            name_or_path, **policy.from_pretrained_kwargs()
-        )
+        model = AutoModelForCausalLM.from_pretrained(name_or_path, **from_pretrained_kwargs(policy))
         if tokenizer is None:
             tokenizer = load_tokenizer(name_or_path, trust_remote_code=policy.trust_remote_code)
     model = ready_for_rollouts(model, tokenizer, name_or_path, own="tokenizer")
-    return policy.prepare(model), tokenizer
+    return prepare_policy(policy, model), tokenizer
 
 
 def to_policy_device(model: torch.nn.Module, spec: Mapping[str, Any]) -> torch.nn.Module:

@@ -17,20 +17,18 @@ from __future__ import annotations
 
 import copy
 import logging
-import numbers
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from creditflow.config.policy import LoraSpec
+
 logger = logging.getLogger(__name__)
 
-LORA_KEYS = ("r", "alpha", "target_modules", "dropout", "seed")
-ALL_LINEAR = "all-linear"  # peft's shorthand (peft.utils.constants.INCLUDE_LINEAR_LAYERS_SHORTHAND)
 ADAPTER_CONFIG = "adapter_config.json"  # peft's file names
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 BASE_DIR = "base"
@@ -49,106 +47,16 @@ def require_peft() -> Any:
     return peft
 
 
-@dataclass(frozen=True)
-class LoraSpec:
-    """The ``lora`` block of a policy spec; only ``r`` is required::
-
-        lora: {r: 16}       # alpha 32, every linear layer but the output head
-        lora: {r: 16, alpha: 32, target_modules: [q_proj, k_proj, v_proj, o_proj], dropout: 0.05}
-
-    r: rank of each adapter (>= 1).
-    alpha: peft's ``lora_alpha``; the adapter's output is scaled by ``alpha / r``. Default
-        (null): ``2 * r``, a scale of 2 whatever the rank (peft's own default is a fixed 8).
-    target_modules: the modules that get an adapter, as peft matches them. Default
-        ``"all-linear"`` (peft's shorthand): every ``nn.Linear`` except the output head (kept
-        out, so a head tied to the embeddings stays tied). A list of module names (a name
-        matches every module whose path ends with it, e.g. ``q_proj``); or one string, a regular
-        expression the full module path must match, e.g. ``'.*\\.(q_proj|v_proj)'``: the form
-        for ``--params``, which splits its argument at commas and so cannot pass a list. In a
-        vision-language model ``"all-linear"`` and a list name also reach the vision tower's
-        modules; a regex such as ``'model\\.language_model\\..*\\.(q_proj|v_proj)'`` keeps to
-        the language model.
-    dropout: dropout on the adapter's input while training, in [0, 1).
-    seed: the adapters' initial weights depend only on it (the global RNG is left as it was).
-    """
-
-    r: int
-    alpha: float | None = None
-    target_modules: tuple[str, ...] | str = ALL_LINEAR
-    dropout: float = 0.0
-    seed: int = 0
-
-    @classmethod
-    def from_params(cls, params: Mapping[str, Any]) -> LoraSpec:
-        """Validate a ``lora`` block before anything is built.
-
-        Raises:
-            ValueError: naming the key and what to set.
-        """
-        if not isinstance(params, Mapping):
-            raise ValueError(
-                f"lora must be a mapping {{r, alpha, target_modules, dropout, seed}} or null, got "
-                f"{params!r}"
-            )
-        unknown = sorted(set(params) - set(LORA_KEYS))
-        if unknown:
-            raise ValueError(f"unknown lora keys {unknown}; valid: {list(LORA_KEYS)}")
-        if "r" not in params:
-            raise ValueError("lora needs its rank r (e.g. lora: {r: 16}), or set lora to null")
-        defaults = {f.name: f.default for f in fields(cls) if f.name != "r"}
-        r, alpha, target_modules, dropout, seed = (
-            params.get(key, defaults.get(key)) for key in LORA_KEYS
-        )
-        if not _is_int(r) or r < 1:
-            raise ValueError(f"lora r must be an integer >= 1, got {r!r}")
-        alpha = 2 * r if alpha is None else alpha
-        if not _is_number(alpha) or not alpha > 0:
-            raise ValueError(f"lora alpha must be a number > 0, got {alpha!r}")
-        if not _is_number(dropout) or not 0 <= dropout < 1:
-            raise ValueError(f"lora dropout must be in [0, 1), got {dropout!r}")
-        if not _is_int(seed):
-            raise ValueError(f"lora seed must be an integer, got {seed!r}")
-        return cls(
-            r=int(r),
-            alpha=float(alpha),
-            target_modules=_target_modules(target_modules),
-            dropout=float(dropout),
-            seed=int(seed),
-        )
-
-    def peft_config(self) -> Any:
-        """The ``peft.LoraConfig`` (no task type: the model's own forward and ``generate`` run
-        unchanged, for a causal LM and a vision-language model alike)."""
-        peft = require_peft()
-        targets = self.target_modules
-        return peft.LoraConfig(
-            r=self.r,
-            lora_alpha=self.alpha,
-            lora_dropout=self.dropout,
-            target_modules=targets if isinstance(targets, str) else list(targets),
-        )
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
-
-
-def _target_modules(value: Any) -> tuple[str, ...] | str:
-    if isinstance(value, str) and value:
-        return value
-    if (
-        isinstance(value, list | tuple)
-        and value
-        and all(isinstance(name, str) and name for name in value)
-    ):
-        return tuple(value)
-    raise ValueError(
-        "lora target_modules must be a non-empty list of module names (e.g. [q_proj, v_proj]) "
-        f"or one regular expression / 'all-linear', got {value!r}"
+def peft_config(spec: LoraSpec) -> Any:
+    """The ``peft.LoraConfig`` of ``spec`` (no task type: the model's own forward and ``generate`` run
+    unchanged, for a causal LM and a vision-language model alike)."""
+    peft = require_peft()
+    targets = spec.target_modules
+    return peft.LoraConfig(
+        r=spec.r,
+        lora_alpha=spec.alpha,
+        lora_dropout=spec.dropout,
+        target_modules=targets if isinstance(targets, str) else list(targets),
     )
 
 
@@ -164,7 +72,7 @@ def add_lora(model: torch.nn.Module, spec: LoraSpec) -> torch.nn.Module:
     try:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(spec.seed)
-            wrapped = peft.get_peft_model(model, spec.peft_config())
+            wrapped = peft.get_peft_model(model, peft_config(spec))
     except ValueError as error:
         raise ValueError(
             f"lora target_modules {spec.target_modules!r} do not fit "

@@ -22,7 +22,6 @@ completion mask), ``mm_token_type_ids`` (the prompt's, then zeros), ``pixel_valu
 ``sequence_forward_inputs`` assembles exactly that.
 """
 
-import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -40,11 +39,13 @@ from transformers import (
 )
 from transformers.utils import is_torchvision_available
 
+from creditflow.config.policy import ATTN_IMPLEMENTATIONS, vl_policy_spec
 from creditflow.models.builders import (
-    ATTN_IMPLEMENTATIONS,
-    PolicySpec,
     explain_missing_checkpoint,
+    from_pretrained_kwargs,
+    prepare_policy,
     ready_for_rollouts,
+    resolve_device,
 )
 from creditflow.models.tokenizer import train_bpe_tokenizer
 
@@ -343,25 +344,13 @@ def _mrope_section(head_dim: int) -> list[int]:
     return [temporal, height, half - temporal - height]
 
 
-_TINY_OPTIONS = set(inspect.signature(build_tiny_qwen2_5_vl).parameters) - {
-    "processor_or_tokenizer"
-}
-VL_EXAMPLE_ID = "Qwen/Qwen2.5-VL-3B-Instruct"
-
-
-def vl_policy_spec(spec: Mapping[str, Any]) -> PolicySpec:
-    """``spec`` validated as ``load_vl_policy`` takes it (the tiny options of
-    ``build_tiny_qwen2_5_vl``), building nothing: the check a run makes before its first node."""
-    return PolicySpec.from_params(spec, tiny_options=_TINY_OPTIONS, example_id=VL_EXAMPLE_ID)
-
-
 def load_vl_policy(
     spec: Mapping[str, Any], processor: ImageOnlyQwen2_5_VLProcessor | None = None
 ) -> tuple[PreTrainedModel, Any]:
     """Build or load the vision-language policy and its processor from a ``params:`` dict.
 
     Args:
-        spec: a ``models.builders.PolicySpec`` dict, validated before anything is built or
+        spec: a ``config.policy.PolicySpec`` dict, validated before anything is built or
             loaded; ``tiny`` holds ``build_tiny_qwen2_5_vl`` kwargs, ``pretrained`` names a
             vision-language checkpoint such as ``Qwen/Qwen2.5-VL-3B-Instruct``.
         processor: required for ``tiny`` (vocabulary and patching come from it). For
@@ -378,7 +367,7 @@ def load_vl_policy(
         ValueError: an invalid spec, with what to set in ``parameters_*.yml``.
         OSError: a pretrained checkpoint that is neither a local directory nor cached.
     """
-    policy = vl_policy_spec(spec)
+    policy = vl_policy_spec(spec, check_device=resolve_device)
     if policy.source == "tiny":
         if processor is None:
             raise ValueError(
@@ -386,16 +375,16 @@ def load_vl_policy(
                 "load_vl_policy(spec, processor=...) "
                 "(e.g. build_tiny_processor(train_vl_tokenizer(...)))"
             )
-        return policy.prepare(build_tiny_qwen2_5_vl(processor, **policy.tiny)), processor
+        return prepare_policy(policy, build_tiny_qwen2_5_vl(processor, **policy.tiny)), processor
     name_or_path = policy.name_or_path
     with explain_missing_checkpoint(name_or_path):
         model = AutoModelForImageTextToText.from_pretrained(
-            name_or_path, **policy.from_pretrained_kwargs()
+            name_or_path, **from_pretrained_kwargs(policy)
         )
         if processor is None:
             processor = _load_processor(name_or_path, model, policy.trust_remote_code)
     model = ready_for_rollouts(model, processor.tokenizer, name_or_path, own="processor")
-    return policy.prepare(model), processor
+    return prepare_policy(policy, model), processor
 
 
 def _load_processor(name_or_path: str, model: PreTrainedModel, trust_remote_code: bool) -> Any:

@@ -48,12 +48,13 @@ from kedro.framework.project import settings
 from kedro.pipeline import Node, Pipeline, pipeline
 
 from creditflow import tracking
-from creditflow.training.config import GRPOConfig
+from creditflow.config.grpo import GRPOConfig
+from creditflow.reporting.credit import credit_html, plot_credit
 from creditflow.training.grpo_runs import check_comparison_params
 
 logger = logging.getLogger(__name__)
 
-RESULTS_PREFIX, METRICS_PREFIX = "results/", "metrics/"
+RESULTS_PREFIX, METRICS_PREFIX, CREDIT_PREFIX = "results/", "metrics/", "credit/"
 STRATEGY_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # a namespace and a dataset-name part
 WARM_START = "sft"  # the label of the warm start's row and datasets, not a strategy name
 
@@ -105,12 +106,14 @@ STRATEGY_DATASETS = {
     "metrics": "{group}_{strategy}_metrics",
     "samples": "{group}_samples_{strategy}",
     "results": "{group}_results_{strategy}",
+    "credit": "{group}_credit_{strategy}",  # the credit inspector's token rows
 }
 
 
 # ---------------------------------------------------------------- seeds
-# (model, metrics, samples) of one GRPO run: what a pipeline's one-seed train function returns.
-Trained = tuple[Any, pd.DataFrame, pd.DataFrame]
+# (model, metrics, samples, credit) of one GRPO run: what a pipeline's one-seed train function
+# returns (credit: the credit inspector's token rows, creditflow.training.credit).
+Trained = tuple[Any, pd.DataFrame, pd.DataFrame, pd.DataFrame]
 SEED = "seed"  # the column naming the GRPO seed in metrics, samples and evaluations
 
 
@@ -132,24 +135,24 @@ def seed_overrides(
 
 
 def train_each_seed(
-    train: Callable[[dict[str, Any], dict[str, Any]], Trained],
+    train: Callable[[dict[str, Any], dict[str, Any]], tuple[Any, ...]],
     params: dict[str, Any],
     strategy: dict[str, Any],
-) -> tuple[dict[int, Any], pd.DataFrame, pd.DataFrame]:
+) -> tuple[Any, ...]:
     """``train(params, overrides)`` once per seed of ``seed_overrides``, from the same
-    inputs (the warm start: ``train`` copies it). Returns ``({seed: model}, metrics,
-    samples)``, the tables of every run concatenated with a ``seed`` column first."""
+    inputs (the warm start: ``train`` copies it); ``train`` returns ``(model, *tables)``
+    (``Trained``: metrics, samples, credit). Returns ``({seed: model}, *tables)``, each table
+    the runs' concatenated with a ``seed`` column first."""
     runs = seed_overrides(params, strategy)
-    policies, metrics, samples = {}, [], []
+    policies, tables = {}, []
     for index, (seed, overrides) in enumerate(runs, start=1):
         if len(runs) > 1:
             logger.info("GRPO seed %d (%d of %d)", seed, index, len(runs))
         with _seed_steps(seed) if len(runs) > 1 else nullcontext():
-            model, run_metrics, run_samples = train(params, overrides)
+            model, *run_tables = train(params, overrides)
         policies[seed] = model
-        metrics.append(_with_seed(run_metrics, seed))
-        samples.append(_with_seed(run_samples, seed))
-    return policies, pd.concat(metrics, ignore_index=True), pd.concat(samples, ignore_index=True)
+        tables.append([_with_seed(table, seed) for table in run_tables])
+    return policies, *(pd.concat(column, ignore_index=True) for column in zip(*tables, strict=True))
 
 
 def evaluate_each_seed(
@@ -189,7 +192,8 @@ def strategy_template(
 ) -> Pipeline:
     """Train one strategy from the warm start once per seed, then evaluate each seed's policy.
 
-    ``train(*train_inputs, checkpoints, params, strategy) -> (policies, metrics, samples)``,
+    ``train(*train_inputs, checkpoints, params, strategy) -> (policies, metrics, samples,
+    credit)``,
     where ``strategy`` is the strategy's overrides of ``params['grpo']`` and ``policies`` is
     ``{seed: model}`` (``train_each_seed``); ``evaluate(policies, *evaluation_inputs) ->
     results`` (``evaluate_each_seed``).
@@ -200,7 +204,7 @@ def strategy_template(
             Node(
                 train,
                 [*train_inputs, "checkpoints", params, "params:strategy"],
-                ["policies", "metrics", "samples"],
+                ["policies", "metrics", "samples", "credit"],
                 name=f"train_{group}_policy",
             ),
             Node(
@@ -231,7 +235,9 @@ def comparison_pipeline(
     names, so ``--load-versions`` examples and the docs keep their names.
     ``compare(params, <group>_results_sft, **{"results/<name>": ..., "metrics/<name>": ...})
     -> (<group>_comparison, <group>_per_seed_comparison, <group>_reward_curves)``: the table
-    over seeds (with intervals), one row per (policy, seed), and the curves.
+    over seeds (with intervals), one row per (policy, seed), and the curves; and
+    ``render_token_credit`` of every strategy's ``<group>_credit_<name>`` table ->
+    ``(<group>_token_credit_html, <group>_token_credit_plot)``.
     """
     template = strategy_template(group, train, evaluate, train_inputs, evaluation_inputs)
     shared = {d: d for d in template.inputs() if not d.startswith("params:") and d != "checkpoints"}
@@ -244,7 +250,9 @@ def comparison_pipeline(
             template,
             namespace=name,
             inputs={**shared, "checkpoints": named("checkpoints", name)},
-            outputs={d: named(d, name) for d in ("policies", "metrics", "samples", "results")},
+            outputs={
+                d: named(d, name) for d in ("policies", "metrics", "samples", "results", "credit")
+            },
             parameters={
                 f"params:{group}": f"params:{group}",
                 "params:strategy": f"params:{group}.strategies.{name}",
@@ -263,7 +271,20 @@ def comparison_pipeline(
         [f"{group}_comparison", f"{group}_per_seed_comparison", f"{group}_reward_curves"],
         name=f"compare_{group}_strategies",
     )
-    return Pipeline([*instances, report])
+    credit = Node(
+        render_token_credit,
+        {CREDIT_PREFIX + name: named("credit", name) for name in strategies},
+        [f"{group}_token_credit_html", f"{group}_token_credit_plot"],
+        name=f"render_{group}_token_credit",
+    )
+    return Pipeline([*instances, report, credit])
+
+
+def render_token_credit(**tables: pd.DataFrame) -> tuple[str, Any]:
+    """The credit inspector's renderings of a comparison: the HTML page and the figure
+    (``reporting.credit``) of the ``credit/<strategy>`` tables, in strategy order."""
+    by_strategy = {key.removeprefix(CREDIT_PREFIX): table for key, table in tables.items()}
+    return credit_html(by_strategy, title="Token credit by strategy"), plot_credit(by_strategy)
 
 
 def labelled_tables(

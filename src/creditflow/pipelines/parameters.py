@@ -1,13 +1,19 @@
 """The schema of every parameter group (``conf/base/parameters_<group>.yml``), checked by
-:class:`creditflow.hooks.parameter_check.ParameterCheckHook` before a run's first node.
+:class:`creditflow.hooks.parameter_check.ParameterCheckHook` before a run's first node, and
+the schemas of the ``tapo`` and ``tor`` groups.
 
-``SCHEMAS`` maps a group to its block (:mod:`creditflow.config.schema`). A block says which
-keys exist, their types and ranges; where a typed config already documents a block
-(``GRPOConfig``, ``SFTConfig``, ``SupervisedConfig``, ``PolicySpec``, ``PFTOptions``,
-``RerankerConfig``, ``IngestConfig``) the block is built from it and runs its checks, and
-where a node passes options straight to a function (``preference_pairs``,
-``movielens_sessions``, the tiny model builders) the function's signature is the schema. The
-knobs themselves are documented in the YAML files and those configs, not here.
+A block says which keys exist, their types and ranges; where a typed config already
+documents a block (``GRPOConfig``, ``SFTConfig``, ``SupervisedConfig``, ``PolicySpec``,
+``PFTOptions``, ``RerankerConfig``, ``IngestConfig``) the block is built from it and runs its
+checks, and where a node passes options straight to a function (``preference_pairs``,
+``movielens_sessions``) the function's signature is the schema. The knobs themselves are
+documented in the YAML files and those configs, not here.
+
+The ``tapo`` and ``tor`` schemas (here, on :mod:`.parameter_blocks`) import no torch: a
+misspelt ``--params`` key of a comparison fails in seconds, before torch, transformers or the
+pipelines load. The other groups' schemas (:mod:`.chain_parameters`) are built from configs
+and functions that live beside torch code; :func:`schema_of` imports them only when one of
+those groups is checked.
 
 The tapo / tor strategies are checked twice over: their keys here (a strategy's overrides
 are a partial ``grpo`` block), and the merged config of every strategy a run trains by
@@ -16,151 +22,35 @@ are a partial ``grpo`` block), and the merged config of every strategy a run tra
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, Field, create_model, model_validator
+from pydantic import Field, model_validator
 
-from creditflow.algorithms import GAIN_MODES
-from creditflow.annotation import ANNOTATORS
-from creditflow.annotation.ratings import rating_annotations
 from creditflow.config.schema import (
     PROBLEMS_HEADER,
     Block,
     Count,
     NonNegative,
     OpenFraction,
-    dataclass_block,
     problems,
-    signature_block,
 )
-from creditflow.config.values import checked_options
 from creditflow.errors import ConfigError
-from creditflow.experience.expmodel_data import (
-    EXPMODEL_TRAINING,
-    SCORE_MODES,
-    preference_pairs,
+from creditflow.pipelines.parameter_blocks import (
+    SFT,
+    ComparisonGRPO,
+    RewardName,
+    StrategyComparison,
+    StrategyOverrides,
+    TextPolicy,
+    Threads,
+    VisionPolicy,
+    check_baseline,
+    one_of,
 )
-from creditflow.experience.expmodel_pft import PFTOptions
-from creditflow.experience.page_reward import FEEDBACK_MODES, R_OLD_SOURCES, page_grpo_config
-from creditflow.experience.reranker_training import FEATURE_NAMES, PRETRAIN_TRAINING
-from creditflow.experience.simulated_ab import AB_METHODS
-from creditflow.experience.text_expmodel import catalogue_pairs
-from creditflow.ingest.config import IngestConfig
-from creditflow.models.builders import (
-    PolicySpec,
-    build_tiny_qwen2,
-    text_policy_spec,
-    without_other_source,
-)
-from creditflow.models.lora import LoraSpec
-from creditflow.models.reranker import RerankerConfig
-from creditflow.models.vision import build_tiny_qwen2_5_vl, vl_policy_spec
-from creditflow.pipelines.reranker_pretrain.pipeline import RERANKERS
-from creditflow.redaction import is_secret_key
-from creditflow.rewards.plugins import check_reward_name
-from creditflow.tasks.movielens import movielens_item_texts, movielens_sessions
 from creditflow.tasks.prompts import PROMPT_KINDS
-from creditflow.tasks.reranking import ClickModel, LoggingRanker
-from creditflow.tasks.splits import SYNTHETIC
 from creditflow.tasks.tapo import ALL_LANGUAGES, OPERATIONS, VARIANTS
 from creditflow.tasks.tor import TOR_KINDS
-from creditflow.training.config import GRPOConfig
-from creditflow.training.sft import SFTConfig
-from creditflow.training.supervised import SupervisedConfig
-
-
-def one_of(names: Collection[str], what: str) -> Any:
-    """A string that must be one of ``names`` (the error lists them)."""
-
-    def check(value: str) -> str:
-        if value not in names:
-            raise ValueError(f"unknown {what} {value!r}; valid: {', '.join(sorted(names))}")
-        return value
-
-    return Annotated[str, AfterValidator(check)]
-
-
-Threads = Annotated[int, Field(ge=1)] | None
-# A built-in reward, or the import path / entry point of one's own (rewards.plugins: it is
-# imported and its signature checked here).
-RewardName = Annotated[str, AfterValidator(check_reward_name)]
-
-
-# --- blocks shared by several groups ---------------------------------------------------------
-
-
-Lora = dataclass_block(LoraSpec, check=LoraSpec.from_params, name="Lora")
-
-
-def _policy_block(
-    name: str, builder: Any, taken: str, check: Any, without: Collection[str] = ()
-) -> type[Block]:
-    """The ``PolicySpec`` block, less the keys in ``without``. The keys of the source not
-    chosen (base's ``tiny:`` beside an override's ``source: pretrained``) are dropped before
-    validation, as ``PolicySpec`` ignores them."""
-    tiny = signature_block(builder, taken=(taken,), name=f"{name}Tiny")
-    extra = {"tiny": (tiny | None, None), "lora": (Lora | None, None)}
-    block = dataclass_block(
-        PolicySpec,
-        check=check,
-        exclude=("tiny", "lora", *without),
-        extra_fields={key: spec for key, spec in extra.items() if key not in without},
-        name=f"{name}Keys",
-    )
-
-    def drop_other_source(data: Any) -> Any:
-        return without_other_source(data) if isinstance(data, Mapping) else data
-
-    validators = {"drop_other_source": model_validator(mode="before")(drop_other_source)}
-    return create_model(name, __base__=block, __validators__=validators)
-
-
-TextPolicy = _policy_block("TextPolicy", build_tiny_qwen2, "tokenizer", text_policy_spec)
-VisionPolicy = _policy_block(
-    "VisionPolicy", build_tiny_qwen2_5_vl, "processor_or_tokenizer", vl_policy_spec
-)
-
-
-class Distributed(Block):
-    num_processes: Count = 1
-    accelerate: dict[str, Any] | None = None
-
-
-_DISTRIBUTED = {"distributed": (Distributed | None, None)}
-# The shared GRPO budget of a comparison; each strategy's merged config is checked whole by
-# comparison.check_strategies.
-ComparisonGRPO = dataclass_block(GRPOConfig, extra_fields=_DISTRIBUTED, name="ComparisonGRPO")
-StrategyOverrides = dataclass_block(
-    GRPOConfig, partial=True, extra_fields=_DISTRIBUTED, name="StrategyOverrides"
-)
-SFT = dataclass_block(SFTConfig, check=SFTConfig.from_params, name="SFT")
-
-
-class StrategyComparison(Block):
-    """How a comparison's strategies are compared (``<group>.comparison``): GRPO runs per
-    strategy (seeds ``grpo.seed + k``, ``pipelines.comparison.seed_overrides``) and the
-    strategy the others are compared with."""
-
-    n_seeds: Count
-    baseline: Annotated[str, Field(min_length=1)]
-
-
-def _check_baseline(group: str, comparison: StrategyComparison, strategies: Any) -> None:
-    if comparison.baseline not in strategies:
-        raise ValueError(
-            f"comparison.baseline {comparison.baseline!r} is not a strategy; valid: "
-            f"{', '.join(sorted(strategies))} (the {group}.strategies)"
-        )
-
-
-def _supervised(name: str, defaults: Mapping[str, Any]) -> type[Block]:
-    return dataclass_block(
-        SupervisedConfig,
-        check=lambda values: SupervisedConfig.from_params(values, **defaults),
-        name=name,
-    )
-
 
 # --- tapo ------------------------------------------------------------------------------------
 
@@ -224,7 +114,7 @@ class TapoParams(Block):
 
     @model_validator(mode="after")
     def _baseline_is_a_strategy(self) -> TapoParams:
-        _check_baseline("tapo", self.comparison, self.strategies)
+        check_baseline("tapo", self.comparison, self.strategies)
         return self
 
 
@@ -271,7 +161,7 @@ class TorParams(Block):
 
     @model_validator(mode="after")
     def _baseline_is_a_strategy(self) -> TorParams:
-        _check_baseline("tor", self.comparison, self.strategies)
+        check_baseline("tor", self.comparison, self.strategies)
         return self
 
 
@@ -315,7 +205,7 @@ class GrpoParams(Block):
 
     @model_validator(mode="after")
     def _baseline_and_weights(self) -> GrpoParams:
-        _check_baseline("grpo", self.comparison, self.strategies)
+        check_baseline("grpo", self.comparison, self.strategies)
         weights = self.evaluation.reward_weights or {}
         unknown = sorted(set(weights) - set(self.reward_functions))
         if unknown:
@@ -326,259 +216,64 @@ class GrpoParams(Block):
         return self
 
 
-# --- the experience chain --------------------------------------------------------------------
-
-
-class CatalogueItems(Block):
-    n_items: Count
-    image_size: Annotated[int, Field(ge=32)]
-    seed: int
-
-
-class QueryLogs(Block):
-    n_queries: Count
-    zipf_exponent: Annotated[float, Field(gt=0.0)]
-    n_sessions: Count
-    list_length: Annotated[int, Field(ge=2)]
-    seed: int
-    heldout_fraction: OpenFraction
-    split_seed: int
-
-
-class RankingSource(Block):
-    """``annotation.source``: ``synthetic`` or catalog datasets (``hooks.task_source.TaskSourceHook``
-    checks the names), for both or for neither: the logs name the catalogue's items."""
-
-    items: Annotated[str, Field(min_length=1)]
-    impressions: Annotated[str, Field(min_length=1)]
-
-    @model_validator(mode="after")
-    def _both_or_neither(self) -> RankingSource:
-        if (self.items == SYNTHETIC) != (self.impressions == SYNTHETIC):
-            raise ValueError(
-                f"items is {self.items!r} and impressions {self.impressions!r}: the synthetic "
-                "logs need the synthetic catalogue and your logs need your catalogue; set both "
-                "to synthetic or both to catalog datasets"
-            )
-        return self
-
-
-class AnnotatorChoice(Block):
-    name: one_of(ANNOTATORS, "annotator")
-    options: dict[str, Any] | None = None
-
-    @model_validator(mode="after")
-    def _options_fit_the_annotator(self) -> AnnotatorChoice:
-        options = dict(self.options or {})
-        secrets = sorted(str(key) for key in options if is_secret_key(key))
-        if secrets:
-            raise ValueError(
-                f"options.{secrets[0]}: secrets do not belong in parameters (they are written "
-                "to run manifests and MLflow); name an entry of conf/local/credentials.yml "
-                "with options.credentials instead (docs/howto/credentials.md)"
-            )
-        options.pop("credentials", None)  # resolved to the key by the annotation node
-        checked_options(options, ANNOTATORS[self.name], f"{self.name} annotator")
-        # The annotator's own checks (deadlines and reply cap > 0, prompt placeholders ...),
-        # now rather than in the node: building one loads and sends nothing.
-        try:
-            ANNOTATORS[self.name](**options)
-        except (TypeError, ValueError) as error:
-            raise ValueError(f"options: {error}") from error
-        return self
-
-
-class AnnotationParams(Block):
-    source: RankingSource
-    items: CatalogueItems
-    query_logs: QueryLogs
-    logging_ranker: dataclass_block(LoggingRanker, check=lambda v: LoggingRanker(**v))
-    click_model: dataclass_block(ClickModel, check=ClickModel.from_params)
-    annotator: AnnotatorChoice
-
-
-DataIngestParams = dataclass_block(
-    IngestConfig, check=IngestConfig.from_params, name="DataIngestParams"
+# The groups whose schemas live in .chain_parameters (the experience chain and data ingest).
+CHAIN_GROUPS = frozenset(
+    {
+        "annotation",
+        "data_ingest",
+        "experience_scoring",
+        "expmodel_pft",
+        "expmodel_sft",
+        "movielens_eval",
+        "reranker_eval",
+        "reranker_grpo",
+        "reranker_pretrain",
+    }
 )
-
-
-class ExperienceScoringParams(Block):
-    batch_size: Count
-
-
-class ExpmodelTokenizer(Block):
-    vocab_size: Count
-    model_max_length: Count
-    image_size: Annotated[int, Field(ge=28)]
-
-
-ExpmodelTraining = _supervised("ExpmodelTraining", EXPMODEL_TRAINING)
-# The experience model trains all its weights or a chosen few (creditflow.experience), and no
-# node moves it off the CPU the catalog loads it on: no lora or device here.
-ExpmodelModel = _policy_block(
-    "ExpmodelModel",
-    build_tiny_qwen2_5_vl,
-    "processor_or_tokenizer",
-    vl_policy_spec,
-    without=("device", "lora"),
-)
-
-
-class ExpmodelItemSplit(Block):
-    unseen_fraction: Annotated[float, Field(ge=0.0, lt=1.0)]
-    seed: int
-
-
-class ExpmodelSFTParams(Block):
-    RENAMED = {"sft": "training (and max_length)"}
-    torch_threads: Threads = None
-    score_mode: one_of(SCORE_MODES, "score_mode")
-    item_split: ExpmodelItemSplit
-    tokenizer: ExpmodelTokenizer | None = None  # the tiny model's; a checkpoint brings its own
-    model: ExpmodelModel
-    training: ExpmodelTraining
-    max_length: Count
-
-
-class ExpmodelPFTParams(Block):
-    torch_threads: Threads = None
-    pairs: signature_block(
-        preference_pairs, taken=("sessions_df", "annotations_df"), name="PreferencePairs"
-    )
-    training: ExpmodelTraining
-    pft: dataclass_block(PFTOptions, check=PFTOptions.from_params, name="PFT")
-
-
-class RerankerFeatures(Block):
-    exclude: list[one_of(FEATURE_NAMES, "feature")] = []
-
-
-class RerankerKind(Block):
-    use_exp_scores: bool
-
-
-class RerankerPretrainParams(Block):
-    features: RerankerFeatures
-    model: dataclass_block(
-        RerankerConfig,
-        exclude=("n_features",),
-        check=lambda values: RerankerConfig(n_features=1, **values),
-        name="RerankerArchitecture",
-    )
-    model_seed: int
-    training: _supervised("RerankerTraining", PRETRAIN_TRAINING)
-    rerankers: dict[str, RerankerKind]
-
-    @model_validator(mode="after")
-    def _both_rerankers(self) -> RerankerPretrainParams:
-        missing = sorted(set(RERANKERS) - set(self.rerankers))
-        if missing:
-            raise ValueError(f"rerankers must define {missing} (the pipeline trains each)")
-        unused = sorted(set(self.rerankers) - set(RERANKERS))
-        if unused:
-            raise ValueError(
-                f"rerankers {unused} are not trained; the pipeline trains {sorted(RERANKERS)}"
-            )
-        return self
-
-
-def _check_page_grpo(values: dict[str, Any]) -> None:
-    # n_candidates is the sessions' list length, known only from the data; any value >= 1
-    # checks the rest.
-    page_grpo_config(values, n_candidates=1)
-
-
-class PageRewardWeights(Block):
-    alpha: float
-    beta: float
-    k: Count
-    gain_mode: one_of(GAIN_MODES, "gain mode")
-    r_old: one_of(R_OLD_SOURCES, "r_old source")
-    feedback: one_of(FEEDBACK_MODES, "feedback mode")
-    long_view_weight: Annotated[float, Field(ge=0.0)]
-    feedback_seed: int
-
-
-class RerankerGRPOParams(Block):
-    reward: PageRewardWeights
-    grpo: dataclass_block(GRPOConfig, check=_check_page_grpo, name="PageGRPO")
-
-
-class SampledPages(Block):
-    samples: Count
-    seed: int
-
-
-class QualitySweep(Block):
-    quality_weights: list[float] = Field(min_length=1)
-
-
-class SimulatedAB(Block):
-    k: Count
-    method: one_of(AB_METHODS, "A/B method")
-    draws: Count
-    seed: int
-    sampled_pages: SampledPages
-    sweep: QualitySweep
-
-
-class RerankerEvalParams(Block):
-    k: Count
-    ab: SimulatedAB
-
-
-class MovielensTokenizer(Block):
-    vocab_size: Count
-    model_max_length: Count
-
-
-class MovielensExpmodel(Block):
-    """The text-only ExpModel of ``movielens_eval`` (experience.text_expmodel)."""
-
-    torch_threads: Threads = None
-    item_text: signature_block(movielens_item_texts, taken=("items", "tags"), name="ItemText")
-    teacher: signature_block(rating_annotations, taken=("item_texts", "ratings"), name="Teacher")
-    item_split: ExpmodelItemSplit
-    tokenizer: MovielensTokenizer
-    model: TextPolicy
-    sft: SFT
-    pairs: signature_block(catalogue_pairs, taken=("annotations",), name="CataloguePairs")
-    pft_training: ExpmodelTraining
-    pft: dataclass_block(PFTOptions, check=PFTOptions.from_params, name="MovielensPFT")
-    score_batch_size: Count
-
-
-class MovielensEvalParams(Block):
-    sessions: signature_block(movielens_sessions, taken=("ratings", "items"), name="Sessions")
-    k: Count
-    expmodel: MovielensExpmodel
-
-
-SCHEMAS: Mapping[str, type[Block]] = {
-    "annotation": AnnotationParams,
-    "data_ingest": DataIngestParams,
-    "experience_scoring": ExperienceScoringParams,
-    "grpo": GrpoParams,
-    "expmodel_pft": ExpmodelPFTParams,
-    "expmodel_sft": ExpmodelSFTParams,
-    "movielens_eval": MovielensEvalParams,
-    "reranker_eval": RerankerEvalParams,
-    "reranker_grpo": RerankerGRPOParams,
-    "reranker_pretrain": RerankerPretrainParams,
+COMPARISON_SCHEMAS: Mapping[str, type[Block]] = {
     "tapo": TapoParams,
     "tor": TorParams,
+    "grpo": GrpoParams,
 }
+GROUPS = frozenset(COMPARISON_SCHEMAS) | CHAIN_GROUPS
 
 
-def check_parameters(groups: Mapping[str, Any]) -> None:
+def schema_of(group: str) -> type[Block] | None:
+    """The schema of parameter group ``group``, None for a group without one."""
+    if group in COMPARISON_SCHEMAS:
+        return COMPARISON_SCHEMAS[group]
+    if group not in CHAIN_GROUPS:
+        return None
+    # Imported here, only when a chain group is checked: its configs and option signatures
+    # live beside torch code, seconds to import that a tapo / tor run's check need not wait.
+    from creditflow.pipelines.chain_parameters import CHAIN_SCHEMAS  # noqa: PLC0415
+
+    return CHAIN_SCHEMAS[group]
+
+
+def all_schemas() -> dict[str, type[Block]]:
+    """Every group's schema (the parameter reference, the tests)."""
+    return {group: schema_of(group) for group in sorted(GROUPS)}
+
+
+def check_parameters(
+    groups: Mapping[str, Any], *, check_device: Callable[[str], Any] | None = None
+) -> None:
     """Every group of ``groups`` (name -> its ``params:<name>`` dict) against its schema;
     all problems of all groups in one ConfigError. A group without a schema is an error too:
-    its keys could not be checked."""
+    its keys could not be checked.
+
+    Args:
+        check_device: asks whether this machine has a policy's ``device``
+            (``models.builders.resolve_device``, torch); None checks the name's form only.
+    """
+    context = {"check_device": check_device}
     found = []
     for group, params in groups.items():
-        if group in SCHEMAS:
-            found += problems(group, params, SCHEMAS[group])
+        schema = schema_of(group)
+        if schema is not None:
+            found += problems(group, params, schema, context=context)
         else:
-            found.append(f"{group}: no schema in creditflow.pipelines.parameters.SCHEMAS")
+            found.append(f"{group}: no schema in creditflow.pipelines.parameters.GROUPS")
     if found:
         raise ConfigError(PROBLEMS_HEADER + "\n  ".join(found))

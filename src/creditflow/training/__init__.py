@@ -2,8 +2,8 @@
 trainer (SFT, VL SFT), evaluation, launches and checkpoints. It names no method of the
 experience chain and never imports it (``creditflow.experience`` builds on it)."""
 
+from creditflow.config.grpo import GRPOConfig
 from creditflow.training.checkpoint import CheckpointStore
-from creditflow.training.config import GRPOConfig
 from creditflow.training.grpo import GRPOResult, GRPOTrainer
 from creditflow.training.strategies import ADVANTAGE_STRATEGIES, TOKEN_WEIGHT_STRATEGIES
 

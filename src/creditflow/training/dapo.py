@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import torch
 
 from creditflow.algorithms import constant_groups, overlong_penalty
+from creditflow.config.grpo import DynamicSampling, GRPOConfig
 from creditflow.rollout.batch import RolloutBatch, concat_batches
-from creditflow.training.config import DynamicSampling, GRPOConfig
 
 Rewards = dict[str, torch.Tensor]
 # (offset, n_prompts) -> the batch of n_prompts * G completions of the step's prompts from

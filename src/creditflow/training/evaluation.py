@@ -11,12 +11,12 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from creditflow.config.grpo import DEFAULT_ROLLOUT_BACKEND
 from creditflow.errors import ConfigError
 from creditflow.rewards import check_reward_options, get_reward_function
 from creditflow.rewards.plugins import TRLReward, is_builtin_reward, plugin_reward
 from creditflow.rollout import LanguagePolicy, SamplingSettings, VisionLanguagePolicy
 from creditflow.rollout.backends import rollout_backend
-from creditflow.training.config import DEFAULT_ROLLOUT_BACKEND
 from creditflow.training.grpo import step_seed
 
 # A reward: a name of ``rewards.REWARD_FUNCTIONS``, an import path / entry point of a

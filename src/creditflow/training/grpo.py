@@ -5,7 +5,7 @@ rollout batch), ``save``. Credit assignment is chosen by name in ``training.stra
 loop names no method: it calls the advantage and token-weight strategies through their
 protocols and asks them (and the caller) for per-step reward diagnostics. The loss is
 ``algorithms.policy_loss`` (docs/methods/grpo.md), its variants chosen by ``GRPOConfig.loss_options``
-(``training.loss_types``); DAPO's dynamic sampling and reward shaping are ``training.dapo``.
+(``config.loss_types``); DAPO's dynamic sampling and reward shaping are ``training.dapo``.
 
 Memory: an optimizer step's minibatch may run as several micro-batches (gradient
 accumulation, ``micro_batch_size``), each loss weighted by ``algorithms.micro_batch_share`` so
@@ -34,17 +34,23 @@ from torch.distributed.tensor import DTensor
 from tqdm.auto import tqdm
 from transformers import get_cosine_schedule_with_warmup
 
-from creditflow.algorithms import micro_batch_share, policy_loss, truncated_importance_weights
+from creditflow.algorithms import (
+    micro_batch_share,
+    policy_loss,
+    sampler_mismatch,
+    truncated_importance_weights,
+)
+from creditflow.config.grpo import (
+    GRPOConfig,
+    check_importance_sampling,
+    check_process_layout,
+)
 from creditflow.errors import ConfigError
 from creditflow.models.lora import is_lora_model
 from creditflow.rollout.batch import Policy, RolloutBatch
 from creditflow.tracking import StepCallback, active_step_logger
 from creditflow.training.checkpoint import CheckpointStore
-from creditflow.training.config import (
-    GRPOConfig,
-    check_importance_sampling,
-    check_process_layout,
-)
+from creditflow.training.credit import credit_recorder
 from creditflow.training.dapo import fill_batch, shape_batch
 from creditflow.training.fsdp import (
     FULL_OPTIMIZER_LAYOUT,
@@ -74,10 +80,12 @@ RewardFn = Callable[[list[str], torch.Tensor], dict[str, torch.Tensor]]
 
 @dataclass
 class GRPOResult:
-    """What a run produced: one metrics row per step and a few sample completions."""
+    """What a run produced: one metrics row per step, a few sample completions and the
+    credit inspector's token rows (``training.credit``; empty when it is off)."""
 
     history: list[dict[str, float]] = field(default_factory=list)
     samples: list[dict[str, Any]] = field(default_factory=list)
+    credit: list[dict[str, Any]] = field(default_factory=list)
 
 
 def step_seed(seed: int, step: int, salt: int = 0) -> int:
@@ -165,6 +173,7 @@ class GRPOTrainer:
         self.advantage = advantage_strategy(config)
         self.dynamic_sampling = config.dynamic_sampling_spec()
         self.token_weights = token_weight_strategy(config)
+        self.credit = credit_recorder(config, self.token_weights)  # None: inspector off
         # The caller's first, then the strategy's own: a key both report keeps the strategy's.
         self.reward_metrics = [*reward_metrics, *self.advantage.reward_metrics(config.advantage)]
         self.result = GRPOResult()
@@ -262,7 +271,7 @@ class GRPOTrainer:
         else:
             self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
-        self.result = GRPOResult(history=state["history"], samples=state["samples"])
+        self.result = GRPOResult(state["history"], state["samples"], state.get("credit", []))
         self.start_step = state["step"]
 
     def _prepare_distributed(self) -> None:
@@ -356,7 +365,9 @@ class GRPOTrainer:
             weights, weight_metrics = self.token_weights.compute(
                 c.token_weights, batch, self.policy, weight_context
             )  # (B, T)
-            rollout_metrics = self._sampler_mismatch(batch)
+            rollout_metrics = sampler_mismatch(
+                batch.old_logp, batch.sampler_logp, batch.completion_mask
+            )
             if c.importance_sampling_cap is not None and batch.sampler_logp is not None:
                 weights = weights * truncated_importance_weights(
                     batch.old_logp,
@@ -368,9 +379,14 @@ class GRPOTrainer:
             if c.beta > 0:
                 with torch.no_grad():
                     ref_logp, _ = self.reference.completion_logprobs(batch)  # (B, T)
+        recording = self.credit is not None and self.is_main_process and self.credit.records(step)
+        if recording:  # the credit inspector keeps this step's first completions
+            self.credit.begin(step, batch, rewards, advantages, weights, self.policy)
         t1 = time.perf_counter()
         update_metrics = self.update(step, batch, advantages, weights, ref_logp)
         t_update = time.perf_counter() - t1
+        if recording:
+            self.result.credit.extend(self.credit.finish())
 
         mask = batch.completion_mask
         metrics: dict[str, float] = {"step": step + 1}  # int: MLflow steps are integers
@@ -404,23 +420,6 @@ class GRPOTrainer:
         metrics["time/step_s"] = time.perf_counter() - t0
         self._record_samples(step, batch, rewards)
         return self._mean_over_processes(metrics, skip=global_keys)
-
-    def _sampler_mismatch(self, batch: RolloutBatch) -> dict[str, float]:
-        """How far the rollout engine's sampler log-probs are from the trainer's at sampling
-        time, over valid tokens: the mean absolute difference and the mean and max of the
-        untruncated per-token ratio (empty when the engine reports none)."""
-        if batch.sampler_logp is None or batch.old_logp.numel() == 0:
-            return {}
-        mask = batch.completion_mask.bool()
-        diff = torch.nan_to_num(batch.old_logp - batch.sampler_logp, nan=0.0)[mask]
-        if diff.numel() == 0:
-            return {}
-        ratio = diff.exp()
-        return {
-            "rollout/sampler_logp_abs_diff": diff.abs().mean().item(),
-            "rollout/is_ratio_mean": ratio.mean().item(),
-            "rollout/is_ratio_max": ratio.max().item(),
-        }
 
     def _report(self, rows: Sequence[dict[str, float]]) -> None:
         if self.step_callback is not None and self.is_main_process:
@@ -615,6 +614,8 @@ class GRPOTrainer:
         with self._ddp_forward(), self._autocast():
             logp, _ = self.policy.completion_logprobs(batch)  # (b, T)
         old_logp = batch.old_logp if batch.old_logp.numel() else logp.detach()
+        if self.credit is not None:  # the ratios of the completions it records, if any
+            self.credit.observe(batch, logp, old_logp, advantages)
         loss, metrics = policy_loss(
             logp,
             old_logp,
@@ -721,6 +722,7 @@ class GRPOTrainer:
                     "scheduler": self.scheduler.state_dict(),
                     "history": self.result.history,
                     "samples": self.result.samples,
+                    "credit": self.result.credit,
                     "config": self.config.to_dict(),
                 },
                 weights=weights,

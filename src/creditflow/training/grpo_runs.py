@@ -13,7 +13,14 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from creditflow.config.grpo import (
+    DEFAULT_ROLLOUT_BACKEND,
+    GRPOConfig,
+    check_importance_sampling,
+    check_process_layout,
+)
 from creditflow.config.plugins import source_digests
+from creditflow.config.supervised import SFTConfig
 from creditflow.errors import ConfigError
 from creditflow.rewards import check_reward_options
 from creditflow.rewards.plugins import is_builtin_reward
@@ -35,17 +42,10 @@ from creditflow.training.checkpoint import (
     run_store,
     tokenizer_digest,
 )
-from creditflow.training.config import (
-    DEFAULT_ROLLOUT_BACKEND,
-    GRPOConfig,
-    check_importance_sampling,
-    check_process_layout,
-)
 from creditflow.training.evaluation import Reward, TextRewards
 from creditflow.training.fsdp import unsharded_copy
 from creditflow.training.grpo import GRPOResult, GRPOTrainer
 from creditflow.training.launch import run_data_parallel
-from creditflow.training.sft import SFTConfig
 from creditflow.training.strategies import (
     ADVANTAGE_STRATEGIES,
     TOKEN_WEIGHT_STRATEGIES,
@@ -337,7 +337,7 @@ def run_grpo(
         checkpoints = run_store(
             checkpoints,
             model,
-            config.to_dict(),
+            config.run_key(),
             list(prompts),
             list(references),
             list(answers),
@@ -387,7 +387,7 @@ def run_vl_grpo(
         checkpoints = run_store(
             checkpoints,
             model,
-            config.to_dict(),
+            config.run_key(),
             prompt_keys,
             list(references),
             list(answers),

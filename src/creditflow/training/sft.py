@@ -8,78 +8,20 @@ from __future__ import annotations
 
 import copy
 import logging
-import typing
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
 from typing import Any
 
 import pandas as pd
 import torch
 
-from creditflow.config.values import typed_value
-from creditflow.errors import ConfigError
+from creditflow.config.supervised import SFTConfig
 from creditflow.models.tokenizer import Prompt, chat_messages
 from creditflow.training.checkpoint import CheckpointStore, run_store, tokenizer_digest
-from creditflow.training.supervised import SupervisedConfig, SupervisedTrainer
+from creditflow.training.supervised import SupervisedTrainer
 
 logger = logging.getLogger(__name__)
 
 IGNORE_INDEX = -100  # transformers' label value for "no loss here"
-
-
-@dataclass
-class SFTConfig:
-    """steps: optimizer steps, 0 to skip the warm start (a real checkpoint that already
-    follows the format: the initial policy passes through unchanged); batch_size: examples per
-    step; learning_rate, weight_decay,
-    warmup_steps, max_grad_norm: AdamW with warm-up then cosine decay (``SupervisedConfig``);
-    max_length: tokens per example (longer ones are truncated from the right); seed: example
-    order; checkpoint_every: steps between checkpoints when a store is given (0: at the end)."""
-
-    steps: int = 200
-    batch_size: int = 16
-    learning_rate: float = 1e-3
-    weight_decay: float = 0.0
-    warmup_steps: int = 10
-    max_grad_norm: float | None = 1.0
-    max_length: int = 256
-    seed: int = 0
-    checkpoint_every: int = 0
-
-    @classmethod
-    def from_params(cls, params: dict) -> SFTConfig:
-        known = set(asdict(cls()))
-        unknown = sorted(set(params) - known)
-        if unknown:
-            raise ConfigError(f"unknown SFT parameter(s) {unknown}; valid keys are {sorted(known)}")
-        hints = typing.get_type_hints(cls)
-        config = cls(**{key: typed_value(key, value, hints[key]) for key, value in params.items()})
-        if config.max_length < 1:
-            raise ConfigError(f"sft max_length must be >= 1, got {config.max_length}")
-        if config.steps < 0:
-            raise ConfigError(f"sft steps must be >= 0 (0 skips SFT), got {config.steps}")
-        if config.steps > 0:
-            config.supervised()  # the trainer's checks of the rest (learning_rate, ...)
-        return config
-
-    @property
-    def skipped(self) -> bool:
-        """``steps: 0``: no warm start."""
-        return self.steps == 0
-
-    def supervised(self) -> SupervisedConfig:
-        """The trainer's config: warm-up then cosine, clipped to ``max_grad_norm``."""
-        return SupervisedConfig(
-            steps=self.steps,
-            batch_size=self.batch_size,
-            learning_rate=self.learning_rate,
-            weight_decay=self.weight_decay,
-            warmup_steps=self.warmup_steps,
-            schedule="cosine",
-            max_grad_norm=self.max_grad_norm,
-            seed=self.seed,
-            checkpoint_every=self.checkpoint_every,
-        )
 
 
 def build_sft_examples(

@@ -12,6 +12,7 @@ import pandas as pd
 import torch
 
 from creditflow.algorithms import masked_mean
+from creditflow.config.supervised import SFTConfig
 from creditflow.rollout import SamplingSettings, VisionLanguagePolicy, as_visual_prompt
 from creditflow.rollout.batch import RolloutBatch
 from creditflow.training.checkpoint import (
@@ -20,7 +21,6 @@ from creditflow.training.checkpoint import (
     run_store,
     tokenizer_digest,
 )
-from creditflow.training.sft import SFTConfig
 from creditflow.training.supervised import SupervisedTrainer
 
 logger = logging.getLogger(__name__)

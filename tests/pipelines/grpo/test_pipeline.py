@@ -119,6 +119,8 @@ def test_the_grpo_pipeline_compares_its_strategies_on_the_synthetic_prompts(proj
         )
         assert metrics["step"].tolist() == [1, 2]
         assert "reward/exact_match" in metrics
+    credit = pd.read_parquet(_saved(project, "data/08_reporting/grpo_credit_grpo.parquet", run_id))
+    assert len(credit) and (project / "data/08_reporting/grpo_token_credit.png").is_dir()
     held_out = pd.read_json(
         _saved(project, "data/05_model_input/grpo_eval_tasks.jsonl", run_id), lines=True
     )

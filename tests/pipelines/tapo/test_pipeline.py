@@ -103,6 +103,14 @@ def test_tapo_pipeline_runs_end_to_end_and_resumes(tapo_params, raw_data, tmp_pa
         .all()
     )
     assert isinstance(catalog.load("tapo_reward_curves"), Figure)
+    # The credit inspector records steps 1 and 2 (first, middle and last of 2) of every
+    # strategy, the same first completions under each at step 1, and renders them.
+    credit = {s: catalog.load(f"tapo_credit_{s}") for s in STRATEGIES}
+    assert all(sorted(table["step"].unique()) == [1, 2] for table in credit.values())
+    first = [tuple(t.loc[t["step"] == 1, "token_id"]) for t in credit.values()]
+    assert len(set(first)) == 1
+    assert "Token credit by strategy" in catalog.load("tapo_token_credit_html")
+    assert isinstance(catalog.load("tapo_token_credit_plot"), Figure)
 
     metrics = catalog.load("tapo_tapo_metrics")
     assert len(metrics) == 2
@@ -143,6 +151,7 @@ def test_tapo_pipeline_runs_end_to_end_and_resumes(tapo_params, raw_data, tmp_pa
     SequentialRunner().run(train_nodes, rerun)
     again = rerun.load("tapo_tapo_metrics")
     pd.testing.assert_frame_equal(again, metrics)
+    pd.testing.assert_frame_equal(rerun.load("tapo_credit_tapo"), credit["tapo"])
     retrained = rerun.load("tapo_policies_tapo")[0].state_dict()
     assert all(torch.equal(tapo[k], retrained[k]) for k in tapo)
 

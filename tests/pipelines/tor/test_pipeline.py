@@ -119,6 +119,14 @@ def test_tor_pipeline_runs_end_to_end(tor_params, raw_data, tmp_path):
     assert (trained.loc["tor", ["reasoning_frac", "perception_frac"]] >= 0.3).all()
     assert trained.loc["uniform", "step_overhead_vs_uniform"] == 0.0
     assert isinstance(catalog.load("tor_reward_curves"), Figure)
+    # The credit inspector: ToR's rows carry its image log-prob difference and entropy and
+    # weigh some tokens 0; uniform's weigh every token 1 and compute neither.
+    tor_credit, uniform_credit = catalog.load("tor_credit_tor"), catalog.load("tor_credit_uniform")
+    assert tor_credit["image_logp_diff"].notna().all() and tor_credit["entropy"].notna().all()
+    assert set(tor_credit["weight"].unique()) <= {0.0, 0.5, 1.0, 1.5}
+    assert (uniform_credit["weight"] == 1.0).all() and uniform_credit["entropy"].isna().all()
+    assert set(tor_credit["segment"]) == {"other"}  # ToR's answers have no translation
+    assert isinstance(catalog.load("tor_token_credit_plot"), Figure)
 
     metrics = catalog.load("tor_tor_metrics")
     assert len(metrics) == 2

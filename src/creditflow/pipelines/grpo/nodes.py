@@ -98,9 +98,10 @@ def train_grpo_policies(
     checkpoints: CheckpointStore | None,
     params: dict[str, Any],
     strategy: dict[str, Any],
-) -> tuple[dict[int, Any], pd.DataFrame, pd.DataFrame]:
+) -> tuple[dict[int, Any], pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """``train_grpo_policy`` once per GRPO seed (``comparison.n_seeds``, each from the warm
-    start): ``{seed: policy}``, and every run's metrics and samples with a ``seed`` column."""
+    start): ``{seed: policy}``, and every run's metrics, samples and credit-inspector rows
+    with a ``seed`` column."""
     train = partial(
         train_grpo_policy, grpo_sft_policy, grpo_tokenizer, grpo_train_tasks, checkpoints
     )
@@ -128,7 +129,7 @@ def train_grpo_policy(
             checkpoints=checkpoints,
             distributed=distributed,
         )
-    return trained.model, trained.metrics, trained.samples
+    return trained.model, trained.metrics, trained.samples, trained.credit
 
 
 def evaluate_grpo_policies(

@@ -105,9 +105,10 @@ def train_tapo_policies(
     checkpoints: CheckpointStore | None,
     params: dict[str, Any],
     strategy: dict[str, Any],
-) -> tuple[dict[int, Any], pd.DataFrame, pd.DataFrame]:
+) -> tuple[dict[int, Any], pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """``train_tapo_policy`` once per GRPO seed (``comparison.n_seeds``, each from the warm
-    start): ``{seed: policy}``, and every run's metrics and samples with a ``seed`` column."""
+    start): ``{seed: policy}``, and every run's metrics, samples and credit-inspector rows with
+    a ``seed`` column."""
     train = partial(
         train_tapo_policy, tapo_sft_policy, tapo_tokenizer, tapo_train_tasks, checkpoints
     )
@@ -157,7 +158,7 @@ def train_tapo_policy(
             distributed=distributed,
             reward_metrics=[SignConflictRate()],
         )
-    return trained.model, trained.metrics, trained.samples
+    return trained.model, trained.metrics, trained.samples, trained.credit
 
 
 def evaluate_tapo_policy(

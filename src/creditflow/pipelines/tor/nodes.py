@@ -123,9 +123,10 @@ def train_tor_policies(
     checkpoints: CheckpointStore,
     params: dict[str, Any],
     strategy: dict[str, Any],
-) -> tuple[dict[int, Any], pd.DataFrame, pd.DataFrame]:
+) -> tuple[dict[int, Any], pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """``train_tor_policy`` once per GRPO seed (``comparison.n_seeds``, each from the warm
-    start): ``{seed: policy}``, and every run's metrics and samples with a ``seed`` column."""
+    start): ``{seed: policy}``, and every run's metrics, samples and credit-inspector rows with
+    a ``seed`` column."""
     train = partial(train_tor_policy, tor_sft_policy, tor_processor, tor_train_tasks, checkpoints)
     return train_each_seed(train, params, strategy)
 
@@ -176,7 +177,8 @@ def train_tor_policy(
             checkpoints,
             reward_columns=reward_columns(tor_train_tasks, prompts),
         )
-    return model, metrics_frame(result.history), pd.DataFrame(result.samples)
+    samples, credit = pd.DataFrame(result.samples), pd.DataFrame(result.credit)
+    return model, metrics_frame(result.history), samples, credit
 
 
 def evaluate_tor_policy(

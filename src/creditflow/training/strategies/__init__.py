@@ -4,6 +4,8 @@
 - ``tapo.py``: TAPO's step-level advantages, the translation segment, the sign-conflict rate
   (docs/methods/tapo.md).
 - ``tor.py``: ToR's batch-global token selection and weights, with its ablations (docs/methods/tor.md).
+- ``controls.py``: controls (shuffled advantages, random tokens) and the entropy-fraction
+  selections of the high-entropy-minority study (docs/methods/controls.md).
 
 Adding a method means adding a module and a row here, not a branch in the training loop.
 (Page-level GRPO is plain ``grpo`` on a reward of its own: ``creditflow.experience.page_reward``.)
@@ -14,8 +16,8 @@ before any model is built.
 
 from __future__ import annotations
 
+from creditflow.config.grpo import GRPOConfig
 from creditflow.errors import ConfigError
-from creditflow.training.config import GRPOConfig
 from creditflow.training.strategies.base import (
     AdvantageStrategy,
     Metrics,
@@ -24,13 +26,22 @@ from creditflow.training.strategies.base import (
     WeightContext,
     weighted_reward,
 )
+from creditflow.training.strategies.controls import CONTROL_TOKEN_WEIGHTS, SHUFFLED_ADVANTAGES
 from creditflow.training.strategies.grpo import GRPO, UNIFORM
 from creditflow.training.strategies.plugins import plugin_strategy
 from creditflow.training.strategies.tapo import TAPO, SignConflictRate
 from creditflow.training.strategies.tor import TOR_STRATEGIES
 
-ADVANTAGE_STRATEGIES: dict[str, AdvantageStrategy] = {"grpo": GRPO, "tapo": TAPO}
-TOKEN_WEIGHT_STRATEGIES: dict[str, TokenWeightStrategy] = {"uniform": UNIFORM, **TOR_STRATEGIES}
+ADVANTAGE_STRATEGIES: dict[str, AdvantageStrategy] = {
+    "grpo": GRPO,
+    "tapo": TAPO,
+    "shuffled_advantages": SHUFFLED_ADVANTAGES,
+}
+TOKEN_WEIGHT_STRATEGIES: dict[str, TokenWeightStrategy] = {
+    "uniform": UNIFORM,
+    **TOR_STRATEGIES,
+    **CONTROL_TOKEN_WEIGHTS,
+}
 
 
 def advantage_strategy(config: GRPOConfig) -> AdvantageStrategy:

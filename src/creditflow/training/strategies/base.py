@@ -19,9 +19,9 @@ from typing import Any, Protocol
 
 import torch
 
+from creditflow.config.grpo import GRPOConfig
 from creditflow.errors import ConfigError
 from creditflow.rollout.batch import RolloutBatch
-from creditflow.training.config import GRPOConfig
 
 Metrics = dict[str, float]
 Spec = Mapping[str, Any]  # {"name": strategy, ...its options}, as written in the parameters

@@ -8,8 +8,8 @@ from typing import Any
 import torch
 
 from creditflow.algorithms import group_zscore
+from creditflow.config.grpo import GRPOConfig
 from creditflow.rollout.batch import RolloutBatch
-from creditflow.training.config import GRPOConfig
 from creditflow.training.strategies.base import (
     AdvantageStrategy,
     Metrics,

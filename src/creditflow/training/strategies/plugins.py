@@ -23,9 +23,9 @@ from typing import Any
 
 import torch
 
+from creditflow.config.grpo import GRPOConfig
 from creditflow.config.plugins import entry_point_names, load_plugin
 from creditflow.errors import ConfigError
-from creditflow.training.config import GRPOConfig
 from creditflow.training.strategies.base import (
     AdvantageStrategy,
     Metrics,

@@ -18,10 +18,10 @@ from typing import Any
 import torch
 
 from creditflow.algorithms import segment_token_advantages, sign_conflict_rate, tapo_advantages
+from creditflow.config.grpo import GRPOConfig
 from creditflow.errors import ConfigError
 from creditflow.rewards import translation_segment_end
 from creditflow.rollout.batch import RolloutBatch
-from creditflow.training.config import GRPOConfig
 from creditflow.training.strategies.base import (
     AdvantageStrategy,
     Metrics,

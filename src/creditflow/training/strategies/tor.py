@@ -29,9 +29,9 @@ from creditflow.algorithms import (
     tor_weights_from_selection,
     visual_sensitivity,
 )
+from creditflow.config.grpo import GRPOConfig
 from creditflow.errors import ConfigError
 from creditflow.rollout.batch import RolloutBatch
-from creditflow.training.config import GRPOConfig
 from creditflow.training.strategies.base import Metrics, Spec, TokenWeightStrategy, WeightContext
 
 # Paper defaults (docs/methods/tor.md); ``top_p`` is the rollout's entropy_top_p and is checked,

@@ -10,9 +10,9 @@ import typing
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from creditflow.config.loss_types import DEFAULTED, DEFINING, resolve_loss_knobs
 from creditflow.config.values import typed_value
 from creditflow.errors import ConfigError
-from creditflow.training.loss_types import DEFAULTED, DEFINING, resolve_loss_knobs
 
 AGG_MODES = ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm")
 # The names of algorithms.IMPORTANCE_LEVELS and algorithms.SURROGATES (this module stays
@@ -41,7 +41,7 @@ class GRPOConfig:
         whole minibatch in one pass.
     learning_rate, weight_decay, max_grad_norm, warmup_steps: AdamW, clipping and a linear
         warm-up (in optimizer steps) followed by cosine decay to 0.
-    loss_type: a preset of the loss knobs by TRL's name (``training.loss_types.LOSS_TYPES``,
+    loss_type: a preset of the loss knobs by TRL's name (``config.loss_types.LOSS_TYPES``,
         docs/methods/loss_types.md): ``grpo``, ``bnpo``, ``dr_grpo``, ``dapo``, ``cispo`` or
         ``gspo``. It sets agg, importance_level, surrogate (and, for dr_grpo,
         ``advantage.scale_by_std: false``): an explicit knob that contradicts it is an error
@@ -115,6 +115,12 @@ class GRPOConfig:
     checkpoint_every: save a resumable checkpoint every N steps (0 = only at the end).
     keep_checkpoints: how many checkpoints to keep on disk.
     log_samples_every: record sample completions every N steps; samples_per_log: how many.
+    credit_inspector: record the credit of a few completions token by token
+        (``training.credit``), ``{steps: null, rollouts: 4}``: at the listed steps (1-based;
+        null: the first, a middle and the last step) one row per completion token of the
+        first ``rollouts`` completions of the batch (their tokens, segments, rewards,
+        advantages, weights, entropies, ratios). Observes only, so it is not part of a run's
+        checkpoint key (``run_key``). null: off.
     """
 
     steps: int = 20
@@ -159,6 +165,7 @@ class GRPOConfig:
     keep_checkpoints: int = 2
     log_samples_every: int = 5
     samples_per_log: int = 4
+    credit_inspector: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         """Sets the loss knobs left null from ``loss_type`` (else the engine's defaults);
@@ -256,6 +263,7 @@ class GRPOConfig:
         )
         self.overlong_shaping()
         self.dynamic_sampling_spec()
+        self.credit_inspection()
 
     def loss_options(self) -> dict[str, Any]:
         """The keyword arguments of ``algorithms.policy_loss`` this config sets (a knob its
@@ -300,8 +308,30 @@ class GRPOConfig:
             )
         return spec
 
+    def credit_inspection(self) -> CreditInspection | None:
+        """``credit_inspector`` checked, or None when it is off."""
+        if self.credit_inspector is None:
+            return None
+        spec = _spec(CreditInspection, "credit_inspector", self.credit_inspector)
+        if isinstance(spec.rollouts, bool) or spec.rollouts < 1:
+            raise ConfigError(f"credit_inspector.rollouts must be >= 1, got {spec.rollouts}")
+        steps = spec.steps
+        if steps is not None and not all(
+            isinstance(s, int) and not isinstance(s, bool) and 1 <= s <= self.steps for s in steps
+        ):
+            raise ConfigError(
+                f"credit_inspector.steps must list steps in [1, steps = {self.steps}] (1-based) "
+                f"or be null (the first, a middle and the last), got {steps!r}"
+            )
+        return spec
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def run_key(self) -> dict[str, Any]:
+        """``to_dict`` without the settings that only observe a run (``credit_inspector``):
+        what a run's checkpoints are keyed on, so turning the inspector on or off resumes."""
+        return {k: v for k, v in self.to_dict().items() if k != "credit_inspector"}
 
 
 @dataclass(frozen=True)
@@ -323,6 +353,28 @@ class DynamicSampling:
     reward: str = "reasoning"
     success: float = 1.0
     max_extra_rollouts: int | None = None
+
+
+@dataclass(frozen=True)
+class CreditInspection:
+    """``GRPOConfig.credit_inspector``: the 1-based steps recorded (None: the first, a middle
+    and the last) and how many completions of each recorded batch."""
+
+    steps: list[int] | None = None
+    rollouts: int = 4
+
+    def recorded_steps(self, total: int) -> set[int]:
+        """The 1-based steps recorded in a run of ``total`` steps.
+
+        >>> (
+        ...     sorted(CreditInspection().recorded_steps(25)),
+        ...     sorted(CreditInspection([2]).recorded_steps(5)),
+        ... )
+        ([1, 13, 25], [2])
+        """
+        if self.steps is not None:
+            return set(self.steps)
+        return {1, (total + 1) // 2, total}
 
 
 def _spec(cls: type, label: str, spec: Any) -> Any:

@@ -1,0 +1,251 @@
+"""Claim cards: published credit-assignment claims, each with its expected sign written down
+before the run, replayed on the tapo and tor testbeds over several GRPO seeds.
+
+Each card names two strategies of one testbed, a metric of the comparison's per-seed table
+and the sign the claim predicts for ``policy - reference``. The runs are the pipelines'
+own (``kedro run --pipelines <group>`` in a scratch copy of the project whose strategy list is
+the cards' strategies, through ``benchmarks/seeds.py``'s machinery); the difference is paired
+seed by seed (same GRPO seed, same evaluation draws) and its 95 % interval is a t interval over
+the per-seed differences (``creditflow.reporting.stats.t_interval``), with the minimum
+detectable effect at 80 % power of the same seeds (``minimum_detectable_effect``). Verdicts
+(``verdict``):
+
+- ``reproduced``: the interval excludes 0 on the expected side;
+- ``contradicted``: it excludes 0 on the other side;
+- ``not detectable at this budget (MDE x)``: it holds 0; an effect smaller than x could not
+  have been seen with these seeds, so the claim is neither confirmed nor refuted;
+- ``identical: no signal at this budget``: every seed's difference is exactly 0 (the two
+  strategies trained the same policy, e.g. a budget so small that no group's rewards differ);
+- ``no interval``: fewer than two seeds.
+
+The shuffled-advantages cards are the testbed's positive control: GRPO must beat a policy
+whose credit is unrelated to its reward. If that is not detected, no other verdict of the same
+testbed and budget means anything.
+
+The full run (``benchmarks/README.md``, "Claim cards")::
+
+    .venv/bin/python benchmarks/claims.py --seeds 5 --scratch /tmp/claims \\
+        --out benchmarks/results/claims.md
+
+tapo: 5 strategies x 5 seeds at the default budget (~75 s of GRPO + ~30 s of evaluation per
+run on the idle 2-core reference machine: ~45 min); tor: 5 strategies x 5 seeds after its
+4,000-step warm start (hours on 2 cores). ``--pipelines tapo`` runs one testbed; ``--params``
+takes ``kedro run``'s syntax for overrides (e.g. a smaller budget).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import logging
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from creditflow.reporting.stats import interval_text, minimum_detectable_effect, t_interval
+
+HERE = Path(__file__).resolve().parent
+SUMMED = {"translation": 1.0, "reasoning": 1.0}
+# The strategies each testbed runs for the cards (its tasks, warm start and budget are the
+# pipeline's defaults). The entropy selections use the entropy of the whole distribution, as
+# the high-entropy-minority study does.
+STRATEGIES: dict[str, dict[str, dict[str, Any]]] = {
+    "tapo": {
+        "grpo_sum": {"advantage": {"name": "grpo"}, "rewards": SUMMED},
+        "tapo": {"advantage": {"name": "tapo", "alpha": 0.5}, "rewards": SUMMED},
+        "shuffled": {"advantage": {"name": "shuffled_advantages"}, "rewards": SUMMED},
+        "high_entropy_20": {
+            "advantage": {"name": "grpo"},
+            "token_weights": {"name": "high_entropy_20"},
+            "entropy_top_p": 1.0,
+            "rewards": SUMMED,
+        },
+        "low_entropy_80": {
+            "advantage": {"name": "grpo"},
+            "token_weights": {"name": "low_entropy_80"},
+            "entropy_top_p": 1.0,
+            "rewards": SUMMED,
+        },
+    },
+    "tor": {
+        "uniform": {"token_weights": {"name": "uniform"}},
+        "tor": {"token_weights": {"name": "tor"}},
+        "tor_reasoning_only": {"token_weights": {"name": "tor_reasoning_only"}},
+        "tor_perception_only": {"token_weights": {"name": "tor_perception_only"}},
+        "shuffled": {
+            "advantage": {"name": "shuffled_advantages"},
+            "token_weights": {"name": "uniform"},
+        },
+    },
+}
+# The per-seed column each testbed's cards compare: tapo's expected evaluation reward under
+# training-time sampling (translation + reasoning, seen languages), tor's sampled accuracy on
+# the held-out synthetic problems (both what GRPO maximises, and the least noisy readings).
+METRIC = {"tapo": "eval_reward_seen", "tor": "sampled_accuracy_synthetic"}
+
+
+@dataclass(frozen=True)
+class Claim:
+    """``policy - reference`` on ``group``'s ``METRIC`` is expected to have sign ``expected``
+    (+1 or -1); ``source`` says whose claim it is."""
+
+    name: str
+    group: str
+    policy: str
+    reference: str
+    expected: int
+    source: str
+
+
+CLAIMS = (
+    Claim("shuffled advantages < GRPO (positive control)", "tapo", "shuffled", "grpo_sum", -1,
+          "the testbed itself: credit unrelated to reward must not learn"),
+    Claim("TAPO > summed GRPO", "tapo", "tapo", "grpo_sum", +1,
+          "TAPO: step-level advantages beat trajectory-level ones"),
+    Claim("top-20 % entropy tokens >= all tokens", "tapo", "high_entropy_20", "grpo_sum", +1,
+          "Wang et al. 2025: the high-entropy minority carries the learning"),
+    Claim("bottom-80 % entropy tokens < all tokens", "tapo", "low_entropy_80", "grpo_sum", -1,
+          "Wang et al. 2025: the low-entropy majority learns clearly less"),
+    Claim("bottom-80 % < top-20 % entropy tokens", "tapo", "low_entropy_80", "high_entropy_20",
+          -1, "Wang et al. 2025: the study's ordering"),
+    Claim("shuffled advantages < GRPO (positive control)", "tor", "shuffled", "uniform", -1,
+          "the testbed itself: credit unrelated to reward must not learn"),
+    Claim("ToR > uniform GRPO", "tor", "tor", "uniform", +1,
+          "ToR: reweighting reasoning and perception tokens beats uniform weights"),
+    Claim("ToR perception-only < full ToR", "tor", "tor_perception_only", "tor", -1,
+          "ToR's ablation: both token sets are needed"),
+    Claim("ToR reasoning-only < full ToR", "tor", "tor_reasoning_only", "tor", -1,
+          "ToR's ablation: both token sets are needed"),
+)  # fmt: skip
+
+REPRODUCED, CONTRADICTED, NO_INTERVAL = "reproduced", "contradicted", "no interval"
+IDENTICAL = "identical: no signal at this budget"
+
+
+def verdict(expected: int, low: float, high: float, mde: float) -> str:
+    """The reading of a 95 % interval ``[low, high]`` of ``policy - reference`` against the
+    expected sign (module docstring).
+
+    >>> verdict(-1, -0.05, -0.01, 0.02), verdict(+1, -0.05, -0.01, 0.02)
+    ('reproduced', 'contradicted')
+    >>> verdict(+1, -0.01, 0.02, 0.031), verdict(+1, float("nan"), float("nan"), float("nan"))
+    ('not detectable at this budget (MDE 0.031)', 'no interval')
+    >>> verdict(-1, 0.0, 0.0, 0.0)
+    'identical: no signal at this budget'
+    """
+    if pd.isna(low) or pd.isna(high):
+        return NO_INTERVAL
+    if low == high == 0.0:
+        return IDENTICAL
+    if low > 0 or high < 0:
+        return REPRODUCED if (low > 0) == (expected > 0) else CONTRADICTED
+    return f"not detectable at this budget (MDE {mde:.3f})"
+
+
+def claim_row(claim: Claim, per_seed: pd.DataFrame) -> dict[str, Any]:
+    """One row of the claim table from a comparison's per-seed table (one row per (policy,
+    seed); the warm start's row has no seed): the per-seed differences ``policy - reference``
+    of ``METRIC[claim.group]``, paired by seed, their mean, 95 % t interval, MDE and verdict."""
+    metric = METRIC[claim.group]
+    seeded = per_seed.dropna(subset=["seed"])
+    wide = seeded.pivot_table(index="seed", columns="policy", values=metric, aggfunc="first")
+    missing = sorted({claim.policy, claim.reference} - set(wide.columns))
+    if missing:
+        raise ValueError(f"{claim.name}: the per-seed table has no rows of {missing}")
+    differences = (wide[claim.policy] - wide[claim.reference]).dropna()
+    mean, se, low, high = t_interval(differences.to_numpy())
+    mde = minimum_detectable_effect(se, len(differences))
+    return {
+        "claim": claim.name,
+        "testbed": claim.group,
+        "difference": f"{claim.policy} - {claim.reference} ({metric})",
+        "expected": "> 0" if claim.expected > 0 else "< 0",
+        "n_seeds": len(differences),
+        "measured": interval_text(mean, low, high),
+        "mean": mean,
+        "ci_low": low,
+        "ci_high": high,
+        "mde": mde,
+        "verdict": verdict(claim.expected, low, high, mde),
+        "source": claim.source,
+    }
+
+
+def claim_table(claims: list[Claim], per_seed: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """One row per claim whose testbed has a per-seed table (``per_seed``: group -> table)."""
+    return pd.DataFrame([claim_row(c, per_seed[c.group]) for c in claims if c.group in per_seed])
+
+
+def markdown(table: pd.DataFrame) -> str:
+    columns = ["claim", "testbed", "difference", "expected", "n_seeds", "measured", "verdict"]
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(str(row[c]) for c in columns) + " |" for _, row in table.iterrows()]
+    return "\n".join(lines)
+
+
+def _seeds_module():
+    """benchmarks/seeds.py (its scratch project and session run), loaded by path: the
+    benchmarks are scripts, not a package."""
+    spec = importlib.util.spec_from_file_location("bench_seeds", HERE / "seeds.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def set_strategies(project: Path, group: str, strategies: dict[str, Any]) -> None:
+    """The scratch project's ``<group>.strategies``: exactly ``strategies`` (the pipeline reads
+    the list from the files when it is built; ``--params`` cannot add one)."""
+    path = project / "conf/base" / f"parameters_{group}.yml"
+    params = yaml.safe_load(path.read_text(encoding="utf-8"))
+    params[group]["strategies"] = strategies
+    params[group]["comparison"]["baseline"] = next(iter(strategies))
+    path.write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, default=5, help="GRPO runs per strategy (>= 2)")
+    parser.add_argument("--pipelines", nargs="+", choices=list(STRATEGIES), default=["tapo", "tor"])
+    parser.add_argument("--params", default="", help="more overrides, as kedro run --params")
+    parser.add_argument("--scratch", type=Path, required=True, help="the scratch project")
+    parser.add_argument("--out", type=Path, help="write the markdown table here (and a CSV)")
+    args = parser.parse_args()
+    if args.seeds < 2:
+        parser.error("--seeds must be >= 2: an interval over seeds needs two")
+    logging.basicConfig(level=logging.WARNING)
+    seeds = _seeds_module()
+    project = seeds.scratch_project(args.scratch, args.pipelines)
+    for group in args.pipelines:
+        set_strategies(project, group, STRATEGIES[group])
+    # The pipelines read their strategy lists from the project at or above the working
+    # directory (pipelines.comparison.project_root) when they are built: the scratch one.
+    os.chdir(project)
+    seeds.bootstrap_project(project)
+    extra = seeds.parse_params(args.params)
+    per_seed, minutes = {}, {}
+    for group in args.pipelines:
+        started = time.perf_counter()
+        params = seeds.merged(extra, {group: {"comparison": {"n_seeds": args.seeds}}})
+        tables = seeds.run_comparison(project, group, params)
+        per_seed[group] = tables[f"{group}_per_seed_comparison"]
+        minutes[group] = (time.perf_counter() - started) / 60
+    table = claim_table(list(CLAIMS), per_seed)
+    timing = ", ".join(f"{g} {m:.1f} min" for g, m in minutes.items())
+    text = f"{args.seeds} seeds ({timing})\n\n{markdown(table)}\n"
+    sys.stdout.write(text)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        table.to_csv(args.out.with_suffix(".csv"), index=False)
+        command = " ".join(["benchmarks/claims.py", *sys.argv[1:]])
+        args.out.write_text(f"`{command}`\n\n{text}", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,284 @@
+"""The schemas of the experience chain's parameter groups and of ``data_ingest``, looked up
+through :func:`creditflow.pipelines.parameters.schema_of`. Built from the configs, name tables
+and option signatures of the chain's modules, which live beside torch and pandas code: a run
+that checks one of these groups imports them (seconds) before its first node."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any
+
+from pydantic import Field, model_validator
+
+from creditflow.algorithms import GAIN_MODES
+from creditflow.annotation import ANNOTATORS
+from creditflow.annotation.ratings import rating_annotations
+from creditflow.config.grpo import GRPOConfig
+from creditflow.config.policy import TinyQwen2_5VL, vl_policy_spec
+from creditflow.config.schema import (
+    Block,
+    Count,
+    OpenFraction,
+    dataclass_block,
+    signature_block,
+)
+from creditflow.config.task_sources import SYNTHETIC
+from creditflow.config.values import checked_options
+from creditflow.experience.expmodel_data import (
+    EXPMODEL_TRAINING,
+    SCORE_MODES,
+    preference_pairs,
+)
+from creditflow.experience.expmodel_pft import PFTOptions
+from creditflow.experience.page_reward import FEEDBACK_MODES, R_OLD_SOURCES, page_grpo_config
+from creditflow.experience.reranker_training import FEATURE_NAMES, PRETRAIN_TRAINING
+from creditflow.experience.simulated_ab import AB_METHODS
+from creditflow.experience.text_expmodel import catalogue_pairs
+from creditflow.ingest.config import IngestConfig
+from creditflow.models.reranker import RerankerConfig
+from creditflow.pipelines.parameter_blocks import (
+    SFT,
+    TextPolicy,
+    Threads,
+    one_of,
+    policy_block,
+    supervised_block,
+)
+from creditflow.pipelines.reranker_pretrain.pipeline import RERANKERS
+from creditflow.redaction import is_secret_key
+from creditflow.tasks.movielens import movielens_item_texts, movielens_sessions
+from creditflow.tasks.reranking import ClickModel, LoggingRanker
+
+
+class CatalogueItems(Block):
+    n_items: Count
+    image_size: Annotated[int, Field(ge=32)]
+    seed: int
+
+
+class QueryLogs(Block):
+    n_queries: Count
+    zipf_exponent: Annotated[float, Field(gt=0.0)]
+    n_sessions: Count
+    list_length: Annotated[int, Field(ge=2)]
+    seed: int
+    heldout_fraction: OpenFraction
+    split_seed: int
+
+
+class RankingSource(Block):
+    """``annotation.source``: ``synthetic`` or catalog datasets (``hooks.task_source.TaskSourceHook``
+    checks the names), for both or for neither: the logs name the catalogue's items."""
+
+    items: Annotated[str, Field(min_length=1)]
+    impressions: Annotated[str, Field(min_length=1)]
+
+    @model_validator(mode="after")
+    def _both_or_neither(self) -> RankingSource:
+        if (self.items == SYNTHETIC) != (self.impressions == SYNTHETIC):
+            raise ValueError(
+                f"items is {self.items!r} and impressions {self.impressions!r}: the synthetic "
+                "logs need the synthetic catalogue and your logs need your catalogue; set both "
+                "to synthetic or both to catalog datasets"
+            )
+        return self
+
+
+class AnnotatorChoice(Block):
+    name: one_of(ANNOTATORS, "annotator")
+    options: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _options_fit_the_annotator(self) -> AnnotatorChoice:
+        options = dict(self.options or {})
+        secrets = sorted(str(key) for key in options if is_secret_key(key))
+        if secrets:
+            raise ValueError(
+                f"options.{secrets[0]}: secrets do not belong in parameters (they are written "
+                "to run manifests and MLflow); name an entry of conf/local/credentials.yml "
+                "with options.credentials instead (docs/howto/credentials.md)"
+            )
+        options.pop("credentials", None)  # resolved to the key by the annotation node
+        checked_options(options, ANNOTATORS[self.name], f"{self.name} annotator")
+        # The annotator's own checks (deadlines and reply cap > 0, prompt placeholders ...),
+        # now rather than in the node: building one loads and sends nothing.
+        try:
+            ANNOTATORS[self.name](**options)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"options: {error}") from error
+        return self
+
+
+class AnnotationParams(Block):
+    source: RankingSource
+    items: CatalogueItems
+    query_logs: QueryLogs
+    logging_ranker: dataclass_block(LoggingRanker, check=lambda v: LoggingRanker(**v))
+    click_model: dataclass_block(ClickModel, check=ClickModel.from_params)
+    annotator: AnnotatorChoice
+
+
+DataIngestParams = dataclass_block(
+    IngestConfig, check=IngestConfig.from_params, name="DataIngestParams"
+)
+
+
+class ExperienceScoringParams(Block):
+    batch_size: Count
+
+
+class ExpmodelTokenizer(Block):
+    vocab_size: Count
+    model_max_length: Count
+    image_size: Annotated[int, Field(ge=28)]
+
+
+ExpmodelTraining = supervised_block("ExpmodelTraining", EXPMODEL_TRAINING)
+# The experience model trains all its weights or a chosen few (creditflow.experience), and no
+# node moves it off the CPU the catalog loads it on: no lora or device here.
+ExpmodelModel = policy_block(
+    "ExpmodelModel", TinyQwen2_5VL, vl_policy_spec, without=("device", "lora")
+)
+
+
+class ExpmodelItemSplit(Block):
+    unseen_fraction: Annotated[float, Field(ge=0.0, lt=1.0)]
+    seed: int
+
+
+class ExpmodelSFTParams(Block):
+    RENAMED = {"sft": "training (and max_length)"}
+    torch_threads: Threads = None
+    score_mode: one_of(SCORE_MODES, "score_mode")
+    item_split: ExpmodelItemSplit
+    tokenizer: ExpmodelTokenizer | None = None  # the tiny model's; a checkpoint brings its own
+    model: ExpmodelModel
+    training: ExpmodelTraining
+    max_length: Count
+
+
+class ExpmodelPFTParams(Block):
+    torch_threads: Threads = None
+    pairs: signature_block(
+        preference_pairs, taken=("sessions_df", "annotations_df"), name="PreferencePairs"
+    )
+    training: ExpmodelTraining
+    pft: dataclass_block(PFTOptions, check=PFTOptions.from_params, name="PFT")
+
+
+class RerankerFeatures(Block):
+    exclude: list[one_of(FEATURE_NAMES, "feature")] = []
+
+
+class RerankerKind(Block):
+    use_exp_scores: bool
+
+
+class RerankerPretrainParams(Block):
+    features: RerankerFeatures
+    model: dataclass_block(
+        RerankerConfig,
+        exclude=("n_features",),
+        check=lambda values: RerankerConfig(n_features=1, **values),
+        name="RerankerArchitecture",
+    )
+    model_seed: int
+    training: supervised_block("RerankerTraining", PRETRAIN_TRAINING)
+    rerankers: dict[str, RerankerKind]
+
+    @model_validator(mode="after")
+    def _both_rerankers(self) -> RerankerPretrainParams:
+        missing = sorted(set(RERANKERS) - set(self.rerankers))
+        if missing:
+            raise ValueError(f"rerankers must define {missing} (the pipeline trains each)")
+        unused = sorted(set(self.rerankers) - set(RERANKERS))
+        if unused:
+            raise ValueError(
+                f"rerankers {unused} are not trained; the pipeline trains {sorted(RERANKERS)}"
+            )
+        return self
+
+
+def _check_page_grpo(values: dict[str, Any]) -> None:
+    # n_candidates is the sessions' list length, known only from the data; any value >= 1
+    # checks the rest.
+    page_grpo_config(values, n_candidates=1)
+
+
+class PageRewardWeights(Block):
+    alpha: float
+    beta: float
+    k: Count
+    gain_mode: one_of(GAIN_MODES, "gain mode")
+    r_old: one_of(R_OLD_SOURCES, "r_old source")
+    feedback: one_of(FEEDBACK_MODES, "feedback mode")
+    long_view_weight: Annotated[float, Field(ge=0.0)]
+    feedback_seed: int
+
+
+class RerankerGRPOParams(Block):
+    reward: PageRewardWeights
+    grpo: dataclass_block(GRPOConfig, check=_check_page_grpo, name="PageGRPO")
+
+
+class SampledPages(Block):
+    samples: Count
+    seed: int
+
+
+class QualitySweep(Block):
+    quality_weights: list[float] = Field(min_length=1)
+
+
+class SimulatedAB(Block):
+    k: Count
+    method: one_of(AB_METHODS, "A/B method")
+    draws: Count
+    seed: int
+    sampled_pages: SampledPages
+    sweep: QualitySweep
+
+
+class RerankerEvalParams(Block):
+    k: Count
+    ab: SimulatedAB
+
+
+class MovielensTokenizer(Block):
+    vocab_size: Count
+    model_max_length: Count
+
+
+class MovielensExpmodel(Block):
+    """The text-only ExpModel of ``movielens_eval`` (experience.text_expmodel)."""
+
+    torch_threads: Threads = None
+    item_text: signature_block(movielens_item_texts, taken=("items", "tags"), name="ItemText")
+    teacher: signature_block(rating_annotations, taken=("item_texts", "ratings"), name="Teacher")
+    item_split: ExpmodelItemSplit
+    tokenizer: MovielensTokenizer
+    model: TextPolicy
+    sft: SFT
+    pairs: signature_block(catalogue_pairs, taken=("annotations",), name="CataloguePairs")
+    pft_training: ExpmodelTraining
+    pft: dataclass_block(PFTOptions, check=PFTOptions.from_params, name="MovielensPFT")
+    score_batch_size: Count
+
+
+class MovielensEvalParams(Block):
+    sessions: signature_block(movielens_sessions, taken=("ratings", "items"), name="Sessions")
+    k: Count
+    expmodel: MovielensExpmodel
+
+
+CHAIN_SCHEMAS: Mapping[str, type[Block]] = {
+    "annotation": AnnotationParams,
+    "data_ingest": DataIngestParams,
+    "experience_scoring": ExperienceScoringParams,
+    "expmodel_pft": ExpmodelPFTParams,
+    "expmodel_sft": ExpmodelSFTParams,
+    "movielens_eval": MovielensEvalParams,
+    "reranker_eval": RerankerEvalParams,
+    "reranker_grpo": RerankerGRPOParams,
+    "reranker_pretrain": RerankerPretrainParams,
+}
