@@ -9,6 +9,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from creditflow.experience.expmodel_pft import HELDOUT_ACCURACY
+from creditflow.experience.logged_click_model import click_model_from_table, recovery_table
 from creditflow.experience.reporting import (
     evaluate_experience_scores,
     plot_metrics_by_band,
@@ -213,6 +214,17 @@ def evaluate_experience_model(  # noqa: PLR0913 - the scores and every truth the
     heldout = expmodel_pft_metrics[HELDOUT_ACCURACY].dropna()
     table["pft_heldout_pair_accuracy"] = float(heldout.iloc[-1]) if len(heldout) else float("nan")
     logger.info("experience model:\n%s", table.to_string(index=False))
+    return table
+
+
+def evaluate_click_model_recovery(
+    logged_click_model: pd.DataFrame, annotation_params: dict[str, Any]
+) -> pd.DataFrame:
+    """Per position, the position bias the click model learned from the logs beside the
+    simulator's (``annotation.click_model``): the one place the two meet, after the fit."""
+    world = ClickModel.from_params(annotation_params["click_model"])
+    table = recovery_table(click_model_from_table(logged_click_model), world)
+    logger.info("click model recovery:\n%s", table.round(3).to_string(index=False))
     return table
 
 

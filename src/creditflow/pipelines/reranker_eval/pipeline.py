@@ -69,6 +69,12 @@ def create_pipeline(**kwargs) -> Pipeline:
                 name="sweep_click_quality_weight",
             ),
             Node(
+                nodes.evaluate_click_model_recovery,
+                ["logged_click_model", "params:annotation"],
+                "logged_click_model_recovery",
+                name="evaluate_click_model_recovery",
+            ),
+            Node(
                 nodes.evaluate_experience_model,
                 [
                     "catalogue_items",
