@@ -71,10 +71,15 @@ def test_fit_recovers_a_known_position_bias_on_synthetic_impressions():
     shown = torch.ones(S, P, dtype=torch.bool)
     model = fit_position_based_click_model(x, shown, clicks, torch.zeros_like(clicks))
     torch.testing.assert_close(
-        model.examination, torch.tensor([1, 1 / 2, 1 / 3, 1 / 4], dtype=torch.float64), atol=0.04, rtol=0
+        model.examination,
+        torch.tensor([1, 1 / 2, 1 / 3, 1 / 4], dtype=torch.float64),
+        atol=0.04,
+        rtol=0,
     )
     blind = fit_position_based_click_model(0 * x, shown, clicks, torch.zeros_like(clicks))
-    assert click_log_likelihood(model, x, shown, clicks) > click_log_likelihood(blind, x, shown, clicks)
+    assert click_log_likelihood(model, x, shown, clicks) > click_log_likelihood(
+        blind, x, shown, clicks
+    )
 
 
 def test_fit_diagnostics_and_table_round_trip(fitted, sessions, catalogue):
@@ -83,7 +88,11 @@ def test_fit_diagnostics_and_table_round_trip(fitted, sessions, catalogue):
     assert diagnostics["sessions"].sum() == len(sessions)
     validation = diagnostics.set_index("split").loc["validation"]
     # Features help beyond position on sessions the fit never saw.
-    assert validation["click_loglik"] > validation["position_only_loglik"] > validation["constant_loglik"]
+    assert (
+        validation["click_loglik"]
+        > validation["position_only_loglik"]
+        > validation["constant_loglik"]
+    )
     again = click_model_from_table(click_model_table(model))
     for name in ("examination", "exposure", "click_weights", "long_view_weights", "feature_scale"):
         torch.testing.assert_close(getattr(again, name), getattr(model, name))
@@ -99,10 +108,14 @@ def _hide_the_truth_differently(sessions, catalogue):
     rng = torch.Generator().manual_seed(7)
     other = catalogue.copy()
     for column in [c for c in catalogue.columns if c.startswith("true_")]:
-        other[column] = catalogue[column].to_numpy()[torch.randperm(len(catalogue), generator=rng).numpy()]
+        other[column] = catalogue[column].to_numpy()[
+            torch.randperm(len(catalogue), generator=rng).numpy()
+        ]
     shuffled = sessions.copy()
     for column in ("relevance", "true_quality"):
-        shuffled[column] = [list(pd.Series(v).sample(frac=1.0, random_state=3)) for v in sessions[column]]
+        shuffled[column] = [
+            list(pd.Series(v).sample(frac=1.0, random_state=3)) for v in sessions[column]
+        ]
     return shuffled, other
 
 
@@ -129,7 +142,9 @@ def test_default_r_old_reads_no_hidden_truth_nor_the_simulators_click_model(
     reward = page_reward_of(BLOCK, sessions, catalogue, scores, world, model)
     assert isinstance(reward.business, FittedClickFeedback)
     moved = page_reward_of(BLOCK, shuffled, other, scores, other_world, model)
-    torch.testing.assert_close(reward(pages, rows)["r_old"], moved(pages, rows)["r_old"], rtol=0, atol=0)
+    torch.testing.assert_close(
+        reward(pages, rows)["r_old"], moved(pages, rows)["r_old"], rtol=0, atol=0
+    )
 
     oracle = {**BLOCK, "r_old": "oracle_expected"}
     truth = page_reward_of(oracle, sessions, catalogue, scores, world)

@@ -9,7 +9,7 @@ with observable features ``x``,
 with ``gamma_0 = 1`` (the scale convention of position-based models: the attractiveness
 absorbs the top position's examination) and ``gamma`` non-increasing,
 ``log gamma_p = -sum_{0 < q <= p} softplus(d_q)``. Both parts are maximum-likelihood fits
-(L-BFGS in float64, a small L2 on the feature weights) on the impressions alone: a candidate
+(L-BFGS-B of scipy on the analytic gradient, float64, a small L2 on the feature weights) on the impressions alone: a candidate
 the logged page never showed carries no evidence and is left out. How often each position is
 shown at all (``exposure``) is counted from the same logs, so the expected clicks of any page
 of ``L`` candidates are ``sum_p exposure_p * gamma_p * attractiveness(page[p])`` like the
@@ -26,8 +26,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from typing import Any
+
+import numpy as np
 import torch
-import torch.nn.functional as functional
+from scipy import optimize
 
 from creditflow.algorithms._validate import check_ndim
 
@@ -73,35 +76,68 @@ class PositionBasedClickModel:
         return self.exposure * self.examination
 
 
-def _examination(decrements: torch.Tensor) -> torch.Tensor:
+def _softplus(x: np.ndarray) -> np.ndarray:
+    return np.logaddexp(0.0, x)
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * x))  # overflow-free
+
+
+def _examination(decrements: np.ndarray) -> np.ndarray:
     """``(L - 1,)`` free parameters -> ``(L,)`` non-increasing ``gamma`` with ``gamma_0 = 1``."""
-    log_gamma = -torch.cumsum(functional.softplus(decrements), dim=0)
-    return torch.cat([log_gamma.new_ones(1), log_gamma.exp()])
+    return np.exp(np.concatenate([[0.0], -np.cumsum(_softplus(decrements))]))
 
 
-def _logistic_fit(
-    standard: torch.Tensor, targets: torch.Tensor, l2: float, max_iter: int
-) -> tuple[torch.Tensor, float]:
-    """Weights ``(F,)`` and bias of an L2-penalised logistic regression (L-BFGS)."""
-    weights = torch.zeros(standard.shape[-1], dtype=torch.float64, requires_grad=True)
-    bias = torch.zeros(1, dtype=torch.float64, requires_grad=True)
-    optimizer = torch.optim.LBFGS(
-        [weights, bias], max_iter=max_iter, line_search_fn="strong_wolfe"
+def _click_loss(
+    theta: np.ndarray, x: np.ndarray, position: np.ndarray, clicks: np.ndarray, l2: float
+) -> tuple[float, np.ndarray]:
+    """Negative mean log-likelihood of the position-based model (+ L2) and its gradient.
+
+    ``theta`` = ``[d (L - 1), w (F), b]``; ``x`` ``(I, F)``, ``position`` ``(I,)`` and
+    ``clicks`` ``(I,)`` over the ``I`` impressions. With ``p = gamma[pos] * s``,
+    ``s = sigmoid(x w + b)`` and ``r = dLoss/dp = -(c / p - (1 - c) / (1 - p)) / I``:
+    ``dLoss/dz = r * gamma[pos] * s (1 - s)``, ``dLoss/dgamma_p = sum_{pos = p} r * s`` and,
+    as ``gamma_p = exp(-sum_{0 < q <= p} softplus(d_q))``,
+    ``dLoss/dd_q = -sigmoid(d_q) * sum_{p >= q} gamma_p * dLoss/dgamma_p``.
+    """
+    L = theta.shape[0] - x.shape[1]  # L - 1 decrements + F weights + 1 bias
+    decrements, weights, bias = theta[: L - 1], theta[L - 1 : -1], theta[-1]
+    gamma = _examination(decrements)  # (L,)
+    s = _sigmoid(x @ weights + bias)  # (I,)
+    p = np.clip(gamma[position] * s, EPS, 1 - EPS)
+    loss = -np.mean(clicks * np.log(p) + (1 - clicks) * np.log(1 - p))
+    r = -(clicks / p - (1 - clicks) / (1 - p)) / len(p)  # (I,)
+    dz = r * gamma[position] * s * (1 - s)
+    d_gamma = np.bincount(position, weights=r * s, minlength=L)  # (L,)
+    tail = np.cumsum((gamma * d_gamma)[::-1])[::-1]  # (L,) sum over p >= q
+    grad = np.concatenate(
+        [-_sigmoid(decrements) * tail[1:], x.T @ dz + 2 * l2 * weights, [dz.sum()]]
     )
-
-    def closure() -> torch.Tensor:
-        optimizer.zero_grad()
-        logits = standard @ weights + bias
-        loss = functional.binary_cross_entropy_with_logits(logits, targets)
-        loss = loss + l2 * weights.square().sum()
-        loss.backward()
-        return loss
-
-    optimizer.step(closure)
-    return weights.detach(), float(bias.detach())
+    return float(loss + l2 * weights @ weights), grad
 
 
-def fit_position_based_click_model(
+def _logistic_loss(
+    theta: np.ndarray, x: np.ndarray, targets: np.ndarray, l2: float
+) -> tuple[float, np.ndarray]:
+    """Negative mean log-likelihood of ``sigmoid(x w + b)`` (+ L2 on ``w``) and its gradient."""
+    weights, bias = theta[:-1], theta[-1]
+    p = np.clip(_sigmoid(x @ weights + bias), EPS, 1 - EPS)
+    loss = -np.mean(targets * np.log(p) + (1 - targets) * np.log(1 - p))
+    dz = (p - targets) / len(p)
+    grad = np.concatenate([x.T @ dz + 2 * l2 * weights, [dz.sum()]])
+    return float(loss + l2 * weights @ weights), grad
+
+
+def _minimise(loss: Any, size: int, args: tuple, max_iter: int) -> np.ndarray:
+    """L-BFGS-B from zeros on a loss that returns its own gradient."""
+    result = optimize.minimize(
+        loss, np.zeros(size), args=args, jac=True, method="L-BFGS-B", options={"maxiter": max_iter}
+    )
+    return result.x
+
+
+def fit_position_based_click_model(  # noqa: PLR0913 - the logs and the two fit knobs
     features: torch.Tensor,
     shown: torch.Tensor,
     clicks: torch.Tensor,
@@ -129,64 +165,57 @@ def fit_position_based_click_model(
     >>> truth = torch.tensor([1.0, 0.5, 0.25]) * torch.sigmoid(x[..., 0])
     >>> c = (torch.rand(S, L, generator=g, dtype=torch.float64) < truth).double()
     >>> model = fit_position_based_click_model(x, torch.ones(S, L, dtype=torch.bool), c, 0 * c)
-    >>> [round(v, 1) for v in model.examination.tolist()]  # 1, 0.5, 0.25 within sampling noise
-    [1.0, 0.5, 0.3]
+    >>> error = model.examination - torch.tensor([1.0, 0.5, 0.25], dtype=torch.float64)
+    >>> bool(error.abs().max() < 0.06)  # within the sampling noise of 400 sessions
+    True
     """
     check_ndim("features", features, 3, "(S, L, F)")
     S, L, F = features.shape
     for name, tensor in (("shown", shown), ("clicks", clicks), ("long_views", long_views)):
         if tuple(tensor.shape) != (S, L):
             raise ValueError(f"{name} must have shape (S, L) = {(S, L)}, got {tuple(tensor.shape)}")
-    shown = shown.bool()
-    clicks, long_views = clicks.double(), long_views.double()
-    if not shown.any():
+    shown_np = shown.bool().numpy()
+    clicks_np, long_views_np = clicks.double().numpy(), long_views.double().numpy()
+    if not shown_np.any():
         raise ValueError("no impression to fit a click model on (shown is all False)")
-    if (clicks.bool() & ~shown).any() or (long_views.bool() & ~clicks.bool()).any():
+    if (clicks_np.astype(bool) & ~shown_np).any() or (
+        long_views_np.astype(bool) & ~clicks_np.astype(bool)
+    ).any():
         raise ValueError("clicks must lie on shown positions and long views on clicks")
-    x = features.double()
-    mean = x[shown].mean(dim=0)  # (F,)
-    scale = x[shown].std(dim=0).nan_to_num(1.0)
+    x = features.double().numpy()
+    mean = x[shown_np].mean(axis=0)  # (F,)
+    scale = x[shown_np].std(axis=0, ddof=1) if shown_np.sum() > 1 else np.ones(F)
     # A feature constant over the impressions carries no signal; scale 1 keeps it at 0.
-    scale = torch.where(scale > 1e-12, scale, torch.ones_like(scale))
+    scale = np.where(scale > 1e-12, scale, 1.0)
     standard = (x - mean) / scale  # (S, L, F)
 
-    decrements = torch.zeros(L - 1, dtype=torch.float64, requires_grad=True)
-    weights = torch.zeros(F, dtype=torch.float64, requires_grad=True)
-    bias = torch.zeros(1, dtype=torch.float64, requires_grad=True)
-    optimizer = torch.optim.LBFGS(
-        [decrements, weights, bias], max_iter=max_iter, line_search_fn="strong_wolfe"
+    position = np.broadcast_to(np.arange(L), (S, L))[shown_np]  # (I,)
+    theta = _minimise(
+        _click_loss, L - 1 + F + 1, (standard[shown_np], position, clicks_np[shown_np], l2), max_iter
     )
-    target, rows = clicks[shown], standard[shown]  # (I,), (I, F) over the I impressions
-    position = torch.arange(L).expand(S, L)[shown]  # (I,)
-
-    def closure() -> torch.Tensor:
-        optimizer.zero_grad()
-        p = _examination(decrements)[position] * torch.sigmoid(rows @ weights + bias)
-        p = p.clamp(EPS, 1 - EPS)
-        loss = -(target * p.log() + (1 - target) * (1 - p).log()).mean()
-        loss = loss + l2 * weights.square().sum()
-        loss.backward()
-        return loss
-
-    optimizer.step(closure)
-    clicked = clicks.bool()
+    clicked = clicks_np.astype(bool)
     if clicked.any():
-        lv_weights, lv_bias = _logistic_fit(standard[clicked], long_views[clicked], l2, max_iter)
+        args = (standard[clicked], long_views_np[clicked], l2)
+        long_view_theta = _minimise(_logistic_loss, F + 1, args, max_iter)
     else:  # no click to learn from: no long views either
-        lv_weights, lv_bias = torch.zeros(F, dtype=torch.float64), float(torch.logit(torch.tensor(EPS)))
-    exposure = shown.double().mean(dim=0)  # (L,)
+        long_view_theta = np.concatenate([np.zeros(F), [np.log(EPS)]])
+    exposure = shown_np.mean(axis=0)  # (L,)
     # Depth-based exposure is non-increasing; logs of your own may wobble, and the best-page
     # bound of the page reward needs non-increasing position weights.
-    exposure = torch.cummin(exposure, dim=0).values
+    exposure = np.minimum.accumulate(exposure)
+
+    def tensor(values: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(np.ascontiguousarray(values, dtype=np.float64))
+
     return PositionBasedClickModel(
-        examination=_examination(decrements.detach()),
-        exposure=exposure,
-        click_weights=weights.detach(),
-        click_bias=float(bias.detach()),
-        long_view_weights=lv_weights,
-        long_view_bias=lv_bias,
-        feature_mean=mean,
-        feature_scale=scale,
+        examination=tensor(_examination(theta[: L - 1])),
+        exposure=tensor(exposure),
+        click_weights=tensor(theta[L - 1 : -1]),
+        click_bias=float(theta[-1]),
+        long_view_weights=tensor(long_view_theta[:-1]),
+        long_view_bias=float(long_view_theta[-1]),
+        feature_mean=tensor(mean),
+        feature_scale=tensor(scale),
     )
 
 

@@ -222,7 +222,9 @@ def click_model_from_table(table: pd.DataFrame) -> PositionBasedClickModel:
         return torch.tensor([float(values[n]) for n in OBSERVABLE_FEATURES], dtype=torch.float64)
 
     positions = part("position").assign(p=lambda f: f["name"].astype(int)).sort_values("p")
-    bias = {n: float(part(n).set_index("name").loc["bias", "value"]) for n in ("click", "long_view")}
+    bias = {
+        n: float(part(n).set_index("name").loc["bias", "value"]) for n in ("click", "long_view")
+    }
     return PositionBasedClickModel(
         examination=torch.tensor(positions["value"].to_numpy(float)),
         exposure=torch.tensor(positions["exposure"].to_numpy(float)),
@@ -250,9 +252,7 @@ def recovery_table(model: PositionBasedClickModel, world: ClickModel) -> pd.Data
             "position_weight_true": world.position_weights(L),
         }
     )
-    frame["examination_abs_error"] = (
-        frame["examination_fitted"] - frame["examination_true"]
-    ).abs()
+    frame["examination_abs_error"] = (frame["examination_fitted"] - frame["examination_true"]).abs()
     frame["position_weight_abs_error"] = (
         frame["position_weight_fitted"] - frame["position_weight_true"]
     ).abs()

@@ -136,7 +136,9 @@ class FittedClickFeedback:
         if attractiveness.shape != long_view_probability.shape:
             raise ValueError("attractiveness and long_view_probability must match, (N, L)")
         if tuple(position_weights.shape) != (attractiveness.shape[1],):
-            raise ValueError(f"position_weights must have shape (L,) = ({attractiveness.shape[1]},)")
+            raise ValueError(
+                f"position_weights must have shape (L,) = ({attractiveness.shape[1]},)"
+            )
         if not (math.isfinite(long_view_weight) and long_view_weight >= 0):
             raise ValueError(f"long_view_weight must be finite and >= 0, got {long_view_weight}")
         self.click = attractiveness.double()
