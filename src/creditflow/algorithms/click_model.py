@@ -25,7 +25,6 @@ Shape symbols: ``S`` sessions, ``L`` positions, ``F`` features.
 from __future__ import annotations
 
 from dataclasses import dataclass
-
 from typing import Any
 
 import numpy as np

@@ -15,6 +15,7 @@ from creditflow.experience.reporting import (
     plot_metrics_by_band,
     plot_sweep,
     summarise_rankers_by_band,
+    trained_on,
 )
 from creditflow.experience.reranker_data import (
     RERANKER_INPUTS,
@@ -135,14 +136,19 @@ def simulate_reranker_ab(
 
 
 def summarise_reranker_ab(
-    reranker_ab_sessions: pd.DataFrame, params: dict[str, Any]
+    reranker_ab_sessions: pd.DataFrame, params: dict[str, Any], grpo_params: dict[str, Any]
 ) -> tuple[pd.DataFrame, Figure]:
-    """The A/B table (ranker x band, paired changes vs the logged order) and its bar plot."""
+    """The A/B table (ranker x band, paired changes vs the logged order, and per ranker one
+    sentence, ``trained_on``, on the reward it learned from and what it could see) and its
+    bar plot."""
     if reranker_ab_sessions.empty:
         return _note_table(), _note_figure(NO_TRUTH)
     k = params["ab"]["k"]
     table = summarise_ab(reranker_ab_sessions, k=k)
-    logger.info("simulated online A/B on held-out sessions:\n%s", table.to_string(index=False))
+    r_old = grpo_params["reward"]["r_old"]
+    table["trained_on"] = [trained_on(ranker, r_old) for ranker in table["ranker"]]
+    shown = table.drop(columns="trained_on")
+    logger.info("simulated online A/B on held-out sessions:\n%s", shown.to_string(index=False))
     return table, plot_metrics_by_band(table, ab_plot_columns(k))
 
 

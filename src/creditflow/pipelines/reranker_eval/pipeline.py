@@ -58,7 +58,7 @@ def create_pipeline(**kwargs) -> Pipeline:
             ),
             Node(
                 nodes.summarise_reranker_ab,
-                ["reranker_ab_sessions", "params:reranker_eval"],
+                ["reranker_ab_sessions", "params:reranker_eval", "params:reranker_grpo"],
                 ["reranker_ab", "reranker_ab_plot"],
                 name="summarise_reranker_ab",
             ),
