@@ -17,7 +17,8 @@ saved scores and the same logs:
 - ``shuffled_page_grpo``: page GRPO at the defaults from ``shuffled_yaug_pretrained``.
 
 Their greedy pages of the held-out sessions go to the simulated A/B (exact expectations), and
-each (ExpModel seed, GRPO seed) is one unit: per unit the CTR and long-view change against the
+each (ExpModel seed, GRPO seed) is one unit (with one unit only, ``<out>_sessions_*`` hold its
+table paired over the held-out sessions instead, ``summarise_sessions``): per unit the CTR and long-view change against the
 logged order (ratio of means - 1) and the true-quality nDCG@10 difference; a contrast is the
 difference of two rankers' values within a unit. The table gives the mean over units with a
 Student t interval over them (``creditflow.reporting.stats``), and a contrast whose interval
@@ -166,6 +167,41 @@ def summarise_units(units: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def session_differences(per_session: pd.DataFrame, a: str, b: str) -> pd.DataFrame:
+    """Per held-out session of one unit, ``a``'s value minus ``b``'s on ``METRICS``' scale:
+    clicks and long views over the logged order's mean, so the mean over sessions is exactly
+    the difference of the two rankers' changes vs the logged order; nDCG@10 as it is."""
+    frame = per_session.set_index(["ranker", "session_id"])
+    logged = frame.loc[LOGGED]
+    left, right = frame.loc[a], frame.loc[b].loc[frame.loc[a].index]
+    return pd.DataFrame(
+        {
+            "ctr_change": (left[CLICKS] - right[CLICKS]) / logged[CLICKS].mean(),
+            "long_view_change": (left[LONG_VIEWS] - right[LONG_VIEWS]) / logged[LONG_VIEWS].mean(),
+            "true_ndcg_diff": left[NDCG] - right[NDCG],
+        }
+    )
+
+
+def summarise_sessions(per_session: pd.DataFrame) -> pd.DataFrame:
+    """The table of ``summarise_units`` for one unit, its intervals paired over the held-out
+    sessions (one seed: they cover the evaluation's sampling of sessions, not the training
+    run's; ``creditflow.reporting.stats``): each ranker against the logged order, then the
+    contrasts."""
+    rows = []
+    for ranker in per_session["ranker"].drop_duplicates():
+        if ranker != LOGGED:
+            values = session_differences(per_session, ranker, LOGGED)
+            rows.append({"row": ranker, "kind": "ranker", **_intervals(values)})
+    for a, b, what in CONTRASTS:
+        if {a, b} <= set(per_session["ranker"]):
+            values = session_differences(per_session, a, b)
+            rows.append(
+                {"row": f"{a} - {b}", "kind": "contrast", "what": what, **_intervals(values)}
+            )
+    return pd.DataFrame(rows).assign(basis="sessions (1 seed)")
+
+
 def _intervals(values: pd.DataFrame) -> dict[str, Any]:
     out: dict[str, Any] = {"units": len(values)}
     for metric in METRICS:
@@ -190,7 +226,7 @@ def run_unit(  # noqa: PLR0913 - the chain's data, its parameters, the seeds and
     expmodel_seed: int,
     grpo_seed: int,
     pretrained: dict[tuple[int, str], Any],
-) -> pd.DataFrame:
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """One unit: every ranker's A/B values (``unit_values``) on the held-out sessions."""
     train, heldout = chain["query_logs_train"], chain["query_logs_heldout"]
     items = chain["catalogue_items"]
@@ -245,7 +281,10 @@ def run_unit(  # noqa: PLR0913 - the chain's data, its parameters, the seeds and
         )
         frames.append(ab_session_metrics(pages, heldout, users, k=K))
     per_session = pd.concat(frames).drop_duplicates(["ranker", "session_id"])
-    return unit_values(per_session).assign(expmodel_seed=expmodel_seed, grpo_seed=grpo_seed)
+    per_session = per_session.assign(expmodel_seed=expmodel_seed, grpo_seed=grpo_seed)
+    return unit_values(per_session).assign(expmodel_seed=expmodel_seed, grpo_seed=grpo_seed), (
+        per_session
+    )
 
 
 def _kind(name: str) -> str:
@@ -305,10 +344,17 @@ def main() -> None:
                 ).any()
             ):
                 continue
-            unit = run_unit(chain, params, expmodel_seed, grpo_seed, pretrained)
+            unit, per_session = run_unit(chain, params, expmodel_seed, grpo_seed, pretrained)
             done = pd.concat([done, unit], ignore_index=True)
             units_path.parent.mkdir(parents=True, exist_ok=True)
             done.to_csv(units_path, index=False)  # after every unit: a cut run keeps its units
+            sessions_path = Path(f"{args.out}_sessions_e{expmodel_seed}_g{grpo_seed}.csv")
+            per_session.to_csv(sessions_path, index=False)
+            session_table = summarise_sessions(per_session)
+            session_table.to_csv(f"{args.out}_sessions_e{expmodel_seed}_g{grpo_seed}_table.csv")
+            Path(f"{args.out}_sessions_e{expmodel_seed}_g{grpo_seed}.md").write_text(
+                markdown(session_table)
+            )
     table = summarise_units(pd.concat([done, *others], ignore_index=True))
     table.to_csv(f"{args.out}.csv", index=False)
     Path(f"{args.out}.md").write_text(markdown(table))

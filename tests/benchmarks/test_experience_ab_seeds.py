@@ -69,3 +69,30 @@ def test_contrasts_pair_unit_by_unit():
     assert contrast["ctr_change"] == pytest.approx(0.02)
     assert contrast["ctr_change_low"] == pytest.approx(0.02 - 4.3027 * 0.01 / 3**0.5, abs=1e-4)
     assert "not detectable (MDE" in contrast["ctr_change_text"]
+
+
+def test_one_unit_is_paired_over_sessions():
+    # Two sessions; logged clicks 1 and 3 (mean 2). a - b clicks: +0.2, +0.6 -> over the
+    # logged mean: +0.1, +0.3, mean 0.2 = a's CTR change (+0.3) - b's (+0.1).
+    per_session = pd.DataFrame(
+        {
+            "ranker": [
+                LOGGED,
+                LOGGED,
+                "page_grpo",
+                "page_grpo",
+                "page_grpo_oracle",
+                "page_grpo_oracle",
+            ],
+            "session_id": [0, 1] * 3,
+            CLICKS: [1.0, 3.0, 1.4, 3.8, 1.2, 3.2],
+            LONG_VIEWS: [1.0, 1.0, 1.0, 1.0, 1.0, 1.0],
+            seeds.NDCG: [0.5, 0.5, 0.6, 0.6, 0.7, 0.7],
+        }
+    )
+    table = seeds.summarise_sessions(per_session).set_index("row")
+    assert table.loc["page_grpo", "ctr_change"] == pytest.approx(0.3)
+    contrast = table.loc["page_grpo_oracle - page_grpo"]
+    assert contrast["ctr_change"] == pytest.approx(-0.2)
+    assert contrast["true_ndcg_diff"] == pytest.approx(0.1)
+    assert (table["basis"] == "sessions (1 seed)").all()
