@@ -190,7 +190,10 @@ def fit_position_based_click_model(  # noqa: PLR0913 - the logs and the two fit 
 
     position = np.broadcast_to(np.arange(L), (S, L))[shown_np]  # (I,)
     theta = _minimise(
-        _click_loss, L - 1 + F + 1, (standard[shown_np], position, clicks_np[shown_np], l2), max_iter
+        _click_loss,
+        L - 1 + F + 1,
+        (standard[shown_np], position, clicks_np[shown_np], l2),
+        max_iter,
     )
     clicked = clicks_np.astype(bool)
     if clicked.any():
