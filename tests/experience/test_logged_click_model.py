@@ -174,3 +174,17 @@ def test_validation_split_is_part_of_the_training_logs(sessions):
     assert set(fit["session_id"]).isdisjoint(validation["session_id"])
     assert set(fit["session_id"]) | set(validation["session_id"]) == set(sessions["session_id"])
     assert len(validation) == 60
+
+
+def test_fitted_r_old_hand_case():
+    # Attractiveness 0.2, 0.5, 0.4, long views 0.1, 0.6, 0.3, position weights 1, 1/4, 0:
+    # values a * (1 + l) 0.22, 0.8, 0.52, best page 1 2 0 worth 0.8 + 0.52 / 4 = 0.93.
+    # Page 0 2 1: clicks 0.2 + 0.1 = 0.3, long views 0.02 + 0.03 -> 0.35 / 0.93.
+    feedback = FittedClickFeedback(
+        torch.tensor([[0.2, 0.5, 0.4]]),
+        torch.tensor([[0.1, 0.6, 0.3]]),
+        torch.tensor([1.0, 0.25, 0.0]),
+    )
+    out = feedback(torch.tensor([[1, 2, 0], [0, 2, 1]]), torch.tensor([0, 0]), ["", ""])
+    torch.testing.assert_close(out["r_old"], torch.tensor([1.0, 0.35 / 0.93]))
+    torch.testing.assert_close(out["clicks"], torch.tensor([0.6, 0.3]))
