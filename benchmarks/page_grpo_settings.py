@@ -1,18 +1,23 @@
-"""Page-GRPO settings judged by the simulated online A/B: the script behind README's
-alpha / beta table ("The simulated online A/B").
+"""Page-GRPO settings chosen on the validation side of the training logs: the script behind the
+tuning table of benchmarks/README.md ("Where the experience-chain defaults come from").
 
-A chain run trains one page-GRPO setting; this trains any number of them from the chain's
-saved y_aug reranker (the newest ``reranker_yaug`` and its inputs, through the project's
-catalog) and shows each one's greedy pages, and its pages sampled at the training
-temperature, to the world's click model on the held-out sessions: CTR, long-view and
-true-quality nDCG@10 change against the logged order, paired, with standard errors.
+A chain run trains one page-GRPO setting; this trains any number of them from the chain's saved
+y_aug reranker and scores each where the final A/B cannot see it. The training sessions
+(``query_logs_train``) are split by ``reranker_grpo.validation`` into a fit part and a
+validation part (``experience.logged_click_model.validation_split``, the split the fitted click
+model uses): page GRPO trains on the fit part, with R_old from the click model fitted to the fit
+part's logs, and each setting's greedy pages and its pages sampled at the training temperature
+go to the simulated users on the validation sessions (CTR, long-view and true-quality nDCG@10
+change against the logged order, paired, with standard errors). The held-out A/B sessions
+(``query_logs_heldout``) are never loaded: ``TUNING_INPUTS`` is everything this reads, and a
+test runs it on a catalog whose held-out logs refuse to load.
 
     python benchmarks/page_grpo_settings.py \
-        --setting "reward.alpha=0.9,reward.beta=0.1" --setting "reward.alpha=0.5,reward.beta=0.5"
+        --setting "reward.alpha=0.9,reward.beta=0.1" --setting "reward.alpha=1.0,reward.beta=0.0"
 
 Each ``--setting`` is a comma-separated list of ``reranker_grpo`` overrides (dotted keys,
-values read as YAML: ``grpo.steps=400,grpo.beta=0.01,reward.feedback=sampled``); no checkpoint
-is written.
+values read as YAML: ``grpo.steps=400,grpo.beta=0.01,reward.r_old=oracle_expected``); no
+checkpoint is written.
 """
 
 from __future__ import annotations
@@ -22,7 +27,9 @@ import copy
 import logging
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import torch
@@ -30,16 +37,22 @@ import yaml
 from kedro.framework.session import KedroSession
 from kedro.framework.startup import bootstrap_project
 
+from creditflow.experience.logged_click_model import validation_split
 from creditflow.experience.reranker_data import LOGGED, serve_pages
 from creditflow.experience.simulated_ab import (
     ab_session_metrics,
     simulated_users,
     summarise_ab,
 )
-from creditflow.pipelines.reranker_grpo.nodes import train_reranker_page_grpo
+from creditflow.pipelines.reranker_grpo.nodes import (
+    fit_click_model_on_logs,
+    train_reranker_page_grpo,
+)
 from creditflow.tasks.reranking import ClickModel
 
 ROOT = Path(__file__).resolve().parents[1]
+# Every dataset the tuning reads: the training side and what the chain built from it.
+TUNING_INPUTS = ("query_logs_train", "catalogue_items", "item_experience_scores", "reranker_yaug")
 COLUMNS = [
     "ctr_change_vs_logged",
     "ctr_change_vs_logged_se",
@@ -69,6 +82,66 @@ def overridden(params: dict, setting: str) -> dict:
     return out
 
 
+def load_tuning_inputs(load: Any) -> dict[str, Any]:
+    """``TUNING_INPUTS`` through ``load`` (a catalog's ``load``), nothing else."""
+    return {name: load(name) for name in TUNING_INPUTS}
+
+
+def tune(
+    inputs: Mapping[str, Any],
+    params: Mapping[str, Any],
+    settings: Sequence[str],
+    samples: int = 4,
+) -> pd.DataFrame:
+    """Each setting's page GRPO trained on the fit part and scored on the validation part of
+    ``inputs["query_logs_train"]``: the A/B rows (``all`` and ``tail`` bands) of its greedy
+    and sampled pages against the logged order, with ``setting``, ``seconds`` and the training
+    reward's first / last five steps (``reward_first`` / ``reward_last``)."""
+    grpo_defaults = params["reranker_grpo"]
+    fit_part, validation = validation_split(inputs["query_logs_train"], grpo_defaults["validation"])
+    items, scores = inputs["catalogue_items"], inputs["item_experience_scores"]
+    world = ClickModel.from_params(params["annotation"]["click_model"])
+    users = simulated_users(validation, items, world)
+    rows = []
+    for setting in settings or [""]:
+        grpo = overridden(grpo_defaults, setting)
+        t0 = time.perf_counter()
+        # The click model of R_old, fitted to the fit part's own logs (its validation part is
+        # then a part of the fit part, never a tuning session).
+        click_model, _ = fit_click_model_on_logs(fit_part, items, grpo)
+        model, metrics, _ = train_reranker_page_grpo(
+            inputs["reranker_yaug"],
+            fit_part,
+            items,
+            scores,
+            click_model,
+            None,
+            grpo,
+            params["reranker_pretrain"],
+            params["annotation"],
+        )
+        pages = serve_pages(
+            validation,
+            items,
+            scores,
+            {"greedy": model},
+            {"greedy": "yaug"},
+            params["reranker_pretrain"],
+            sampled={"sampled": "greedy"},
+            temperature=grpo["grpo"]["temperature"],
+            samples=samples,
+        )
+        table = summarise_ab(ab_session_metrics(pages, validation, users, k=10), k=10)
+        table = table[(table["ranker"] != LOGGED) & table["band"].isin(["all", "tail"])]
+        reward = metrics["reward/page"]
+        table.insert(0, "setting", setting or "(defaults)")
+        table["seconds"] = time.perf_counter() - t0
+        table["reward_first"] = reward.head(5).mean()
+        table["reward_last"] = reward.tail(5).mean()
+        rows.append(table)
+    return pd.concat(rows, ignore_index=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--setting", action="append", default=[], help="reranker_grpo overrides")
@@ -79,51 +152,13 @@ def main() -> None:
     bootstrap_project(ROOT)
     with KedroSession.create(project_path=ROOT) as session:
         context = session.load_context()
-        load, params = context.catalog.load, context.params
-        train, heldout = load("query_logs_train"), load("query_logs_heldout")
-        items, scores = load("catalogue_items"), load("item_experience_scores")
-        start = load("reranker_yaug")
-    users = simulated_users(
-        heldout, items, ClickModel.from_params(params["annotation"]["click_model"])
-    )
-    rows = []
-    for setting in args.setting or [""]:
-        grpo = overridden(params["reranker_grpo"], setting)
-        t0 = time.perf_counter()
-        model, metrics, _ = train_reranker_page_grpo(
-            start,
-            train,
-            items,
-            scores,
-            None,
-            grpo,
-            params["reranker_pretrain"],
-            params["annotation"],
-        )
-        pages = serve_pages(
-            heldout,
-            items,
-            scores,
-            {"greedy": model},
-            {"greedy": "yaug"},
-            params["reranker_pretrain"],
-            sampled={"sampled": "greedy"},
-            temperature=grpo["grpo"]["temperature"],
-            samples=args.samples,
-        )
-        table = summarise_ab(ab_session_metrics(pages, heldout, users, k=10), k=10)
-        table = table[(table["ranker"] != LOGGED) & table["band"].isin(["all", "tail"])]
-        table.insert(0, "setting", setting or "(defaults)")
-        reward = metrics["reward/page"]
-        sys.stdout.write(
-            f"{setting or '(defaults)'}: {time.perf_counter() - t0:.0f} s, training reward "
-            f"{reward.head(5).mean():.3f} -> {reward.tail(5).mean():.3f}\n"
-            f"{table[['ranker', 'band', *COLUMNS]].round(4).to_string(index=False)}\n"
-        )
-        sys.stdout.flush()
-        rows.append(table)
+        inputs = load_tuning_inputs(context.catalog.load)
+        params = context.params
+    table = tune(inputs, params, args.setting, samples=args.samples)
+    shown = ["setting", "ranker", "band", *COLUMNS, "seconds", "reward_first", "reward_last"]
+    sys.stdout.write(table[shown].round(4).to_string(index=False) + "\n")
     if args.out:
-        pd.concat(rows).to_csv(args.out, index=False)
+        table.to_csv(args.out, index=False)
 
 
 if __name__ == "__main__":

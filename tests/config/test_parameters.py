@@ -165,7 +165,8 @@ PROBES = [
     ("reranker_eval.ab.method", "mc", r"reranker_eval.ab.method: unknown A/B method 'mc'"),
     ("reranker_eval.ab.sweep.quality_weights", [], r"reranker_eval.ab.sweep.quality_weights"),
     ("reranker_grpo.reward.r_old", "clicks", r"unknown r_old source 'clicks'"),
-    ("reranker_grpo.reward.feedback", "online", r"unknown feedback mode 'online'"),
+    ("reranker_grpo.reward.online_user_budget", "many", r"online_user_budget: input should be"),
+    ("reranker_grpo.validation.fraction", 1.0, r"validation.fraction: input should be less"),
     ("reranker_grpo.reward.gain_mode", "linear", r"unknown gain mode 'linear'"),
     (
         "reranker_pretrain.rerankers.extra",

@@ -321,10 +321,10 @@ def test_page_reward_of_reads_the_reward_block(sessions, catalogue, exp_scores):
         "beta": 0.5,
         "k": 5,
         "gain_mode": "minmax",
-        "r_old": "simulated",
-        "feedback": "expected",
+        "r_old": "oracle_expected",
         "long_view_weight": 1.0,
         "feedback_seed": 0,
+        "online_user_budget": None,
     }
     reward = page_reward_of(block, sessions, catalogue, exp_scores, ClickModel())
     assert isinstance(reward.business, SimulatedFeedback) and reward.gain_mode == "minmax"

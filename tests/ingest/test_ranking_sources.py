@@ -213,7 +213,7 @@ def test_without_true_quality_the_truth_columns_are_left_out(files, caplog):
     assert evaluate_rankings(rankings, sessions, None, k=2)["true_ndcg"].isna().all()
     with caplog.at_level(logging.INFO, logger="creditflow"):
         assert eval_nodes.simulate_reranker_ab(None, sessions, items, {}, {}).empty
-    table, _ = eval_nodes.summarise_reranker_ab(pd.DataFrame(), {})
+    table, _ = eval_nodes.summarise_reranker_ab(pd.DataFrame(), {}, {})
     sweep, _ = eval_nodes.sweep_click_quality_weight(None, sessions, items, {}, {})
     assert table["note"].tolist() == sweep["note"].tolist() == [eval_nodes.NO_TRUTH]
     assert "simulated A/B is left out" in caplog.text

@@ -1,7 +1,17 @@
 """Page-level GRPO (docs/methods/experience.md, step 5): the engine's ``grpo`` advantage on the page reward
 ``alpha * R_old + beta * nDCG@k(y, y^s)``, with pages sampled by the ``RerankerPolicy``.
-``R_old`` is the business objective: the simulated users' clicks and long views on the sampled
-page (``SimulatedFeedback``) or the logged-click nDCG (``LoggedClicks``).
+``R_old`` is the business objective, clicks + long views of the sampled page. Where it comes
+from is ``reranker_grpo.reward.r_old`` (``R_OLD_SOURCES``):
+
+- ``fitted_click_model`` (the default): the expected clicks + long views of the page under a
+  click model fitted to the training logs (``experience.logged_click_model``), reading only
+  what a production system has: positions, popularity, category match and title signals.
+- ``oracle_expected``: the exact expectation under the simulator's own ``ClickModel``, which
+  reads the hidden quality, click-bait and relevance: the reward then knows the answer the
+  A/B scores, noise-free. A ceiling, never a method's result.
+- ``online_sampled``: one simulated user (the same ``ClickModel``) per sampled page, like
+  learning from live traffic, within a counted budget of users (``online_user_budget``).
+- ``logged_clicks``: nDCG of the clicks logged under the old order (counterfactual).
 
 Nothing in the loop is specific to pages: the method is this reward and the config it runs
 under (one ``"page"`` reward, one pointer step per candidate). ``page_grpo.run_page_grpo``
@@ -21,6 +31,7 @@ import pandas as pd
 import torch
 
 from creditflow.algorithms import GAIN_MODES, ndcg_at_k, rank_gains
+from creditflow.algorithms.click_model import PositionBasedClickModel
 from creditflow.algorithms.feedback import (
     best_page_value,
     expected_page_feedback,
@@ -28,6 +39,7 @@ from creditflow.algorithms.feedback import (
 )
 from creditflow.config.grpo import GRPOConfig
 from creditflow.errors import ConfigError
+from creditflow.experience.logged_click_model import fitted_response, observable
 from creditflow.experience.reranker_policy import parse_rankings
 from creditflow.experience.reranker_training import logged_sessions
 from creditflow.tasks.reranking import ClickModel, candidate_response
@@ -40,6 +52,15 @@ DERIVED_GRPO_KEYS = ("rewards", "max_new_tokens")
 
 
 FEEDBACK_MODES = ("expected", "sampled")
+FITTED, ORACLE_EXPECTED, ONLINE_SAMPLED, LOGGED_CLICKS = (
+    "fitted_click_model",
+    "oracle_expected",
+    "online_sampled",
+    "logged_clicks",
+)
+R_OLD_SOURCES = (FITTED, ORACLE_EXPECTED, ONLINE_SAMPLED, LOGGED_CLICKS)
+# Sources that show pages to the simulator's users (its ClickModel reads the hidden truth).
+SIMULATED_SOURCES = {ORACLE_EXPECTED: "expected", ONLINE_SAMPLED: "sampled"}
 
 
 class LoggedClicks:
@@ -71,9 +92,89 @@ class LoggedClicks:
         return {"r_old": ndcg_at_k(gains.gather(1, rankings), self.k, ideal_gains=gains)}
 
 
+def _page_value(
+    rankings: torch.Tensor,
+    click: torch.Tensor,
+    long_view: torch.Tensor,
+    position_weights: torch.Tensor,
+    long_view_weight: float,
+    best: torch.Tensor,
+) -> dict[str, torch.Tensor]:
+    """``{"r_old", "clicks", "long_views"}`` ``(B,)`` of pages ``rankings`` ``(B, L)`` in
+    expectation: ``(clicks + long_view_weight * long_views) / best``."""
+    clicks, long_views = expected_page_feedback(rankings, click, long_view, position_weights)
+    clicks, long_views = clicks.sum(-1), long_views.sum(-1)  # (B,)
+    value = (clicks + long_view_weight * long_views) / best
+    return {"r_old": value.float(), "clicks": clicks.float(), "long_views": long_views.float()}
+
+
+class FittedClickFeedback:
+    """``R_old`` = clicks + long views of the sampled page as a click model fitted to the
+    training logs expects them (``experience.logged_click_model``): what the logs can teach,
+    nothing the simulator hides.
+
+    ``R_old(y) = (clicks(y) + long_view_weight * long_views(y)) / best`` with
+    ``clicks(y) = sum_p w_p * a[y[p]]`` and ``long_views(y) = sum_p w_p * a[y[p]] * l[y[p]]``
+    under the fitted position weights ``w``, attractiveness ``a`` and long-view probability
+    ``l``; ``best`` is the same model's best page of the session, so ``R_old`` is in [0, 1].
+
+    Args:
+        attractiveness: ``(N, L)`` fitted ``P(click | shown at the top)`` per candidate.
+        long_view_probability: ``(N, L)`` fitted ``P(long view | click)`` per candidate.
+        position_weights: ``(L,)`` fitted exposure x examination, non-increasing.
+        long_view_weight: weight of a long view against a click (>= 0).
+    """
+
+    def __init__(
+        self,
+        attractiveness: torch.Tensor,
+        long_view_probability: torch.Tensor,
+        position_weights: torch.Tensor,
+        long_view_weight: float = 1.0,
+    ):
+        check_ndim_2("attractiveness", attractiveness)
+        if attractiveness.shape != long_view_probability.shape:
+            raise ValueError("attractiveness and long_view_probability must match, (N, L)")
+        if tuple(position_weights.shape) != (attractiveness.shape[1],):
+            raise ValueError(
+                f"position_weights must have shape (L,) = ({attractiveness.shape[1]},)"
+            )
+        if not (math.isfinite(long_view_weight) and long_view_weight >= 0):
+            raise ValueError(f"long_view_weight must be finite and >= 0, got {long_view_weight}")
+        self.click = attractiveness.double()
+        self.long_view = long_view_probability.double()
+        self.position_weights = position_weights.double()
+        self.long_view_weight = float(long_view_weight)
+        values = self.click * (1.0 + self.long_view_weight * self.long_view)  # (N, L)
+        self.best = best_page_value(values, self.position_weights).clamp(min=1e-12)  # (N,)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return tuple(self.click.shape)
+
+    def run_key(self) -> tuple[list[torch.Tensor], list[object]]:
+        tensors = [self.click, self.long_view, self.position_weights]
+        return tensors, [FITTED, self.long_view_weight]
+
+    def __call__(
+        self, rankings: torch.Tensor, rows: torch.Tensor, completions: list[str]
+    ) -> dict[str, torch.Tensor]:
+        return _page_value(
+            rankings,
+            self.click[rows],
+            self.long_view[rows],
+            self.position_weights,
+            self.long_view_weight,
+            self.best[rows],
+        )
+
+
 class SimulatedFeedback:
     """``R_old`` = the business objective of the paper, clicks + long views, as the simulated
-    users (the world's ``ClickModel``) give it to the sampled page itself.
+    users (the world's ``ClickModel``) give it to the sampled page itself: the
+    ``oracle_expected`` and ``online_sampled`` sources. The ``ClickModel`` reads the hidden
+    quality, click-bait and relevance, so with ``mode="expected"`` the reward is the A/B's own
+    scoring function, noise-free.
 
     ``R_old(y) = (clicks(y) + long_view_weight * long_views(y)) / best``, where ``best`` is the
     expected value of the best page of that session (candidates by
@@ -91,6 +192,8 @@ class SimulatedFeedback:
         long_view_weight: weight of a long view against a click (>= 0).
         mode: ``"expected"`` or ``"sampled"``.
         seed: seed of the sampled users.
+        user_budget: ``"sampled"`` only: the most simulated users the run may show pages to
+            (one per sampled page); None for no limit. ``users`` counts them.
     """
 
     def __init__(  # noqa: PLR0913 - the world, the objective and how feedback is drawn
@@ -101,6 +204,7 @@ class SimulatedFeedback:
         long_view_weight: float = 1.0,
         mode: str = "expected",
         seed: int = 0,
+        user_budget: int | None = None,
     ):
         check_ndim_2("click_probability", click_probability)
         if click_probability.shape != long_view_probability.shape:
@@ -114,6 +218,7 @@ class SimulatedFeedback:
         self.long_view = long_view_probability.double()
         self.click_model, self.mode, self.seed = click_model, mode, int(seed)
         self.long_view_weight = float(long_view_weight)
+        self.user_budget, self.users = user_budget, 0
         self.position_weights = torch.from_numpy(click_model.position_weights(L))  # (L,)
         self.examination = torch.from_numpy(click_model.examination(L))  # (L,)
         values = self.click * (1.0 + self.long_view_weight * self.long_view)  # (N, L)
@@ -141,13 +246,23 @@ class SimulatedFeedback:
     ) -> dict[str, torch.Tensor]:
         click, long_view = self.click[rows], self.long_view[rows]  # (B, L)
         if self.mode == "expected":
-            clicks, long_views = expected_page_feedback(
-                rankings, click, long_view, self.position_weights
+            return _page_value(
+                rankings,
+                click,
+                long_view,
+                self.position_weights,
+                self.long_view_weight,
+                self.best[rows],
             )
-        else:
-            clicks, long_views = sample_page_feedback(
-                rankings, click, long_view, self.examination, *self._users(rows, completions)
+        self.users += len(rows)
+        if self.user_budget is not None and self.users > self.user_budget:
+            raise RuntimeError(
+                f"online_sampled has shown pages to {self.users} simulated users, over "
+                f"reranker_grpo.reward.online_user_budget = {self.user_budget}"
             )
+        clicks, long_views = sample_page_feedback(
+            rankings, click, long_view, self.examination, *self._users(rows, completions)
+        )
         clicks, long_views = clicks.sum(-1), long_views.sum(-1)  # (B,)
         value = (clicks + self.long_view_weight * long_views) / self.best[rows]
         return {"r_old": value.float(), "clicks": clicks.float(), "long_views": long_views.float()}
@@ -167,8 +282,9 @@ class PageReward:
     must have all ``L`` candidates real: padding slots would take a share of the ``y^s`` gains.
 
     Args:
-        business: ``R_old``: ``SimulatedFeedback`` (the simulated users' clicks and long views
-            on the sampled page) or ``LoggedClicks`` (click nDCG@k of the logged session).
+        business: ``R_old``: ``FittedClickFeedback`` (a click model fitted to the logs),
+            ``SimulatedFeedback`` (the simulated users' clicks and long views on the sampled
+            page) or ``LoggedClicks`` (click nDCG@k of the logged session).
         exp_scores: ``(N, L)`` experience scores ``s_exp``; their gains define ``y^s``.
         alpha: weight of ``R_old``.
         beta: weight of the experience alignment.
@@ -182,7 +298,7 @@ class PageReward:
 
     def __init__(  # noqa: PLR0913 - the reward's own knobs
         self,
-        business: LoggedClicks | SimulatedFeedback,
+        business: FittedClickFeedback | LoggedClicks | SimulatedFeedback,
         exp_scores: torch.Tensor,
         alpha: float,
         beta: float,
@@ -228,30 +344,42 @@ class PageReward:
         return out
 
 
-R_OLD_SOURCES = ("simulated", "logged_clicks")
-
-
-def page_reward_of(
+def page_reward_of(  # noqa: PLR0913 - the reward's block, its data and its two worlds
     reward_params: Mapping[str, Any],
     sessions: pd.DataFrame,
     catalogue: pd.DataFrame,
     exp_scores: torch.Tensor,
     click_model: ClickModel,
+    fitted_click_model: PositionBasedClickModel | None = None,
 ) -> PageReward:
-    """The ``PageReward`` of a ``reranker_grpo.reward`` block on the training ``sessions``:
-    ``r_old`` names the business objective (``simulated``: ``SimulatedFeedback`` of
-    ``click_model``, with ``feedback``, ``long_view_weight`` and ``feedback_seed``;
-    ``logged_clicks``: ``LoggedClicks`` at ``k``)."""
+    """The ``PageReward`` of a ``reranker_grpo.reward`` block on the training ``sessions``.
+    ``r_old`` names the business objective (module docstring): ``fitted_click_model``
+    (``FittedClickFeedback`` of ``fitted_click_model`` on the observable columns only),
+    ``oracle_expected`` / ``online_sampled`` (``SimulatedFeedback`` of ``click_model``, with
+    ``feedback_seed`` and ``online_user_budget``), ``logged_clicks`` (``LoggedClicks`` at
+    ``k``); ``long_view_weight`` weighs long views in the first three."""
     source = reward_params["r_old"]
     if source not in R_OLD_SOURCES:
         raise ValueError(f"unknown r_old {source!r}; valid: {', '.join(R_OLD_SOURCES)}")
-    if source == "simulated":
+    if source == FITTED:
+        if fitted_click_model is None:
+            raise ValueError("r_old: fitted_click_model needs the fitted click model")
+        # The hidden columns are dropped before anything is read: this reward cannot see them.
+        seen_sessions, seen_catalogue = observable(sessions, catalogue)
+        attractiveness, long_view, weights = fitted_response(
+            fitted_click_model, seen_sessions, seen_catalogue
+        )
+        business = FittedClickFeedback(
+            attractiveness, long_view, weights, long_view_weight=reward_params["long_view_weight"]
+        )
+    elif source in SIMULATED_SOURCES:
         if not {"relevance", "true_quality"} <= set(sessions.columns):
             raise ValueError(
-                "reranker_grpo.reward.r_old: simulated needs simulated users, who read the hidden "
-                "relevance and true_quality of the synthetic world (or of a catalogue of your own "
-                "with true_quality); these logs have none: set reranker_grpo.reward.r_old: "
-                "logged_clicks (docs/howto/own_data.md)"
+                f"reranker_grpo.reward.r_old: {source} needs simulated users, who read the "
+                "hidden relevance and true_quality of the synthetic world (or of a catalogue of "
+                "your own with true_quality); these logs have none: set "
+                "reranker_grpo.reward.r_old: fitted_click_model or logged_clicks "
+                "(docs/howto/own_data.md)"
             )
         click, long_view = candidate_response(sessions, catalogue, click_model)
         business = SimulatedFeedback(
@@ -259,8 +387,9 @@ def page_reward_of(
             torch.from_numpy(long_view),
             click_model,
             long_view_weight=reward_params["long_view_weight"],
-            mode=reward_params["feedback"],
+            mode=SIMULATED_SOURCES[source],
             seed=reward_params["feedback_seed"],
+            user_budget=reward_params["online_user_budget"],
         )
     else:
         business = LoggedClicks(logged_sessions(sessions).clicks, k=reward_params["k"])
@@ -272,6 +401,27 @@ def page_reward_of(
         k=reward_params["k"],
         gain_mode=reward_params["gain_mode"],
     )
+
+
+def check_user_budget(reward_params: Mapping[str, Any], config: GRPOConfig) -> int:
+    """The simulated users a page-GRPO run shows pages to (``online_sampled``: one per sampled
+    page, ``steps * prompts_per_step * group_size``; 0 otherwise).
+
+    Raises:
+        ConfigError: more than ``reranker_grpo.reward.online_user_budget``, before training.
+    """
+    if reward_params["r_old"] != ONLINE_SAMPLED:
+        return 0
+    users = config.steps * config.prompts_per_step * config.group_size
+    budget = reward_params["online_user_budget"]
+    if budget is not None and users > budget:
+        raise ConfigError(
+            f"reranker_grpo.reward.r_old: online_sampled would show {users} pages to simulated "
+            f"users (grpo.steps x prompts_per_step x group_size), over "
+            f"reranker_grpo.reward.online_user_budget = {budget}: raise the budget or lower "
+            "grpo.steps"
+        )
+    return users
 
 
 def page_grpo_config(grpo_params: Mapping[str, Any], n_candidates: int) -> GRPOConfig:

@@ -369,3 +369,55 @@ def teacher_agreement(
             }
         )
     return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------- what each ranker learned from
+# What page GRPO's R_old is, per reranker_grpo.reward.r_old (experience.page_reward).
+R_OLD_SEES = {
+    "fitted_click_model": (
+        "the clicks + long views a click model fitted to the training logs expects (it sees "
+        "positions, popularity, category match and title signals, no hidden truth)"
+    ),
+    "oracle_expected": (
+        "the simulator's exact expected clicks + long views, which read the hidden quality, "
+        "click-bait and relevance (the A/B's own scoring function)"
+    ),
+    "online_sampled": (
+        "one simulated user's clicks + long views per sampled page (the simulator, which "
+        "reads the hidden truth, sampled once per page)"
+    ),
+    "logged_clicks": "the nDCG of the clicks logged under the old order",
+}
+_FEATURES = "popularity, category match, title signals and logged position"
+_TRAINED_ON = {
+    "logged": "Not trained here: the production order by popularity, click-bait and noise, "
+    "blind to quality.",
+    "click_pretrained": f"Imitates the logs' click-first order; sees {_FEATURES}, not s_exp.",
+    "click_exp_pretrained": f"Imitates the logs' click-first order; sees {_FEATURES} and s_exp.",
+    "yaug_no_exp_pretrained": "Imitates y_aug (clicks first, each part by s_exp); sees "
+    f"{_FEATURES}, not s_exp.",
+    "yaug_pretrained": f"Imitates y_aug (clicks first, each part by s_exp); sees {_FEATURES} "
+    "and s_exp.",
+    "oracle_clicks": "Not trained: sorts by the true P(click | examined), reading the hidden "
+    "truth (a reference, not a ranker).",
+    "oracle_quality": "Not trained: sorts by the hidden true quality (a reference, not a ranker).",
+}
+SAMPLED_SUFFIX = "_sampled"
+
+
+def trained_on(ranker: str, r_old: str) -> str:
+    """One sentence: which reward or target ``ranker`` (a name of the A/B table) was trained
+    on and what information it could see; page GRPO's depends on ``r_old``.
+
+    >>> trained_on("click_pretrained", "fitted_click_model")[:34]
+    "Imitates the logs' click-first ord"
+    """
+    if ranker.endswith(SAMPLED_SUFFIX):
+        source = ranker.removesuffix(SAMPLED_SUFFIX)
+        return f"{trained_on(source, r_old)[:-1]}; pages sampled at the GRPO temperature."
+    if "page_grpo" in ranker:
+        return (
+            "y_aug reranker, then page GRPO on alpha * R_old + beta * nDCG@k(y, y^s) with R_old "
+            f"{R_OLD_SEES[r_old]}; sees {_FEATURES} and s_exp."
+        )
+    return _TRAINED_ON.get(ranker, "Not one of the chain's rankers.")

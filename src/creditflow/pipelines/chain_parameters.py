@@ -30,7 +30,7 @@ from creditflow.experience.expmodel_data import (
     preference_pairs,
 )
 from creditflow.experience.expmodel_pft import PFTOptions
-from creditflow.experience.page_reward import FEEDBACK_MODES, R_OLD_SOURCES, page_grpo_config
+from creditflow.experience.page_reward import R_OLD_SOURCES, page_grpo_config
 from creditflow.experience.reranker_training import FEATURE_NAMES, PRETRAIN_TRAINING
 from creditflow.experience.simulated_ab import AB_METHODS
 from creditflow.experience.text_expmodel import catalogue_pairs
@@ -211,13 +211,25 @@ class PageRewardWeights(Block):
     k: Count
     gain_mode: one_of(GAIN_MODES, "gain mode")
     r_old: one_of(R_OLD_SOURCES, "r_old source")
-    feedback: one_of(FEEDBACK_MODES, "feedback mode")
     long_view_weight: Annotated[float, Field(ge=0.0)]
     feedback_seed: int
+    online_user_budget: Count | None
+
+
+class ValidationSplit(Block):
+    fraction: OpenFraction
+    seed: int
+
+
+class LoggedClickModelFit(Block):
+    l2: Annotated[float, Field(ge=0.0)]
+    max_iter: Count
 
 
 class RerankerGRPOParams(Block):
     reward: PageRewardWeights
+    validation: ValidationSplit
+    click_model: LoggedClickModelFit
     grpo: dataclass_block(GRPOConfig, check=_check_page_grpo, name="PageGRPO")
 
 

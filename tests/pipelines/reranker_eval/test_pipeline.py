@@ -153,7 +153,12 @@ def test_ab_table_applies_the_world_click_model_to_every_page(evaluated):
     assert overall.loc[LOGGED, "ctr_change_vs_logged"] == 0
     assert (overall["ctr"] <= overall.loc["oracle_clicks", "ctr"] + 1e-9).all()
     assert overall.loc["oracle_quality", ndcg] == pytest.approx(1.0)
+    # One sentence per ranker: the reward it learned from and what it could see.
+    assert "fitted to the training logs" in overall.loc["yaug_page_grpo", "trained_on"]
+    assert "hidden" in overall.loc["oracle_clicks", "trained_on"]
     assert isinstance(catalog.load("reranker_ab_plot"), Figure)
+    recovery = catalog.load("logged_click_model_recovery")
+    assert recovery["examination_fitted"].iloc[0] == recovery["examination_true"].iloc[0] == 1.0
 
     sweep = catalog.load("reranker_ab_sweep")
     assert sweep["quality"].drop_duplicates().tolist() == ab["sweep"]["quality_weights"]

@@ -34,7 +34,7 @@ def test_page_grpo_trains_from_the_yaug_reranker_and_resumes(tmp_path, capfd):
     metrics = catalog.load("reranker_grpo_metrics")
     assert metrics["step"].tolist() == [1, 2]
     # Every step's page reward is the alpha / beta mix of its parts, averaged; R_old is the
-    # simulated users' clicks + long views over the best page's (in [0, 1] in expectation).
+    # clicks + long views the click model fitted to the logs expects, over the best page's.
     reward = params["reranker_grpo"]["reward"]
     mix = reward["alpha"] * metrics["reward/r_old"] + reward["beta"] * metrics["reward/exp_ndcg"]
     torch.testing.assert_close(
@@ -52,11 +52,14 @@ def test_page_grpo_trains_from_the_yaug_reranker_and_resumes(tmp_path, capfd):
     L = len(catalog.load("query_logs_train")["candidates"].iloc[0])
     assert len(parse_rankings(list(samples["completion"]), L)) == len(samples) > 0
     assert isinstance(catalog.load("reranker_grpo_reward_curves"), Figure)
+    fit = catalog.load("logged_click_model_fit")
+    assert fit["split"].tolist() == ["fit", "validation"] and (fit["click_loglik"] < 0).all()
 
     # Same inputs again: the node finds the finished checkpoint and does not retrain.
     assert [p.name for p in sorted(tmp_path.glob("*/step-*"))] == ["step-000001", "step-000002"]
     again = _catalog(pipeline, params, tmp_path)
-    SequentialRunner().run(pipeline.only_nodes("train_reranker_page_grpo"), again)
+    rerun = pipeline.only_nodes("fit_click_model_on_logs", "train_reranker_page_grpo")
+    SequentialRunner().run(rerun, again)
     assert again.load("reranker_grpo_metrics").equals(metrics)
     resumed = again.load("reranker_page_grpo").state_dict()
     assert all(torch.equal(resumed[k], v) for k, v in trained.items())

@@ -9,11 +9,13 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from creditflow.experience.expmodel_pft import HELDOUT_ACCURACY
+from creditflow.experience.logged_click_model import click_model_from_table, recovery_table
 from creditflow.experience.reporting import (
     evaluate_experience_scores,
     plot_metrics_by_band,
     plot_sweep,
     summarise_rankers_by_band,
+    trained_on,
 )
 from creditflow.experience.reranker_data import (
     RERANKER_INPUTS,
@@ -134,14 +136,19 @@ def simulate_reranker_ab(
 
 
 def summarise_reranker_ab(
-    reranker_ab_sessions: pd.DataFrame, params: dict[str, Any]
+    reranker_ab_sessions: pd.DataFrame, params: dict[str, Any], grpo_params: dict[str, Any]
 ) -> tuple[pd.DataFrame, Figure]:
-    """The A/B table (ranker x band, paired changes vs the logged order) and its bar plot."""
+    """The A/B table (ranker x band, paired changes vs the logged order, and per ranker one
+    sentence, ``trained_on``, on the reward it learned from and what it could see) and its
+    bar plot."""
     if reranker_ab_sessions.empty:
         return _note_table(), _note_figure(NO_TRUTH)
     k = params["ab"]["k"]
     table = summarise_ab(reranker_ab_sessions, k=k)
-    logger.info("simulated online A/B on held-out sessions:\n%s", table.to_string(index=False))
+    r_old = grpo_params["reward"]["r_old"]
+    table["trained_on"] = [trained_on(ranker, r_old) for ranker in table["ranker"]]
+    shown = table.drop(columns="trained_on")
+    logger.info("simulated online A/B on held-out sessions:\n%s", shown.to_string(index=False))
     return table, plot_metrics_by_band(table, ab_plot_columns(k))
 
 
@@ -213,6 +220,17 @@ def evaluate_experience_model(  # noqa: PLR0913 - the scores and every truth the
     heldout = expmodel_pft_metrics[HELDOUT_ACCURACY].dropna()
     table["pft_heldout_pair_accuracy"] = float(heldout.iloc[-1]) if len(heldout) else float("nan")
     logger.info("experience model:\n%s", table.to_string(index=False))
+    return table
+
+
+def evaluate_click_model_recovery(
+    logged_click_model: pd.DataFrame, annotation_params: dict[str, Any]
+) -> pd.DataFrame:
+    """Per position, the position bias the click model learned from the logs beside the
+    simulator's (``annotation.click_model``): the one place the two meet, after the fit."""
+    world = ClickModel.from_params(annotation_params["click_model"])
+    table = recovery_table(click_model_from_table(logged_click_model), world)
+    logger.info("click model recovery:\n%s", table.round(3).to_string(index=False))
     return table
 
 

@@ -58,7 +58,7 @@ def create_pipeline(**kwargs) -> Pipeline:
             ),
             Node(
                 nodes.summarise_reranker_ab,
-                ["reranker_ab_sessions", "params:reranker_eval"],
+                ["reranker_ab_sessions", "params:reranker_eval", "params:reranker_grpo"],
                 ["reranker_ab", "reranker_ab_plot"],
                 name="summarise_reranker_ab",
             ),
@@ -67,6 +67,12 @@ def create_pipeline(**kwargs) -> Pipeline:
                 [PAGES, HELDOUT, "catalogue_items", "params:annotation", "params:reranker_eval"],
                 ["reranker_ab_sweep", "reranker_ab_sweep_plot"],
                 name="sweep_click_quality_weight",
+            ),
+            Node(
+                nodes.evaluate_click_model_recovery,
+                ["logged_click_model", "params:annotation"],
+                "logged_click_model_recovery",
+                name="evaluate_click_model_recovery",
             ),
             Node(
                 nodes.evaluate_experience_model,

@@ -8,8 +8,13 @@ from typing import Any
 import pandas as pd
 from matplotlib.figure import Figure
 
+from creditflow.experience.logged_click_model import (
+    click_model_from_table,
+    click_model_table,
+    fit_logged_click_model,
+)
 from creditflow.experience.page_grpo import run_page_grpo
-from creditflow.experience.page_reward import page_grpo_config, page_reward_of
+from creditflow.experience.page_reward import check_user_budget, page_grpo_config, page_reward_of
 from creditflow.experience.reranker_data import inputs_for, session_exp_scores
 from creditflow.models.reranker import PointerReranker
 from creditflow.reporting.tables import metrics_frame, plot_reward_curves
@@ -21,11 +26,23 @@ logger = logging.getLogger(__name__)
 REWARD_COLUMNS = ("reward/page", "reward/r_old", "reward/exp_ndcg", "actor/kl", "actor/entropy")
 
 
-def train_reranker_page_grpo(  # noqa: PLR0913 - the model, its data, the world and three groups
+def fit_click_model_on_logs(
+    query_logs_train: pd.DataFrame, catalogue_items: pd.DataFrame, params: dict[str, Any]
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The click model of page GRPO's default R_old, fitted to the training logs' impressions,
+    clicks and long views (``reranker_grpo.validation`` / ``click_model``), as a table, and its
+    log-likelihoods on the fit and validation sessions."""
+    model, diagnostics = fit_logged_click_model(query_logs_train, catalogue_items, params)
+    logger.info("click model fitted to the logs:\n%s", diagnostics.to_string(index=False))
+    return click_model_table(model), diagnostics
+
+
+def train_reranker_page_grpo(  # noqa: PLR0913 - the model, its data, the worlds and three groups
     reranker_yaug: PointerReranker,
     query_logs_train: pd.DataFrame,
     catalogue_items: pd.DataFrame,
     item_experience_scores: pd.DataFrame,
+    logged_click_model: pd.DataFrame,
     checkpoints: CheckpointStore,
     params: dict[str, Any],
     pretrain_params: dict[str, Any],
@@ -33,20 +50,25 @@ def train_reranker_page_grpo(  # noqa: PLR0913 - the model, its data, the world 
 ) -> tuple[PointerReranker, pd.DataFrame, pd.DataFrame]:
     """docs/methods/experience.md, step 5: GRPO from the y_aug reranker with the page reward
     ``alpha * R_old + beta * nDCG@K(y, y^s)`` (R_old the business objective of the sampled page:
-    by default the simulated users' clicks + long views, ``annotation.click_model``; y^s the
+    by default its clicks + long views under the click model fitted to the logs; the
+    simulator's users, ``annotation.click_model``, only when ``r_old`` names them; y^s the
     candidates by s_exp) and a KL term to the pre-trained reranker."""
     features, mask = inputs_for(
         query_logs_train, catalogue_items, item_experience_scores, pretrain_params, "yaug"
     )  # (N, L, F), (N, L)
     config = page_grpo_config(params["grpo"], n_candidates=mask.shape[1])
+    users = check_user_budget(params["reward"], config)
     reward = page_reward_of(
         params["reward"],
         query_logs_train,
         catalogue_items,
         session_exp_scores(query_logs_train, item_experience_scores),
         ClickModel.from_params(annotation_params["click_model"]),
+        click_model_from_table(logged_click_model),
     )
     model, result = run_page_grpo(reranker_yaug, features, mask, reward, config, checkpoints)
+    if users:
+        logger.info("online_sampled: %d simulated users shown a page", reward.business.users)
     return model, metrics_frame(result.history), pd.DataFrame(result.samples)
 
 

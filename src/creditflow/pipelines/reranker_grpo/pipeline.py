@@ -1,4 +1,5 @@
-"""``reranker_grpo``: page-level GRPO from ``reranker_yaug`` -> ``reranker_page_grpo`` (docs/methods/experience.md, step 5)."""
+"""``reranker_grpo``: a click model fitted to the training logs (page GRPO's default R_old), then
+page-level GRPO from ``reranker_yaug`` -> ``reranker_page_grpo`` (docs/methods/experience.md, step 5)."""
 
 from kedro.pipeline import Node, Pipeline
 
@@ -9,12 +10,19 @@ def create_pipeline(**kwargs) -> Pipeline:
     return Pipeline(
         [
             Node(
+                nodes.fit_click_model_on_logs,
+                ["query_logs_train", "catalogue_items", "params:reranker_grpo"],
+                ["logged_click_model", "logged_click_model_fit"],
+                name="fit_click_model_on_logs",
+            ),
+            Node(
                 nodes.train_reranker_page_grpo,
                 [
                     "reranker_yaug",
                     "query_logs_train",
                     "catalogue_items",
                     "item_experience_scores",
+                    "logged_click_model",
                     "reranker_grpo_checkpoints",
                     "params:reranker_grpo",
                     "params:reranker_pretrain",

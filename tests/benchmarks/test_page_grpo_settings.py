@@ -1,0 +1,71 @@
+"""benchmarks/page_grpo_settings.py chooses page-GRPO settings on the validation side of the
+training logs: it trains on one part of query_logs_train, scores on the other, and never loads
+the held-out A/B sessions."""
+
+import doctest
+import importlib.util
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from kedro.io import AbstractDataset, DataCatalog, DatasetError, MemoryDataset
+
+from creditflow.experience.logged_click_model import validation_split
+from creditflow.experience.reranker_data import split_sessions
+from creditflow.experience.reranker_training import FEATURE_NAMES
+from creditflow.models.reranker import build_reranker
+from creditflow.tasks.reranking import generate_catalogue, generate_sessions
+from tests.pipelines._experience_chain import smallest_params
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "page_grpo_settings.py"
+spec = importlib.util.spec_from_file_location("bench_page_grpo_settings", SCRIPT)
+page_grpo_settings = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = page_grpo_settings
+spec.loader.exec_module(page_grpo_settings)
+
+
+class Untouchable(AbstractDataset):
+    """The held-out A/B sessions: loading them fails the test."""
+
+    def _load(self):
+        raise AssertionError("the tuning loaded the held-out A/B sessions")
+
+    def _save(self, data) -> None:
+        raise AssertionError("the tuning wrote the held-out A/B sessions")
+
+    def _describe(self) -> dict:
+        return {}
+
+
+def test_doctests():
+    assert doctest.testmod(page_grpo_settings).failed == 0
+
+
+def test_tuning_reads_no_heldout_session():
+    params = smallest_params()
+    catalogue = generate_catalogue(40, seed=0, image_size=32)
+    sessions = generate_sessions(catalogue, n_queries=6, n_sessions=80, list_length=6, seed=0)
+    train, heldout = split_sessions(sessions, 0.25, seed=0)
+    scores = pd.DataFrame({"item_id": catalogue["item_id"], "s_exp": catalogue.index / 40.0})
+    start = build_reranker(len(FEATURE_NAMES), params["reranker_pretrain"]["model"], seed=0)
+    catalog = DataCatalog(
+        {
+            "query_logs_train": MemoryDataset(train),
+            "query_logs_heldout": Untouchable(),
+            "catalogue_items": MemoryDataset(catalogue),
+            "item_experience_scores": MemoryDataset(scores),
+            "reranker_yaug": MemoryDataset(start, copy_mode="assign"),
+        }
+    )
+    inputs = page_grpo_settings.load_tuning_inputs(catalog.load)
+    table = page_grpo_settings.tune(inputs, params, ["grpo.steps=1"], samples=1)
+    # Scored on the validation part of the training logs, every one of its sessions.
+    _, validation = validation_split(train, params["reranker_grpo"]["validation"])
+    assert set(validation["session_id"]) <= set(train["session_id"])
+    assert set(validation["session_id"]).isdisjoint(heldout["session_id"])
+    assert (table.loc[table["band"] == "all", "sessions"] == len(validation)).all()
+    assert set(table["ranker"]) == {"greedy", "sampled"}
+    with pytest.raises(DatasetError) as refused:  # the guard itself works
+        catalog.load("query_logs_heldout")
+    assert "held-out" in str(refused.value.__cause__)
