@@ -26,7 +26,7 @@ from creditflow.experience.page_reward import (
 )
 from creditflow.experience.reranker_policy import format_ranking
 from creditflow.tasks.reranking import ClickModel, generate_catalogue, generate_sessions
-from creditflow.training.config import GRPOConfig
+from creditflow.config.grpo import GRPOConfig
 
 L = 8
 PARAMS = {"validation": {"fraction": 0.25, "seed": 0}, "click_model": {"l2": 1e-3, "max_iter": 100}}
