@@ -46,7 +46,6 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import yaml
 
 from creditflow.reporting.stats import interval_text, minimum_detectable_effect, t_interval
 
@@ -199,16 +198,6 @@ def _seeds_module():
     return module
 
 
-def set_strategies(project: Path, group: str, strategies: dict[str, Any]) -> None:
-    """The scratch project's ``<group>.strategies``: exactly ``strategies`` (the pipeline reads
-    the list from the files when it is built; ``--params`` cannot add one)."""
-    path = project / "conf/base" / f"parameters_{group}.yml"
-    params = yaml.safe_load(path.read_text(encoding="utf-8"))
-    params[group]["strategies"] = strategies
-    params[group]["comparison"]["baseline"] = next(iter(strategies))
-    path.write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=5, help="GRPO runs per strategy (>= 2)")
@@ -223,7 +212,9 @@ def main() -> None:
     seeds = _seeds_module()
     project = seeds.scratch_project(args.scratch, args.pipelines)
     for group in args.pipelines:
-        set_strategies(project, group, STRATEGIES[group])
+        seeds.set_strategies(
+            project, group, STRATEGIES[group], baseline=next(iter(STRATEGIES[group]))
+        )
     # The pipelines read their strategy lists from the project at or above the working
     # directory (pipelines.comparison.project_root) when they are built: the scratch one.
     os.chdir(project)

@@ -146,6 +146,20 @@ def scratch_project(directory: Path, groups: Sequence[str]) -> Path:
     return directory
 
 
+def set_strategies(
+    project: Path, group: str, strategies: dict[str, Any], baseline: str | None = None
+) -> None:
+    """The scratch ``project``'s ``<group>.strategies``: exactly ``strategies`` (the pipeline
+    reads the list from the files when it is built; ``--params`` cannot add one), and its
+    comparison baseline when ``baseline`` is given."""
+    path = project / f"conf/base/parameters_{group}.yml"
+    parameters = yaml.safe_load(path.read_text(encoding="utf-8"))
+    parameters[group]["strategies"] = strategies
+    if baseline is not None:
+        parameters[group].setdefault("comparison", {})["baseline"] = baseline
+    path.write_text(yaml.safe_dump(parameters, sort_keys=False), encoding="utf-8")
+
+
 def replace_strategies(project: Path, strategies_file: Path) -> None:
     """Replace ``<group>.strategies`` in the scratch ``project``'s ``conf/base`` by the
     strategies ``strategies_file`` lists for that group."""
@@ -156,10 +170,7 @@ def replace_strategies(project: Path, strategies_file: Path) -> None:
                 f"{strategies_file}: expected {{<group>: {{<strategy>: ...}}}} with a group of "
                 f"{list(GROUPS)} and at least one strategy; got {group!r}"
             )
-        path = project / f"conf/base/parameters_{group}.yml"
-        parameters = yaml.safe_load(path.read_text(encoding="utf-8"))
-        parameters[group]["strategies"] = strategies
-        path.write_text(yaml.safe_dump(parameters, sort_keys=False), encoding="utf-8")
+        set_strategies(project, group, strategies)
 
 
 def run_comparison(project: Path, group: str, params: dict[str, Any]) -> dict[str, pd.DataFrame]:
