@@ -37,6 +37,7 @@ from creditflow.rollout.language_policy import (
     stop_token_ids,
 )
 from creditflow.rollout.modules import output_head, output_head_inputs
+from creditflow.rollout.shared_prefix import sequence_positions, shared_prefix_hidden
 
 
 @dataclass(frozen=True)
@@ -226,12 +227,49 @@ class VisionLanguagePolicy(SamplesOwnModule):
         return {**inputs, "logits_to_keep": batch.completion_ids.shape[1] + 1, "use_cache": False}
 
     def _score(
-        self, prompt_inputs: dict[str, torch.Tensor], batch: RolloutBatch, with_entropy: bool
+        self, batch: RolloutBatch, with_entropy: bool
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(B, T) log-probs (and optionally top-p entropy) of the completions after
-        ``prompt_inputs``, the head applied a chunk of positions at a time."""
-        inputs = self._forward_inputs(prompt_inputs, batch)
-        hidden = output_head_inputs(self.module, **inputs)[:, :-1]  # (B, T, H)
+        """(B, T) log-probs (and optionally top-p entropy) of the completions after their
+        image prompts, the head applied a chunk of positions at a time. With
+        ``SamplingSettings.shared_prefix`` each run of rows with one prompt and one image runs
+        that prompt (and its image) once (``rollout.shared_prefix``)."""
+        owner = rope_index_owner(self.module)
+        if not self.sampling.shared_prefix or owner is None:
+            prompt_inputs = self._model_prompt_inputs(self._batch_prompt_inputs(batch))
+            inputs = self._forward_inputs(prompt_inputs, batch)
+            hidden = output_head_inputs(self.module, **inputs)[:, :-1]  # (B, T, H)
+            return self._head(hidden, batch, with_entropy)
+        pixel_rows, grids = batch.extras["pixel_values"], batch.extras["image_grid_thw"]
+        types = batch.extras["mm_token_type_ids"]
+        # The 3-D positions the plain forward derives, over the whole sequence, then split
+        # between the prompt pass and the completion pass.
+        position_ids, _ = owner.get_rope_index(
+            torch.cat([batch.prompt_ids, batch.completion_ids], dim=1),
+            mm_token_type_ids=torch.cat([types, torch.zeros_like(batch.completion_ids)], dim=1),
+            image_grid_thw=grids,
+            attention_mask=torch.cat(
+                [batch.prompt_mask, batch.completion_mask.to(batch.prompt_mask.dtype)], dim=1
+            ),
+        )  # (3, B, P+T)
+        hidden = shared_prefix_hidden(
+            self.module,
+            batch.prompt_ids,
+            batch.prompt_mask,
+            batch.completion_ids,
+            batch.completion_mask,
+            position_ids=position_ids,
+            prompt_inputs=lambda rows: {
+                "pixel_values": flat_pixel_values(pixel_rows[rows], grids[rows]),
+                "image_grid_thw": grids[rows],
+            },
+            run_keys=(pixel_rows, grids),
+        )  # (B, T, H)
+        return self._head(hidden, batch, with_entropy)
+
+    def _head(
+        self, hidden: torch.Tensor, batch: RolloutBatch, with_entropy: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(B, T) log-probs (and entropy) from the (B, T, H) hidden states that predict them."""
         return score_completions(
             hidden, output_head(self.module), batch.completion_ids, self.sampling, with_entropy
         )
@@ -248,8 +286,7 @@ class VisionLanguagePolicy(SamplesOwnModule):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(B, T) log-probs of the completion tokens (with grad when enabled), and on request the
         (B, T) top-p entropy (docs/methods/tor.md) of the same forward's distribution (no grad)."""
-        prompt_inputs = self._model_prompt_inputs(self._batch_prompt_inputs(batch))
-        return self._score(prompt_inputs, batch, with_entropy)
+        return self._score(batch, with_entropy)
 
     @torch.no_grad()
     def no_image_logprobs(self, batch: RolloutBatch) -> torch.Tensor:
@@ -263,13 +300,35 @@ class VisionLanguagePolicy(SamplesOwnModule):
         prompt_ids, prompt_mask = strip_prompt_tokens(
             batch.prompt_ids, batch.prompt_mask, self.vision_ids, self.tokenizer.pad_token_id
         )  # (B, P')
-        prompt_inputs = {
-            "input_ids": prompt_ids,
-            "attention_mask": prompt_mask,
-            "mm_token_type_ids": torch.zeros_like(prompt_ids),
-        }
-        logp, _ = self._score(prompt_inputs, batch, with_entropy=False)
+        attention_mask = torch.cat([prompt_mask, batch.completion_mask.to(prompt_mask.dtype)], 1)
+        # Text positions count real tokens only, as for the image prompts; the model's own
+        # default for text without images (0, 1, ... over the padding too) gives the same
+        # attention up to rounding (rope depends on differences of positions only).
+        position_ids = sequence_positions(attention_mask)  # (B, P'+T)
+        if self.sampling.shared_prefix:
+            hidden = shared_prefix_hidden(
+                self.module,
+                prompt_ids,
+                prompt_mask,
+                batch.completion_ids,
+                batch.completion_mask,
+                position_ids=position_ids,
+            )  # (B, T, H): each run's text prompt once
+        else:
+            inputs = self._forward_inputs(
+                {"input_ids": prompt_ids, "attention_mask": prompt_mask}, batch
+            )
+            hidden = output_head_inputs(self.module, **inputs, position_ids=position_ids)
+            hidden = hidden[:, :-1]  # (B, T, H)
+        logp, _ = self._head(hidden, batch, with_entropy=False)
         return logp
+
+
+def rope_index_owner(module: torch.nn.Module) -> torch.nn.Module | None:
+    """The submodule of a Qwen2-VL-style model that derives its 3-D rope positions
+    (``get_rope_index``; ``Qwen2_5_VLModel``), also inside a DDP or PEFT wrapper; None when
+    there is none (the policy then scores with the plain forward)."""
+    return next((m for m in module.modules() if hasattr(m, "get_rope_index")), None)
 
 
 def strip_prompt_tokens(
