@@ -98,6 +98,21 @@ def test_topp_entropy_chunked_equals_unchunked(seed):
         assert torch.equal(topp_entropy(logits, chunk_size=chunk_size), whole)
 
 
+@pytest.mark.parametrize("top_p", [0.5, 0.95, 0.99])
+def test_sure_positions_skip_the_sort_and_equal_it(top_p):
+    """Peaked positions (top token above top_p: nucleus of one, entropy 0) are not sorted, and
+    every position equals the full-sort reference exactly, peaked, flat and near the margin."""
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(4, 9, 50, generator=generator)
+    logits[:, ::2, 0] += torch.linspace(2.0, 14.0, 5)[None, :, None].expand(4, 5, 1)[..., 0]
+    probs = logits.softmax(dim=-1)
+    reference = tor.nucleus_entropy(probs, top_p, renormalize=True)
+    sure = probs.amax(dim=-1) >= top_p + tor._SURE_MARGIN
+    assert sure.any() and (~sure).any(), "both kinds of positions are in the batch"
+    assert torch.equal(topp_entropy(logits, top_p), reference)
+    assert (reference[sure] == 0).all()
+
+
 def test_topp_entropy_processes_bounded_chunks(monkeypatch):
     seen = []
     chunk_fn = tor._topp_entropy_chunk

@@ -63,8 +63,32 @@ def topp_entropy(
 
 
 def _topp_entropy_chunk(logits: torch.Tensor, top_p: float, renormalize: bool) -> torch.Tensor:
-    """``topp_entropy`` of one float32 ``(B, c, V)`` chunk -> ``(B, c)``."""
-    probs = logits.softmax(dim=-1).sort(dim=-1, descending=True).values  # (B, c, V)
+    """``topp_entropy`` of one float32 ``(B, c, V)`` chunk -> ``(B, c)``.
+
+    Renormalised, a position whose top token alone holds more than ``top_p`` of the mass
+    (by ``_SURE_MARGIN``, far beyond the rounding of the cumulative sums) has a nucleus of
+    that one token and entropy exactly 0, as ``nucleus_entropy`` computes it; only the other
+    positions are sorted. A trained policy is that sure of most tokens, and the sort over the
+    vocabulary is what the entropy costs.
+    """
+    probs = logits.softmax(dim=-1)  # (B, c, V)
+    if not renormalize:
+        return nucleus_entropy(probs, top_p, renormalize)
+    unsure = probs.amax(dim=-1) < top_p + _SURE_MARGIN  # (B, c)
+    entropy = torch.zeros(unsure.shape, dtype=probs.dtype, device=probs.device)
+    if bool(unsure.any()):
+        entropy[unsure] = nucleus_entropy(probs[unsure], top_p, renormalize)
+    return entropy
+
+
+# How far above top_p the top token's probability must be for the sort to be skipped.
+_SURE_MARGIN = 1e-3
+
+
+def nucleus_entropy(probs: torch.Tensor, top_p: float, renormalize: bool) -> torch.Tensor:
+    """The top-p entropy of ``(..., V)`` float32 probabilities -> ``(...)``, by sorting each
+    row (the reference ``topp_entropy`` is checked against)."""
+    probs = probs.sort(dim=-1, descending=True).values  # (..., V)
     mass_before = probs.cumsum(dim=-1) - probs
     # A token is in the nucleus iff the mass strictly before it is still short of top_p:
     # that keeps the whole prefix up to and including the crossing token. The top token

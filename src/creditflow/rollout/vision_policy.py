@@ -27,8 +27,9 @@ import torch
 from PIL import Image
 
 from creditflow.models.vision import sequence_forward_inputs, vision_token_ids, vl_prompt_inputs
-from creditflow.rollout.backends.base import FINISH_LENGTH, finish_reasons
+from creditflow.rollout.backends.base import FINISH_LENGTH, Generation, finish_reasons
 from creditflow.rollout.backends.hf import HFBackend
+from creditflow.rollout.backends.lean import LeanBackend, ScoreSettings
 from creditflow.rollout.batch import RolloutBatch, SamplesOwnModule
 from creditflow.rollout.language_policy import (
     SamplingSettings,
@@ -98,9 +99,17 @@ class VisionLanguagePolicy(SamplesOwnModule):
         processor: its processor (``build_tiny_processor`` or the checkpoint's); the
             tokenizer must have a pad token.
         sampling: generation settings; ``temperature`` also scales the recomputed logits.
+        backend: ``hf`` (``model.generate``, the default and the reference) or ``lean``
+            (``rollout.backends.lean_vl``); no other backend takes images.
     """
 
-    def __init__(self, model, processor, sampling: SamplingSettings):
+    def __init__(
+        self,
+        model,
+        processor,
+        sampling: SamplingSettings,
+        backend: HFBackend | LeanBackend | None = None,
+    ):
         tokenizer = processor.tokenizer
         self.module = model
         self.processor = processor
@@ -110,6 +119,7 @@ class VisionLanguagePolicy(SamplesOwnModule):
         # A sampled <|image_pad|> would make the recomputation forward fail (the model counts
         # image tokens against image features), so generation never emits vision markers.
         self.vision_ids = vision_token_ids(tokenizer)
+        self.backend = backend if backend is not None else HFBackend()
 
     @property
     def device(self) -> torch.device:
@@ -146,25 +156,44 @@ class VisionLanguagePolicy(SamplesOwnModule):
         return {"input_ids": batch.prompt_ids, "attention_mask": batch.prompt_mask, **batch.extras}
 
     # ------------------------------------------------------------------ sampling
+    @property
+    def decodes_lean(self) -> bool:
+        """Whether the ``lean`` decoder samples: each prompt and its image prefilled once per
+        group, and the log-probs and entropy read off the logits it sampled from."""
+        return isinstance(self.backend, LeanBackend)
+
     @torch.no_grad()
-    def generate(self, inputs: dict[str, torch.Tensor], do_sample: bool) -> torch.Tensor:
-        """``(B, T)`` completion ids for per-row prompt ``inputs`` (``encode_prompts``), padded
-        after the first EOS; sampled with ``self.sampling`` or greedy. Always ``hf``'s
-        ``model.generate``: the other rollout backends are text-only."""
+    def generate(
+        self,
+        inputs: dict[str, torch.Tensor],
+        do_sample: bool,
+        group_size: int = 1,
+        scores: ScoreSettings | None = None,
+    ) -> Generation:
+        """The backend's ``Generation`` for the N prompts ``inputs`` (``encode_prompts``): G
+        rows per prompt, consecutive, padded after the first EOS; sampled with
+        ``self.sampling`` or greedy. ``hf`` repeats every prompt and its image G times;
+        ``lean`` prefills each once and, given ``scores``, also returns each drawn token's
+        log-prob and top-p entropy (``Generation.logp`` / ``entropy``)."""
         was_training = self.module.training
         self.module.eval()
+        if not self.decodes_lean:
+            inputs = {k: v.repeat_interleave(group_size, dim=0) for k, v in inputs.items()}
         model_inputs = self._model_prompt_inputs(inputs)
         request = self.sampling.request(
             model_inputs.pop("input_ids"),
             model_inputs.pop("attention_mask"),
-            group_size=1,  # the rows are already repeated: each carries its own image
+            # hf: the rows are already repeated, each carrying its own image
+            group_size=group_size if self.decodes_lean else 1,
             stop_ids=self.eos_ids,
             pad_id=self.tokenizer.pad_token_id,
             do_sample=do_sample,
             suppressed_ids=tuple(self.vision_ids),
         )
         try:
-            return HFBackend().generate(self.module, request, model_inputs).completion_ids
+            if self.decodes_lean:
+                return self.backend.generate(self.module, request, model_inputs, scores)
+            return self.backend.generate(self.module, request, model_inputs)
         finally:
             self.module.train(was_training)
 
@@ -177,11 +206,17 @@ class VisionLanguagePolicy(SamplesOwnModule):
         with_logprobs: bool = True,
     ) -> RolloutBatch:
         """Draw ``group_size`` completions per prompt; rows of one prompt are consecutive, each
-        with its own copy of the image. ``old_logp`` (and ``entropy`` when asked) come from one
-        extra forward pass, exactly as ``completion_logprobs`` computes them."""
+        with its own copy of the image. ``old_logp`` (and ``entropy`` when asked) come from the
+        ``lean`` decoder's logits, else from one extra forward pass, exactly as
+        ``completion_logprobs`` computes them (the two agree to float rounding)."""
         encoded = self.encode_prompts(prompts)
+        scores = None
+        if self.decodes_lean and (with_logprobs or with_entropy):
+            top_p = self.sampling.entropy_top_p if with_entropy else None
+            scores = ScoreSettings(self.sampling.temperature, top_p)
+        generation = self.generate(encoded, do_sample=True, group_size=group_size, scores=scores)
+        completion_ids = generation.completion_ids  # (B, T)
         rows = {k: v.repeat_interleave(group_size, dim=0) for k, v in encoded.items()}
-        completion_ids = self.generate(rows, do_sample=True)  # (B, T)
         batch = RolloutBatch(
             prompt_ids=rows["input_ids"],
             prompt_mask=rows["attention_mask"],
@@ -204,17 +239,20 @@ class VisionLanguagePolicy(SamplesOwnModule):
             pad_id=self.tokenizer.pad_token_id,
             prompt_extras=("mm_token_type_ids",),
         )
+        if scores is not None:
+            batch.old_logp = generation.logp  # (B, T)
+            batch.entropy = generation.entropy if with_entropy else None
         # with_logprobs=False: the trainer will use the update's own log-probs (one optimizer
         # step per rollout), so the extra scoring forward is skipped.
-        if with_logprobs or with_entropy:
+        elif with_logprobs or with_entropy:
             batch.old_logp, batch.entropy = self.completion_logprobs(batch, with_entropy)
         return batch
 
     @torch.no_grad()
     def greedy(self, prompts: Sequence[Any]) -> list[str]:
         """Greedy decodes of ``prompts`` (one batch), special tokens removed."""
-        completion_ids = self.generate(self.encode_prompts(prompts), do_sample=False)
-        return self.tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
+        generation = self.generate(self.encode_prompts(prompts), do_sample=False)
+        return self.tokenizer.batch_decode(generation.completion_ids, skip_special_tokens=True)
 
     # ------------------------------------------------------------------ scoring
     def _forward_inputs(
