@@ -99,18 +99,28 @@ def test_topp_entropy_chunked_equals_unchunked(seed):
 
 
 @pytest.mark.parametrize("top_p", [0.5, 0.95, 0.99])
-def test_sure_positions_skip_the_sort_and_equal_it(top_p):
-    """Peaked positions (top token above top_p: nucleus of one, entropy 0) are not sorted, and
-    every position equals the full-sort reference exactly, peaked, flat and near the margin."""
+def test_short_nuclei_skip_the_full_sort_and_equal_it(top_p, monkeypatch):
+    """Three kinds of positions: peaked (the top token alone exceeds top_p: entropy 0, not
+    sorted), a short nucleus (within the top K: read off topk), flat (fully sorted). Every
+    one equals the full-sort reference, and only the flat ones are fully sorted."""
+    monkeypatch.setattr(tor, "_TOP_K", 4)
     generator = torch.Generator().manual_seed(0)
     logits = torch.randn(4, 9, 50, generator=generator)
-    logits[:, ::2, 0] += torch.linspace(2.0, 14.0, 5)[None, :, None].expand(4, 5, 1)[..., 0]
+    logits[:, 0::3, 0] += 14.0  # peaked
+    logits[:, 1::3, :3] += 12.0  # three likely tokens
     probs = logits.softmax(dim=-1)
     reference = tor.nucleus_entropy(probs, top_p, renormalize=True)
-    sure = probs.amax(dim=-1) >= top_p + tor._SURE_MARGIN
-    assert sure.any() and (~sure).any(), "both kinds of positions are in the batch"
-    assert torch.equal(topp_entropy(logits, top_p), reference)
-    assert (reference[sure] == 0).all()
+    peaked = probs.amax(dim=-1) >= top_p + tor._SURE_MARGIN
+    short = probs.topk(4).values.sum(dim=-1) >= top_p + tor._SURE_MARGIN
+    assert peaked.any() and (short & ~peaked).any() and (~short).any(), "all three kinds"
+    sorted_rows = []
+    full_sort = tor.nucleus_entropy
+    monkeypatch.setattr(
+        tor, "nucleus_entropy", lambda p, *a: sorted_rows.append(len(p)) or full_sort(p, *a)
+    )
+    assert_close(topp_entropy(logits, top_p), reference, atol=1e-6, rtol=1e-6)
+    assert sorted_rows == [int((~short).sum())]
+    assert (reference[peaked] == 0).all()
 
 
 def test_topp_entropy_processes_bounded_chunks(monkeypatch):
