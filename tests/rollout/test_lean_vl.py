@@ -13,12 +13,6 @@ from creditflow.rollout import SamplingSettings, VisionLanguagePolicy
 from creditflow.rollout.backends import rollout_backend
 from creditflow.rollout.backends.lean import LeanBackend
 from creditflow.rollout.backends.lean_vl import VisionDecoder
-from tests.rollout.test_vision_policy import (  # noqa: F401 - fixtures are found by name
-    make_vl_model,
-    tor_tasks,
-    vl_processor,
-    vl_prompts,
-)
 
 
 def _policies(model, processor, **sampling) -> tuple[VisionLanguagePolicy, VisionLanguagePolicy]:

@@ -15,12 +15,6 @@ import torch
 from PIL import Image, ImageDraw
 
 from creditflow.rollout import RolloutBatch, SamplingSettings, VisionLanguagePolicy
-from tests.rollout.test_vision_policy import (  # noqa: F401 - fixtures are found by name
-    make_vl_model,
-    tor_tasks,
-    vl_processor,
-    vl_prompts,
-)
 
 T_MAX = 6
 
@@ -56,7 +50,9 @@ def _batch(policy: VisionLanguagePolicy, prompts: list, rows: list[int], seed: i
         completion_texts=[""] * B,
         prompt_index=index,
         group_size=1,
-        extras={k: encoded[k][index] for k in ("mm_token_type_ids", "pixel_values", "image_grid_thw")},
+        extras={
+            k: encoded[k][index] for k in ("mm_token_type_ids", "pixel_values", "image_grid_thw")
+        },
         pad_id=policy.tokenizer.pad_token_id,
         prompt_extras=("mm_token_type_ids",),
     )

@@ -30,6 +30,7 @@ from creditflow.models.vision import sequence_forward_inputs, vision_token_ids, 
 from creditflow.rollout.backends.base import FINISH_LENGTH, Generation, finish_reasons
 from creditflow.rollout.backends.hf import HFBackend
 from creditflow.rollout.backends.lean import LeanBackend, ScoreSettings
+from creditflow.rollout.backends.lean_vl import generate_with_images
 from creditflow.rollout.batch import RolloutBatch, SamplesOwnModule
 from creditflow.rollout.language_policy import (
     SamplingSettings,
@@ -192,7 +193,9 @@ class VisionLanguagePolicy(SamplesOwnModule):
         )
         try:
             if self.decodes_lean:
-                return self.backend.generate(self.module, request, model_inputs, scores)
+                return generate_with_images(
+                    self.backend, self.module, request, model_inputs, scores
+                )
             return self.backend.generate(self.module, request, model_inputs)
         finally:
             self.module.train(was_training)

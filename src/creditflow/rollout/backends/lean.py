@@ -578,14 +578,31 @@ class LeanBackend:
         self,
         module: torch.nn.Module,
         request: GenerationRequest,
-        model_inputs: dict[str, torch.Tensor] | None = None,
         scores: ScoreSettings | None = None,
     ) -> Generation:
-        """``model_inputs``: a Qwen2.5-VL model's image inputs of the N prompts (flat
-        ``pixel_values``, ``image_grid_thw`` (N, 3), ``mm_token_type_ids`` (N, P)), which
-        its own forward prefills (``lean_vl.VisionDecoder``). ``scores``: also return the
-        log-probs and top-p entropy of the model's distribution at every drawn token
-        (``Generation.logp`` / ``entropy``, see ``ScoreSettings``)."""
+        """``scores``: also return the log-probs and top-p entropy of the model's distribution
+        at every drawn token (``Generation.logp`` / ``entropy``, see ``ScoreSettings``). A
+        Qwen2.5-VL model's prompts carry images: ``lean_vl.generate_with_images`` samples it."""
+        model = self.checked_model(module, request)
+        if isinstance(model, Qwen2_5_VLForConditionalGeneration):
+            raise ValueError(
+                "a Qwen2.5-VL model samples with its images: "
+                "rollout.backends.lean_vl.generate_with_images (VisionLanguagePolicy does)"
+            )
+        device = model.lm_head.weight.device
+        decoder = Qwen2Decoder(
+            model,
+            self.fused_weights(model, request.weights_version),
+            request.prompt_ids.to(device),
+            request.prompt_mask.to(device),
+            request.group_size,
+            request.max_new_tokens,
+        )
+        return decode(decoder, request, model.lm_head.weight.shape[0], device, scores)
+
+    def checked_model(self, module: torch.nn.Module, request: GenerationRequest):
+        """The bare model of ``module``, after the checks of ``unsupported_reason`` and
+        ``check_request`` (ValueError saying what to change)."""
         model = bare_module(module)
         reason = self.unsupported_reason(model)
         if reason is not None:
@@ -594,34 +611,7 @@ class LeanBackend:
                 f"{reason}; use grpo.rollout: {{name: hf}}"
             )
         check_request(request)
-        device = model.lm_head.weight.device
-        weights = self.fused_weights(model, request.weights_version)
-        prompt_ids, prompt_mask = request.prompt_ids.to(device), request.prompt_mask.to(device)
-        if isinstance(model, Qwen2_5_VLForConditionalGeneration):
-            # lean_vl builds on this module's decoder, so it is imported where it is used.
-            from creditflow.rollout.backends.lean_vl import VisionDecoder
-
-            decoder = VisionDecoder(
-                model,
-                weights,
-                prompt_ids,
-                prompt_mask,
-                request.group_size,
-                request.max_new_tokens,
-                {k: v.to(device) for k, v in (model_inputs or {}).items()},
-            )
-        else:
-            if model_inputs:
-                raise ValueError(f"{type(model).__name__} takes no model_inputs")
-            decoder = Qwen2Decoder(
-                model,
-                weights,
-                prompt_ids,
-                prompt_mask,
-                request.group_size,
-                request.max_new_tokens,
-            )
-        return decode(decoder, request, model.lm_head.weight.shape[0], device, scores)
+        return model
 
     def load_weights(self, module: torch.nn.Module, version: int) -> None:
         """Nothing to copy: ``generate`` reads the trained module (its fused weights are

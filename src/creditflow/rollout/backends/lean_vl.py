@@ -20,12 +20,43 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache, Qwen2_5_VLForConditionalGeneration
 
+from creditflow.rollout.backends.base import Generation, GenerationRequest
 from creditflow.rollout.backends.lean import (
     ATTENTIONS,
     FusedQwen2Weights,
+    LeanBackend,
     Qwen2Decoder,
+    ScoreSettings,
+    decode,
     sdpa_attention,
 )
+
+
+@torch.no_grad()
+def generate_with_images(
+    backend: LeanBackend,
+    module: torch.nn.Module,
+    request: GenerationRequest,
+    image_inputs: dict[str, torch.Tensor],
+    scores: ScoreSettings | None = None,
+) -> Generation:
+    """``LeanBackend.generate`` for a Qwen2.5-VL ``module`` whose N prompts carry images:
+    ``image_inputs`` holds their ``pixel_values`` (the model's flat layout), ``image_grid_thw``
+    (N, 3) and ``mm_token_type_ids`` (N, P); each prompt is prefilled once for its G rows."""
+    model = backend.checked_model(module, request)
+    if not isinstance(model, Qwen2_5_VLForConditionalGeneration):
+        raise ValueError(f"{type(model).__name__} takes no images; use LeanBackend.generate")
+    device = model.lm_head.weight.device
+    decoder = VisionDecoder(
+        model,
+        backend.fused_weights(model, request.weights_version),
+        request.prompt_ids.to(device),
+        request.prompt_mask.to(device),
+        request.group_size,
+        request.max_new_tokens,
+        {k: v.to(device) for k, v in image_inputs.items()},
+    )
+    return decode(decoder, request, model.lm_head.weight.shape[0], device, scores)
 
 
 class VisionDecoder(Qwen2Decoder):
