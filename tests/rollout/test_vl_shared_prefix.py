@@ -15,6 +15,7 @@ import torch
 from PIL import Image, ImageDraw
 
 from creditflow.rollout import RolloutBatch, SamplingSettings, VisionLanguagePolicy
+from creditflow.rollout.vision_policy import sequence_rope_positions
 
 T_MAX = 6
 
@@ -150,3 +151,23 @@ def test_a_single_completion_token_needs_only_the_prompt_pass(
     )
     shared = _compare(model, vl_processor, batch)
     assert shared["rows"] == [2]
+
+
+def test_split_positions_are_get_rope_index_over_the_whole_sequence(
+    make_vl_model, vl_processor, vl_prompts
+):
+    """The prompt's 3-D positions once per run, the completion's by arithmetic: exactly what
+    transformers' get_rope_index derives over [prompt, completion] row by row, padding and
+    the wide picture's other grid included."""
+    model = make_vl_model()
+    policy = VisionLanguagePolicy(model, vl_processor, SamplingSettings())
+    batch = _batch(policy, vl_prompts, [0, 0, 1, 2, 2, 2, 3, 3, 0], seed=5)
+    expected, _ = model.model.get_rope_index(
+        torch.cat([batch.prompt_ids, batch.completion_ids], dim=1),
+        mm_token_type_ids=torch.cat(
+            [batch.extras["mm_token_type_ids"], torch.zeros_like(batch.completion_ids)], dim=1
+        ),
+        image_grid_thw=batch.extras["image_grid_thw"],
+        attention_mask=torch.cat([batch.prompt_mask, batch.completion_mask.long()], dim=1),
+    )
+    assert torch.equal(sequence_rope_positions(model.model, batch), expected)

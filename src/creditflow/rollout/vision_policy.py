@@ -39,7 +39,11 @@ from creditflow.rollout.language_policy import (
     stop_token_ids,
 )
 from creditflow.rollout.modules import output_head, output_head_inputs
-from creditflow.rollout.shared_prefix import sequence_positions, shared_prefix_hidden
+from creditflow.rollout.shared_prefix import (
+    prompt_runs,
+    sequence_positions,
+    shared_prefix_hidden,
+)
 
 
 @dataclass(frozen=True)
@@ -281,17 +285,7 @@ class VisionLanguagePolicy(SamplesOwnModule):
             hidden = output_head_inputs(self.module, **inputs)[:, :-1]  # (B, T, H)
             return self._head(hidden, batch, with_entropy)
         pixel_rows, grids = batch.extras["pixel_values"], batch.extras["image_grid_thw"]
-        types = batch.extras["mm_token_type_ids"]
-        # The 3-D positions the plain forward derives, over the whole sequence, then split
-        # between the prompt pass and the completion pass.
-        position_ids, _ = owner.get_rope_index(
-            torch.cat([batch.prompt_ids, batch.completion_ids], dim=1),
-            mm_token_type_ids=torch.cat([types, torch.zeros_like(batch.completion_ids)], dim=1),
-            image_grid_thw=grids,
-            attention_mask=torch.cat(
-                [batch.prompt_mask, batch.completion_mask.to(batch.prompt_mask.dtype)], dim=1
-            ),
-        )  # (3, B, P+T)
+        position_ids = sequence_rope_positions(owner, batch)  # (3, B, P+T)
         hidden = shared_prefix_hidden(
             self.module,
             batch.prompt_ids,
@@ -363,6 +357,32 @@ class VisionLanguagePolicy(SamplesOwnModule):
             hidden = hidden[:, :-1]  # (B, T, H)
         logp, _ = self._head(hidden, batch, with_entropy=False)
         return logp
+
+
+def sequence_rope_positions(owner: torch.nn.Module, batch: RolloutBatch) -> torch.Tensor:
+    """(3, B, P + T) rope positions of ``[prompt, completion]``, as the plain forward derives
+    them (``owner.get_rope_index`` over the whole sequence): padding 0, the prompt's own 3-D
+    positions, then the completion's real tokens on all three axes from the prompt's last
+    position + 1 on (``get_rope_index`` continues a text span after the last one). The
+    prompt's positions are derived once per run of rows with one prompt and one image (a
+    Python loop over rows in transformers), the completion's are arithmetic."""
+    extras = batch.extras
+    runs = prompt_runs(
+        batch.prompt_ids, batch.prompt_mask, extras["pixel_values"], extras["image_grid_thw"]
+    )  # (N,)
+    first = torch.cumsum(runs, dim=0) - runs  # (N,)
+    prompt_positions, _ = owner.get_rope_index(
+        batch.prompt_ids[first],
+        mm_token_type_ids=extras["mm_token_type_ids"][first],
+        image_grid_thw=extras["image_grid_thw"][first],
+        attention_mask=batch.prompt_mask[first],
+    )  # (3, N, P); left-padded, so position P - 1 is the last real token
+    B = batch.batch_size
+    prompt_positions = prompt_positions.repeat_interleave(runs, dim=1, output_size=B)  # (3, B, P)
+    mask = batch.completion_mask.to(torch.long)  # (B, T)
+    after = prompt_positions[0, :, -1:] + mask.cumsum(dim=1)  # (B, T): last + 1, + 2, ...
+    completion = (after * mask).unsqueeze(0).expand(3, -1, -1)  # (3, B, T), padding 0
+    return torch.cat([prompt_positions, completion.to(prompt_positions.dtype)], dim=2)
 
 
 def rope_index_owner(module: torch.nn.Module) -> torch.nn.Module | None:

@@ -519,8 +519,9 @@ def decode(
             z = logits if scores.temperature == 1.0 else logits / scores.temperature
             own = z.gather(1, tokens[:, None]).squeeze(1) - z.logsumexp(dim=-1)
             logp_model[:, t] = torch.where(unfinished, own, 0.0)
-            if entropy is not None:
-                entropy[:, t] = topp_entropy(z[None], top_p=scores.entropy_top_p)[0]
+            if entropy is not None:  # a finished row's entropy is padding: 0, not computed
+                rows = unfinished.nonzero().squeeze(1)
+                entropy[rows, t] = topp_entropy(z[rows][None], top_p=scores.entropy_top_p)[0]
         if request.stop_ids:
             unfinished &= ~torch.isin(tokens, stop_ids)
             if not bool(unfinished.any()):
