@@ -304,10 +304,21 @@ class VisionLanguagePolicy(SamplesOwnModule):
     def _head(
         self, hidden: torch.Tensor, batch: RolloutBatch, with_entropy: bool
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(B, T) log-probs (and entropy) from the (B, T, H) hidden states that predict them."""
-        return score_completions(
-            hidden, output_head(self.module), batch.completion_ids, self.sampling, with_entropy
-        )
+        """(B, T) log-probs (and entropy) from the (B, T, H) hidden states that predict them,
+        the head applied to the real completion tokens only (``completion_mask``; padding
+        after a completion's end gets 0): about half the positions of a batch whose
+        completions end early, and each position's value is the same either way."""
+        head = output_head(self.module)
+        mask = batch.completion_mask.bool()  # (B, T)
+        if bool(mask.all()):
+            return score_completions(hidden, head, batch.completion_ids, self.sampling, with_entropy)
+        logp, entropy = score_completions(
+            hidden[mask][None], head, batch.completion_ids[mask][None], self.sampling, with_entropy
+        )  # (1, n) each
+        zeros = torch.zeros(mask.shape, dtype=logp.dtype, device=logp.device)
+        if entropy is not None:
+            entropy = zeros.masked_scatter(mask, entropy[0])
+        return zeros.masked_scatter(mask, logp[0]), entropy
 
     def completion_logits(self, batch: RolloutBatch) -> torch.Tensor:
         """(B, T, V) temperature-scaled logits with the image in the prompt: the plain
