@@ -311,7 +311,9 @@ class VisionLanguagePolicy(SamplesOwnModule):
         head = output_head(self.module)
         mask = batch.completion_mask.bool()  # (B, T)
         if bool(mask.all()):
-            return score_completions(hidden, head, batch.completion_ids, self.sampling, with_entropy)
+            return score_completions(
+                hidden, head, batch.completion_ids, self.sampling, with_entropy
+            )
         logp, entropy = score_completions(
             hidden[mask][None], head, batch.completion_ids[mask][None], self.sampling, with_entropy
         )  # (1, n) each
