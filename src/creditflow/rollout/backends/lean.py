@@ -36,6 +36,7 @@ from transformers import Qwen2_5_VLForConditionalGeneration, Qwen2ForCausalLM
 from transformers.models.qwen2.modeling_qwen2 import Qwen2RMSNorm
 from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLRMSNorm
 
+from creditflow.algorithms.logprobs import CHUNK_LOGITS
 from creditflow.algorithms.tor import topp_entropy
 from creditflow.rollout.backends.base import Generation, GenerationRequest, finish_reasons
 from creditflow.rollout.modules import bare_module
@@ -483,6 +484,20 @@ class ScoreSettings:
     entropy_top_p: float | None = None
 
 
+def flush_entropy(
+    pending: list[tuple[torch.Tensor, int, torch.Tensor]], entropy: torch.Tensor, top_p: float
+) -> None:
+    """Write the top-p entropy of each pending ``(rows, t, (R, V) logits)`` into
+    ``entropy[rows, t]`` with one ``topp_entropy`` call, and empty ``pending``."""
+    if not pending:
+        return
+    values = topp_entropy(torch.cat([z for _, _, z in pending])[None], top_p=top_p)[0]
+    parts = values.split([len(rows) for rows, _, _ in pending])
+    for (rows, t, _), part in zip(pending, parts, strict=True):
+        entropy[rows, t] = part
+    pending.clear()
+
+
 def decode(
     decoder: Qwen2Decoder,
     request: GenerationRequest,
@@ -500,6 +515,9 @@ def decode(
     entropy = None
     if scores is not None and scores.entropy_top_p is not None:
         entropy = torch.zeros(B, T, dtype=torch.float32, device=device)
+    # The steps' scaled logits whose entropy is not computed yet: one topp_entropy call for
+    # many steps (up to CHUNK_LOGITS logits), not one per step.
+    pending: list[tuple[torch.Tensor, int, torch.Tensor]] = []
     stop_ids = torch.tensor(request.stop_ids, dtype=torch.long, device=device)
     unfinished = torch.ones(B, dtype=torch.bool, device=device)
     steps = T
@@ -521,12 +539,16 @@ def decode(
             logp_model[:, t] = torch.where(unfinished, own, 0.0)
             if entropy is not None:  # a finished row's entropy is padding: 0, not computed
                 rows = unfinished.nonzero().squeeze(1)
-                entropy[rows, t] = topp_entropy(z[rows][None], top_p=scores.entropy_top_p)[0]
+                pending.append((rows, t, z[rows]))
+                if sum(len(rows) for rows, _, _ in pending) * z.shape[1] >= CHUNK_LOGITS:
+                    flush_entropy(pending, entropy, scores.entropy_top_p)
         if request.stop_ids:
             unfinished &= ~torch.isin(tokens, stop_ids)
             if not bool(unfinished.any()):
                 steps = t + 1
                 break
+    if entropy is not None:
+        flush_entropy(pending, entropy, scores.entropy_top_p)
     completion_ids = completion_ids[:, :steps]  # (B, T)
     return Generation(
         completion_ids=completion_ids,
