@@ -100,3 +100,20 @@ def test_vision_tokens_are_never_sampled(make_vl_model, vl_processor, vl_prompts
     torch.manual_seed(0)
     batch = lean.sample(vl_prompts, group_size=4, with_logprobs=False)
     assert not torch.isin(batch.completion_ids, torch.tensor(lean.vision_ids)).any()
+
+
+def test_under_autocast_the_scores_come_from_the_scoring_forward(
+    make_vl_model, vl_processor, vl_prompts
+):
+    """bf16 logits of the decoder and of the forward differ beyond float32 rounding, so under
+    autocast old_logp is the scoring forward's own, as the loss's ratio needs."""
+    model = make_vl_model(seed=5)
+    _, lean = _policies(model, vl_processor)
+    scored = []
+    score = lean.completion_logprobs
+    lean.completion_logprobs = lambda *a, **k: scored.append(1) or score(*a, **k)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        batch = lean.sample(vl_prompts[:2], group_size=2, with_entropy=True)
+    assert scored == [1] and batch.entropy is not None
+    lean.sample(vl_prompts[:2], group_size=2, with_entropy=True)
+    assert scored == [1], "float32: read off the decoder, no scoring forward"

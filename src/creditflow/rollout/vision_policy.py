@@ -214,11 +214,15 @@ class VisionLanguagePolicy(SamplesOwnModule):
     ) -> RolloutBatch:
         """Draw ``group_size`` completions per prompt; rows of one prompt are consecutive, each
         with its own copy of the image. ``old_logp`` (and ``entropy`` when asked) come from the
-        ``lean`` decoder's logits, else from one extra forward pass, exactly as
+        ``lean`` decoder's logits (float32 runs), else from one extra forward pass, exactly as
         ``completion_logprobs`` computes them (the two agree to float rounding)."""
         encoded = self.encode_prompts(prompts)
         scores = None
-        if self.decodes_lean and (with_logprobs or with_entropy):
+        # Under autocast (bf16) the decoder's logits and the scoring forward's differ by more
+        # than float32 rounding (other kernels, other op order), and the loss compares
+        # old_logp with the update's forward: there the scoring forward gives them.
+        autocast = torch.is_autocast_enabled(self.device.type)
+        if self.decodes_lean and (with_logprobs or with_entropy) and not autocast:
             top_p = self.sampling.entropy_top_p if with_entropy else None
             scores = ScoreSettings(self.sampling.temperature, top_p)
         generation = self.generate(encoded, do_sample=True, group_size=group_size, scores=scores)
