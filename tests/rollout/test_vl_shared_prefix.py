@@ -171,3 +171,23 @@ def test_split_positions_are_get_rope_index_over_the_whole_sequence(
         attention_mask=torch.cat([batch.prompt_mask, batch.completion_mask.long()], dim=1),
     )
     assert torch.equal(sequence_rope_positions(model.model, batch), expected)
+    # Kept per prompt row: a second batch of the same prompts derives none of them again.
+    cache = {}
+    assert torch.equal(sequence_rope_positions(model.model, batch, cache), expected)
+    assert len(cache) == 4
+    derive = model.model.get_rope_index
+    model.model.get_rope_index = None  # not called
+    try:
+        again = _batch(policy, vl_prompts, [3, 3, 0, 1], seed=6)
+        positions = sequence_rope_positions(model.model, again, cache)
+    finally:
+        model.model.get_rope_index = derive
+    expected, _ = derive(
+        torch.cat([again.prompt_ids, again.completion_ids], dim=1),
+        mm_token_type_ids=torch.cat(
+            [again.extras["mm_token_type_ids"], torch.zeros_like(again.completion_ids)], dim=1
+        ),
+        image_grid_thw=again.extras["image_grid_thw"],
+        attention_mask=torch.cat([again.prompt_mask, again.completion_mask.long()], dim=1),
+    )
+    assert torch.equal(positions, expected)

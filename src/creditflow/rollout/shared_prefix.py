@@ -47,9 +47,12 @@ def prompt_runs(
     [2, 1, 1]
     """
     same = torch.ones(len(prompt_ids) - 1, dtype=torch.bool, device=prompt_ids.device)
-    for key in (prompt_ids, prompt_mask, *run_keys):
+    for key in (prompt_ids, prompt_mask):
+        same &= (key[1:] == key[:-1]).all(dim=1)  # (B-1,) row b+1 continues row b's run
+    for key in run_keys:  # wide (a row's pixels): compared only where the ids already agree
+        pairs = same.nonzero().squeeze(1)  # (M,)
         flat = key.reshape(len(key), -1)
-        same &= (flat[1:] == flat[:-1]).all(dim=1)  # (B-1,) row b+1 continues row b's run
+        same[pairs] = (flat[pairs + 1] == flat[pairs]).all(dim=1)
     starts = torch.cat([same.new_ones(1), ~same]).nonzero().squeeze(1)  # (N,) first rows
     return torch.diff(starts, append=starts.new_tensor([len(prompt_ids)]))  # (N,)
 

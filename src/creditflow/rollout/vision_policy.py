@@ -125,6 +125,7 @@ class VisionLanguagePolicy(SamplesOwnModule):
         # image tokens against image features), so generation never emits vision markers.
         self.vision_ids = vision_token_ids(tokenizer)
         self.backend = backend if backend is not None else HFBackend()
+        self._prompt_positions: dict[bytes, torch.Tensor] = {}  # sequence_rope_positions
 
     @property
     def device(self) -> torch.device:
@@ -289,7 +290,7 @@ class VisionLanguagePolicy(SamplesOwnModule):
             hidden = output_head_inputs(self.module, **inputs)[:, :-1]  # (B, T, H)
             return self._head(hidden, batch, with_entropy)
         pixel_rows, grids = batch.extras["pixel_values"], batch.extras["image_grid_thw"]
-        position_ids = sequence_rope_positions(owner, batch)  # (3, B, P+T)
+        position_ids = sequence_rope_positions(owner, batch, self._prompt_positions)
         hidden = shared_prefix_hidden(
             self.module,
             batch.prompt_ids,
@@ -376,30 +377,54 @@ class VisionLanguagePolicy(SamplesOwnModule):
         return logp
 
 
-def sequence_rope_positions(owner: torch.nn.Module, batch: RolloutBatch) -> torch.Tensor:
+def sequence_rope_positions(
+    owner: torch.nn.Module, batch: RolloutBatch, cache: dict[bytes, torch.Tensor] | None = None
+) -> torch.Tensor:
     """(3, B, P + T) rope positions of ``[prompt, completion]``, as the plain forward derives
     them (``owner.get_rope_index`` over the whole sequence): padding 0, the prompt's own 3-D
     positions, then the completion's real tokens on all three axes from the prompt's last
     position + 1 on (``get_rope_index`` continues a text span after the last one). The
     prompt's positions are derived once per run of rows with one prompt and one image (a
-    Python loop over rows in transformers), the completion's are arithmetic."""
+    Python loop over rows in transformers), or taken from ``cache`` (prompt row -> its
+    (3, P) positions; they depend on the row's ids, mask, token types and image grid only, so
+    an SFT epoch after the first derives none); the completion's are arithmetic."""
     extras = batch.extras
-    runs = prompt_runs(
-        batch.prompt_ids, batch.prompt_mask, extras["pixel_values"], extras["image_grid_thw"]
-    )  # (N,)
-    first = torch.cumsum(runs, dim=0) - runs  # (N,)
-    prompt_positions, _ = owner.get_rope_index(
-        batch.prompt_ids[first],
-        mm_token_type_ids=extras["mm_token_type_ids"][first],
-        image_grid_thw=extras["image_grid_thw"][first],
-        attention_mask=batch.prompt_mask[first],
-    )  # (3, N, P); left-padded, so position P - 1 is the last real token
+    types, grids = extras["mm_token_type_ids"], extras["image_grid_thw"]
+    runs = prompt_runs(batch.prompt_ids, batch.prompt_mask, extras["pixel_values"], grids)  # (N,)
+    first = (torch.cumsum(runs, dim=0) - runs).tolist()  # N first rows
+    cache = {} if cache is None else cache
+    keys = [
+        b"".join(
+            t[row].cpu().numpy().tobytes()
+            for t in (batch.prompt_ids, batch.prompt_mask, types, grids)
+        )
+        for row in first
+    ]
+    if len(cache) > _POSITION_CACHE_ROWS:
+        cache.clear()
+    missing = [(row, key) for row, key in zip(first, keys, strict=True) if key not in cache]
+    if missing:
+        rows = [row for row, _ in missing]
+        derived, _ = owner.get_rope_index(
+            batch.prompt_ids[rows],
+            mm_token_type_ids=types[rows],
+            image_grid_thw=grids[rows],
+            attention_mask=batch.prompt_mask[rows],
+        )  # (3, M, P)
+        for i, (_, key) in enumerate(missing):
+            cache[key] = derived[:, i]
+    # (3, N, P); left-padded, so position P - 1 is the last real token
+    prompt_positions = torch.stack([cache[key] for key in keys], dim=1)
     B = batch.batch_size
     prompt_positions = prompt_positions.repeat_interleave(runs, dim=1, output_size=B)  # (3, B, P)
     mask = batch.completion_mask.to(torch.long)  # (B, T)
     after = prompt_positions[0, :, -1:] + mask.cumsum(dim=1)  # (B, T): last + 1, + 2, ...
     completion = (after * mask).unsqueeze(0).expand(3, -1, -1)  # (3, B, T), padding 0
     return torch.cat([prompt_positions, completion.to(prompt_positions.dtype)], dim=2)
+
+
+# Prompt rows whose 3-D positions a policy keeps (a few MB at the tor defaults' 8,000).
+_POSITION_CACHE_ROWS = 100_000
 
 
 def rope_index_owner(module: torch.nn.Module) -> torch.nn.Module | None:
