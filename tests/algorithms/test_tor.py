@@ -98,6 +98,31 @@ def test_topp_entropy_chunked_equals_unchunked(seed):
         assert torch.equal(topp_entropy(logits, chunk_size=chunk_size), whole)
 
 
+@pytest.mark.parametrize("top_p", [0.5, 0.95, 0.99])
+def test_short_nuclei_skip_the_full_sort_and_equal_it(top_p, monkeypatch):
+    """Three kinds of positions: peaked (the top token alone exceeds top_p: entropy 0, not
+    sorted), a short nucleus (within the top K: read off topk), flat (fully sorted). Every
+    one equals the full-sort reference, and only the flat ones are fully sorted."""
+    monkeypatch.setattr(tor, "_TOP_K", 4)
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(4, 9, 50, generator=generator)
+    logits[:, 0::3, 0] += 14.0  # peaked
+    logits[:, 1::3, :3] += 12.0  # three likely tokens
+    probs = logits.softmax(dim=-1)
+    reference = tor.nucleus_entropy(probs, top_p, renormalize=True)
+    peaked = probs.amax(dim=-1) >= top_p + tor._SURE_MARGIN
+    short = probs.topk(4).values.sum(dim=-1) >= top_p + tor._SURE_MARGIN
+    assert peaked.any() and (short & ~peaked).any() and (~short).any(), "all three kinds"
+    sorted_rows = []
+    full_sort = tor.nucleus_entropy
+    monkeypatch.setattr(
+        tor, "nucleus_entropy", lambda p, *a: sorted_rows.append(len(p)) or full_sort(p, *a)
+    )
+    assert_close(topp_entropy(logits, top_p), reference, atol=1e-6, rtol=1e-6)
+    assert sorted_rows == [int((~short).sum())]
+    assert (reference[peaked] == 0).all()
+
+
 def test_topp_entropy_processes_bounded_chunks(monkeypatch):
     seen = []
     chunk_fn = tor._topp_entropy_chunk

@@ -10,6 +10,7 @@ from creditflow.algorithms.click_model import (
     click_log_likelihood,
     fit_position_based_click_model,
 )
+from creditflow.config.grpo import GRPOConfig
 from creditflow.errors import ConfigError
 from creditflow.experience.logged_click_model import (
     click_model_from_table,
@@ -26,7 +27,6 @@ from creditflow.experience.page_reward import (
 )
 from creditflow.experience.reranker_policy import format_ranking
 from creditflow.tasks.reranking import ClickModel, generate_catalogue, generate_sessions
-from creditflow.config.grpo import GRPOConfig
 
 L = 8
 PARAMS = {"validation": {"fraction": 0.25, "seed": 0}, "click_model": {"l2": 1e-3, "max_iter": 100}}

@@ -63,8 +63,47 @@ def topp_entropy(
 
 
 def _topp_entropy_chunk(logits: torch.Tensor, top_p: float, renormalize: bool) -> torch.Tensor:
-    """``topp_entropy`` of one float32 ``(B, c, V)`` chunk -> ``(B, c)``."""
-    probs = logits.softmax(dim=-1).sort(dim=-1, descending=True).values  # (B, c, V)
+    """``topp_entropy`` of one float32 ``(B, c, V)`` chunk -> ``(B, c)``.
+
+    Renormalised, the full sort over the vocabulary (what the entropy costs) is avoided where
+    the nucleus is known to be short: a position whose top token alone holds more than
+    ``top_p`` of the mass has a nucleus of that token and entropy exactly 0; one whose
+    ``_TOP_K`` most likely tokens hold more than ``top_p`` has its nucleus among them, read
+    off ``topk``'s sorted values. "More than" is by ``_SURE_MARGIN``, far beyond the rounding
+    of the cumulative sums, so every position gets the value ``nucleus_entropy`` (the full
+    sort) gives, to float rounding. A trained policy is that sure of most tokens.
+    """
+    probs = logits.softmax(dim=-1)  # (B, c, V)
+    if not renormalize:
+        return nucleus_entropy(probs, top_p, renormalize)
+    flat = probs.reshape(-1, probs.shape[-1])  # (B*c, V)
+    entropy = torch.zeros(flat.shape[0], dtype=probs.dtype, device=probs.device)
+    unsure = (flat.amax(dim=-1) < top_p + _SURE_MARGIN).nonzero().squeeze(1)  # rows to sort
+    if len(unsure) and flat.shape[-1] > _TOP_K:
+        top = flat[unsure].topk(_TOP_K, dim=-1).values  # (M, K), descending
+        short = top.sum(dim=-1) >= top_p + _SURE_MARGIN  # the nucleus is within the top K
+        entropy[unsure[short]] = sorted_nucleus_entropy(top[short], top_p, renormalize)
+        unsure = unsure[~short]
+    if len(unsure):
+        entropy[unsure] = nucleus_entropy(flat[unsure], top_p, renormalize)
+    return entropy.view(probs.shape[:-1])
+
+
+# How far above top_p the mass of the tokens read must be for the rest to be skipped, and
+# how many tokens topk reads before a position falls back to the full sort.
+_SURE_MARGIN = 1e-3
+_TOP_K = 32
+
+
+def nucleus_entropy(probs: torch.Tensor, top_p: float, renormalize: bool) -> torch.Tensor:
+    """The top-p entropy of ``(..., V)`` float32 probabilities -> ``(...)``, by sorting each
+    row (the reference ``topp_entropy`` is checked against)."""
+    return sorted_nucleus_entropy(probs.sort(dim=-1, descending=True).values, top_p, renormalize)
+
+
+def sorted_nucleus_entropy(probs: torch.Tensor, top_p: float, renormalize: bool) -> torch.Tensor:
+    """``nucleus_entropy`` of probabilities already sorted in descending order (all of a
+    row's, or a prefix that holds its nucleus) -> ``(...)``."""
     mass_before = probs.cumsum(dim=-1) - probs
     # A token is in the nucleus iff the mass strictly before it is still short of top_p:
     # that keeps the whole prefix up to and including the crossing token. The top token

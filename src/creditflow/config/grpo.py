@@ -78,9 +78,9 @@ class GRPOConfig:
     max_new_tokens, temperature, top_p, top_k: sampling.
     rollout: {"name": backend, ...options}: the engine that draws the completions
         (``creditflow.rollout.backends.ROLLOUT_BACKENDS``): ``lean`` (the default:
-        creditflow's decoder for Qwen2-family text models; others fall back to ``hf`` with a
-        log line), ``hf`` (``model.generate``) or ``vllm`` (an optional extra).
-        Vision-language policies always use ``hf``.
+        creditflow's decoder for Qwen2-family text models and Qwen2.5-VL, whose old log-probs
+        and entropy it reads off its sampling logits; others fall back to ``hf`` with a log
+        line), ``hf`` (``model.generate``) or ``vllm`` (an optional extra, text only).
     importance_sampling_cap: when the rollout engine is not the trained module (vLLM), the
         per-token ratio pi_trainer(o_t) / pi_sampler(o_t) of the sampling-time log-probs,
         truncated at this cap, multiplies each token's policy-gradient loss (truncated
@@ -98,9 +98,9 @@ class GRPOConfig:
         float32. Fails before training on a device without bfloat16.
     shared_prefix: score the G completions of a prompt with one forward of the prompt whose KV
         cache is expanded to them (``rollout.shared_prefix``; exact, gradients included),
-        instead of G forwards over ``[prompt, completion]``; language policies only, and the
-        plain forward still runs where the cache cannot be shared (e.g. under
-        ``gradient_checkpointing`` in the update).
+        instead of G forwards over ``[prompt, completion]`` (a vision-language policy's image
+        and 3-D rope positions included, and its no-image pass); the plain forward still runs
+        where the cache cannot be shared (e.g. under ``gradient_checkpointing`` in the update).
     advantage: {"name": strategy, ...strategy options} (training.strategies.ADVANTAGE_STRATEGIES;
         a strategy of one's own by import path ``"package.module:function"`` or entry point,
         docs/extending.md).

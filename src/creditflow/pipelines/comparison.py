@@ -69,15 +69,24 @@ def project_root() -> Path:
     return Path(__file__).resolve().parents[3]
 
 
-def configured_strategies(group: str, conf_source: str | Path | None = None) -> list[str]:
-    """The strategy names under ``<group>.strategies`` in the project's parameters, in file
+def configured_strategies(
+    group: str, conf_source: str | Path | None = None, env: str | None = None
+) -> list[str]:
+    """The strategy names under ``<group>.strategies`` in the project's parameters (base, then
+    ``env``, by default the ``KEDRO_ENV`` environment variable's, else ``local``), in file
     order. Raises ValueError when there are none."""
     conf_source = conf_source or project_root() / settings.CONF_SOURCE
-    # The project's merge strategy too: a conf/local file of a few tapo keys merges into base
-    # (settings.py) and leaves base's strategies in place.
-    loader_args = {"base_env": "base", "default_run_env": "local", "merge_strategy": None}
+    # The project's merge strategy too (settings.py; also where the project's settings are not
+    # loaded, as in the tests): a conf/local file of a few tapo keys merges into base and
+    # leaves base's strategies in place, and conf/tor_ablations adds strategies to base's.
+    loader_args = {
+        "base_env": "base",
+        "default_run_env": "local",
+        "merge_strategy": {"parameters": "soft"},
+    }
     loader_args.update({k: v for k, v in settings.CONFIG_LOADER_ARGS.items() if k in loader_args})
-    loader = OmegaConfigLoader(str(conf_source), env=os.environ.get("KEDRO_ENV"), **loader_args)
+    env = env or os.environ.get("KEDRO_ENV")
+    loader = OmegaConfigLoader(str(conf_source), env=env, **loader_args)
     strategies = (loader["parameters"].get(group) or {}).get("strategies") or {}
     if not strategies:
         raise ValueError(

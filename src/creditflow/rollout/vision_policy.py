@@ -27,8 +27,10 @@ import torch
 from PIL import Image
 
 from creditflow.models.vision import sequence_forward_inputs, vision_token_ids, vl_prompt_inputs
-from creditflow.rollout.backends.base import FINISH_LENGTH, finish_reasons
+from creditflow.rollout.backends.base import FINISH_LENGTH, Generation, finish_reasons
 from creditflow.rollout.backends.hf import HFBackend
+from creditflow.rollout.backends.lean import LeanBackend, ScoreSettings
+from creditflow.rollout.backends.lean_vl import generate_with_images
 from creditflow.rollout.batch import RolloutBatch, SamplesOwnModule
 from creditflow.rollout.language_policy import (
     SamplingSettings,
@@ -37,6 +39,11 @@ from creditflow.rollout.language_policy import (
     stop_token_ids,
 )
 from creditflow.rollout.modules import output_head, output_head_inputs
+from creditflow.rollout.shared_prefix import (
+    prompt_runs,
+    sequence_positions,
+    shared_prefix_hidden,
+)
 
 
 @dataclass(frozen=True)
@@ -97,9 +104,17 @@ class VisionLanguagePolicy(SamplesOwnModule):
         processor: its processor (``build_tiny_processor`` or the checkpoint's); the
             tokenizer must have a pad token.
         sampling: generation settings; ``temperature`` also scales the recomputed logits.
+        backend: ``hf`` (``model.generate``, the default and the reference) or ``lean``
+            (``rollout.backends.lean_vl``); no other backend takes images.
     """
 
-    def __init__(self, model, processor, sampling: SamplingSettings):
+    def __init__(
+        self,
+        model,
+        processor,
+        sampling: SamplingSettings,
+        backend: HFBackend | LeanBackend | None = None,
+    ):
         tokenizer = processor.tokenizer
         self.module = model
         self.processor = processor
@@ -109,6 +124,8 @@ class VisionLanguagePolicy(SamplesOwnModule):
         # A sampled <|image_pad|> would make the recomputation forward fail (the model counts
         # image tokens against image features), so generation never emits vision markers.
         self.vision_ids = vision_token_ids(tokenizer)
+        self.backend = backend if backend is not None else HFBackend()
+        self._prompt_positions: dict[bytes, torch.Tensor] = {}  # sequence_rope_positions
 
     @property
     def device(self) -> torch.device:
@@ -145,25 +162,46 @@ class VisionLanguagePolicy(SamplesOwnModule):
         return {"input_ids": batch.prompt_ids, "attention_mask": batch.prompt_mask, **batch.extras}
 
     # ------------------------------------------------------------------ sampling
+    @property
+    def decodes_lean(self) -> bool:
+        """Whether the ``lean`` decoder samples: each prompt and its image prefilled once per
+        group, and the log-probs and entropy read off the logits it sampled from."""
+        return isinstance(self.backend, LeanBackend)
+
     @torch.no_grad()
-    def generate(self, inputs: dict[str, torch.Tensor], do_sample: bool) -> torch.Tensor:
-        """``(B, T)`` completion ids for per-row prompt ``inputs`` (``encode_prompts``), padded
-        after the first EOS; sampled with ``self.sampling`` or greedy. Always ``hf``'s
-        ``model.generate``: the other rollout backends are text-only."""
+    def generate(
+        self,
+        inputs: dict[str, torch.Tensor],
+        do_sample: bool,
+        group_size: int = 1,
+        scores: ScoreSettings | None = None,
+    ) -> Generation:
+        """The backend's ``Generation`` for the N prompts ``inputs`` (``encode_prompts``): G
+        rows per prompt, consecutive, padded after the first EOS; sampled with
+        ``self.sampling`` or greedy. ``hf`` repeats every prompt and its image G times;
+        ``lean`` prefills each once and, given ``scores``, also returns each drawn token's
+        log-prob and top-p entropy (``Generation.logp`` / ``entropy``)."""
         was_training = self.module.training
         self.module.eval()
+        if not self.decodes_lean:
+            inputs = {k: v.repeat_interleave(group_size, dim=0) for k, v in inputs.items()}
         model_inputs = self._model_prompt_inputs(inputs)
         request = self.sampling.request(
             model_inputs.pop("input_ids"),
             model_inputs.pop("attention_mask"),
-            group_size=1,  # the rows are already repeated: each carries its own image
+            # hf: the rows are already repeated, each carrying its own image
+            group_size=group_size if self.decodes_lean else 1,
             stop_ids=self.eos_ids,
             pad_id=self.tokenizer.pad_token_id,
             do_sample=do_sample,
             suppressed_ids=tuple(self.vision_ids),
         )
         try:
-            return HFBackend().generate(self.module, request, model_inputs).completion_ids
+            if self.decodes_lean:
+                return generate_with_images(
+                    self.backend, self.module, request, model_inputs, scores
+                )
+            return self.backend.generate(self.module, request, model_inputs)
         finally:
             self.module.train(was_training)
 
@@ -176,11 +214,21 @@ class VisionLanguagePolicy(SamplesOwnModule):
         with_logprobs: bool = True,
     ) -> RolloutBatch:
         """Draw ``group_size`` completions per prompt; rows of one prompt are consecutive, each
-        with its own copy of the image. ``old_logp`` (and ``entropy`` when asked) come from one
-        extra forward pass, exactly as ``completion_logprobs`` computes them."""
+        with its own copy of the image. ``old_logp`` (and ``entropy`` when asked) come from the
+        ``lean`` decoder's logits (float32 runs), else from one extra forward pass, exactly as
+        ``completion_logprobs`` computes them (the two agree to float rounding)."""
         encoded = self.encode_prompts(prompts)
+        scores = None
+        # Under autocast (bf16) the decoder's logits and the scoring forward's differ by more
+        # than float32 rounding (other kernels, other op order), and the loss compares
+        # old_logp with the update's forward: there the scoring forward gives them.
+        autocast = torch.is_autocast_enabled(self.device.type)
+        if self.decodes_lean and (with_logprobs or with_entropy) and not autocast:
+            top_p = self.sampling.entropy_top_p if with_entropy else None
+            scores = ScoreSettings(self.sampling.temperature, top_p)
+        generation = self.generate(encoded, do_sample=True, group_size=group_size, scores=scores)
+        completion_ids = generation.completion_ids  # (B, T)
         rows = {k: v.repeat_interleave(group_size, dim=0) for k, v in encoded.items()}
-        completion_ids = self.generate(rows, do_sample=True)  # (B, T)
         batch = RolloutBatch(
             prompt_ids=rows["input_ids"],
             prompt_mask=rows["attention_mask"],
@@ -203,17 +251,20 @@ class VisionLanguagePolicy(SamplesOwnModule):
             pad_id=self.tokenizer.pad_token_id,
             prompt_extras=("mm_token_type_ids",),
         )
+        if scores is not None:
+            batch.old_logp = generation.logp  # (B, T)
+            batch.entropy = generation.entropy if with_entropy else None
         # with_logprobs=False: the trainer will use the update's own log-probs (one optimizer
         # step per rollout), so the extra scoring forward is skipped.
-        if with_logprobs or with_entropy:
+        elif with_logprobs or with_entropy:
             batch.old_logp, batch.entropy = self.completion_logprobs(batch, with_entropy)
         return batch
 
     @torch.no_grad()
     def greedy(self, prompts: Sequence[Any]) -> list[str]:
         """Greedy decodes of ``prompts`` (one batch), special tokens removed."""
-        completion_ids = self.generate(self.encode_prompts(prompts), do_sample=False)
-        return self.tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
+        generation = self.generate(self.encode_prompts(prompts), do_sample=False)
+        return self.tokenizer.batch_decode(generation.completion_ids, skip_special_tokens=True)
 
     # ------------------------------------------------------------------ scoring
     def _forward_inputs(
@@ -226,15 +277,55 @@ class VisionLanguagePolicy(SamplesOwnModule):
         return {**inputs, "logits_to_keep": batch.completion_ids.shape[1] + 1, "use_cache": False}
 
     def _score(
-        self, prompt_inputs: dict[str, torch.Tensor], batch: RolloutBatch, with_entropy: bool
+        self, batch: RolloutBatch, with_entropy: bool
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(B, T) log-probs (and optionally top-p entropy) of the completions after
-        ``prompt_inputs``, the head applied a chunk of positions at a time."""
-        inputs = self._forward_inputs(prompt_inputs, batch)
-        hidden = output_head_inputs(self.module, **inputs)[:, :-1]  # (B, T, H)
-        return score_completions(
-            hidden, output_head(self.module), batch.completion_ids, self.sampling, with_entropy
-        )
+        """(B, T) log-probs (and optionally top-p entropy) of the completions after their
+        image prompts, the head applied a chunk of positions at a time. With
+        ``SamplingSettings.shared_prefix`` each run of rows with one prompt and one image runs
+        that prompt (and its image) once (``rollout.shared_prefix``)."""
+        owner = rope_index_owner(self.module)
+        if not self.sampling.shared_prefix or owner is None:
+            prompt_inputs = self._model_prompt_inputs(self._batch_prompt_inputs(batch))
+            inputs = self._forward_inputs(prompt_inputs, batch)
+            hidden = output_head_inputs(self.module, **inputs)[:, :-1]  # (B, T, H)
+            return self._head(hidden, batch, with_entropy)
+        pixel_rows, grids = batch.extras["pixel_values"], batch.extras["image_grid_thw"]
+        position_ids = sequence_rope_positions(owner, batch, self._prompt_positions)
+        hidden = shared_prefix_hidden(
+            self.module,
+            batch.prompt_ids,
+            batch.prompt_mask,
+            batch.completion_ids,
+            batch.completion_mask,
+            position_ids=position_ids,
+            prompt_inputs=lambda rows: {
+                "pixel_values": flat_pixel_values(pixel_rows[rows], grids[rows]),
+                "image_grid_thw": grids[rows],
+            },
+            run_keys=(pixel_rows, grids),
+        )  # (B, T, H)
+        return self._head(hidden, batch, with_entropy)
+
+    def _head(
+        self, hidden: torch.Tensor, batch: RolloutBatch, with_entropy: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(B, T) log-probs (and entropy) from the (B, T, H) hidden states that predict them,
+        the head applied to the real completion tokens only (``completion_mask``; padding
+        after a completion's end gets 0): about half the positions of a batch whose
+        completions end early, and each position's value is the same either way."""
+        head = output_head(self.module)
+        mask = batch.completion_mask.bool()  # (B, T)
+        if bool(mask.all()):
+            return score_completions(
+                hidden, head, batch.completion_ids, self.sampling, with_entropy
+            )
+        logp, entropy = score_completions(
+            hidden[mask][None], head, batch.completion_ids[mask][None], self.sampling, with_entropy
+        )  # (1, n) each
+        zeros = torch.zeros(mask.shape, dtype=logp.dtype, device=logp.device)
+        if entropy is not None:
+            entropy = zeros.masked_scatter(mask, entropy[0])
+        return zeros.masked_scatter(mask, logp[0]), entropy
 
     def completion_logits(self, batch: RolloutBatch) -> torch.Tensor:
         """(B, T, V) temperature-scaled logits with the image in the prompt: the plain
@@ -248,8 +339,7 @@ class VisionLanguagePolicy(SamplesOwnModule):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(B, T) log-probs of the completion tokens (with grad when enabled), and on request the
         (B, T) top-p entropy (docs/methods/tor.md) of the same forward's distribution (no grad)."""
-        prompt_inputs = self._model_prompt_inputs(self._batch_prompt_inputs(batch))
-        return self._score(prompt_inputs, batch, with_entropy)
+        return self._score(batch, with_entropy)
 
     @torch.no_grad()
     def no_image_logprobs(self, batch: RolloutBatch) -> torch.Tensor:
@@ -263,13 +353,85 @@ class VisionLanguagePolicy(SamplesOwnModule):
         prompt_ids, prompt_mask = strip_prompt_tokens(
             batch.prompt_ids, batch.prompt_mask, self.vision_ids, self.tokenizer.pad_token_id
         )  # (B, P')
-        prompt_inputs = {
-            "input_ids": prompt_ids,
-            "attention_mask": prompt_mask,
-            "mm_token_type_ids": torch.zeros_like(prompt_ids),
-        }
-        logp, _ = self._score(prompt_inputs, batch, with_entropy=False)
+        attention_mask = torch.cat([prompt_mask, batch.completion_mask.to(prompt_mask.dtype)], 1)
+        # Text positions count real tokens only, as for the image prompts; the model's own
+        # default for text without images (0, 1, ... over the padding too) gives the same
+        # attention up to rounding (rope depends on differences of positions only).
+        position_ids = sequence_positions(attention_mask)  # (B, P'+T)
+        if self.sampling.shared_prefix:
+            hidden = shared_prefix_hidden(
+                self.module,
+                prompt_ids,
+                prompt_mask,
+                batch.completion_ids,
+                batch.completion_mask,
+                position_ids=position_ids,
+            )  # (B, T, H): each run's text prompt once
+        else:
+            inputs = self._forward_inputs(
+                {"input_ids": prompt_ids, "attention_mask": prompt_mask}, batch
+            )
+            hidden = output_head_inputs(self.module, **inputs, position_ids=position_ids)
+            hidden = hidden[:, :-1]  # (B, T, H)
+        logp, _ = self._head(hidden, batch, with_entropy=False)
         return logp
+
+
+def sequence_rope_positions(
+    owner: torch.nn.Module, batch: RolloutBatch, cache: dict[bytes, torch.Tensor] | None = None
+) -> torch.Tensor:
+    """(3, B, P + T) rope positions of ``[prompt, completion]``, as the plain forward derives
+    them (``owner.get_rope_index`` over the whole sequence): padding 0, the prompt's own 3-D
+    positions, then the completion's real tokens on all three axes from the prompt's last
+    position + 1 on (``get_rope_index`` continues a text span after the last one). The
+    prompt's positions are derived once per run of rows with one prompt and one image (a
+    Python loop over rows in transformers), or taken from ``cache`` (prompt row -> its
+    (3, P) positions; they depend on the row's ids, mask, token types and image grid only, so
+    an SFT epoch after the first derives none); the completion's are arithmetic."""
+    extras = batch.extras
+    types, grids = extras["mm_token_type_ids"], extras["image_grid_thw"]
+    runs = prompt_runs(batch.prompt_ids, batch.prompt_mask, extras["pixel_values"], grids)  # (N,)
+    first = (torch.cumsum(runs, dim=0) - runs).tolist()  # N first rows
+    cache = {} if cache is None else cache
+    keys = [
+        b"".join(
+            t[row].cpu().numpy().tobytes()
+            for t in (batch.prompt_ids, batch.prompt_mask, types, grids)
+        )
+        for row in first
+    ]
+    if len(cache) > _POSITION_CACHE_ROWS:
+        cache.clear()
+    missing = [(row, key) for row, key in zip(first, keys, strict=True) if key not in cache]
+    if missing:
+        rows = [row for row, _ in missing]
+        derived, _ = owner.get_rope_index(
+            batch.prompt_ids[rows],
+            mm_token_type_ids=types[rows],
+            image_grid_thw=grids[rows],
+            attention_mask=batch.prompt_mask[rows],
+        )  # (3, M, P)
+        for i, (_, key) in enumerate(missing):
+            cache[key] = derived[:, i]
+    # (3, N, P); left-padded, so position P - 1 is the last real token
+    prompt_positions = torch.stack([cache[key] for key in keys], dim=1)
+    B = batch.batch_size
+    prompt_positions = prompt_positions.repeat_interleave(runs, dim=1, output_size=B)  # (3, B, P)
+    mask = batch.completion_mask.to(torch.long)  # (B, T)
+    after = prompt_positions[0, :, -1:] + mask.cumsum(dim=1)  # (B, T): last + 1, + 2, ...
+    completion = (after * mask).unsqueeze(0).expand(3, -1, -1)  # (3, B, T), padding 0
+    return torch.cat([prompt_positions, completion.to(prompt_positions.dtype)], dim=2)
+
+
+# Prompt rows whose 3-D positions a policy keeps (a few MB at the tor defaults' 8,000).
+_POSITION_CACHE_ROWS = 100_000
+
+
+def rope_index_owner(module: torch.nn.Module) -> torch.nn.Module | None:
+    """The submodule of a Qwen2-VL-style model that derives its 3-D rope positions
+    (``get_rope_index``; ``Qwen2_5_VLModel``), also inside a DDP or PEFT wrapper; None when
+    there is none (the policy then scores with the plain forward)."""
+    return next((m for m in module.modules() if hasattr(m, "get_rope_index")), None)
 
 
 def strip_prompt_tokens(

@@ -296,6 +296,13 @@ def mean_sampled_rewards(
     return scores.groupby(scores.index // k).mean().reset_index(drop=True)
 
 
+def vl_evaluation_policy(model, processor, sampling: SamplingSettings) -> VisionLanguagePolicy:
+    """A vision-language policy for evaluating ``model``: the default rollout backend where
+    it applies (``lean`` for Qwen2.5-VL), else ``hf``."""
+    backend = rollout_backend({"name": DEFAULT_ROLLOUT_BACKEND}, model)
+    return VisionLanguagePolicy(model, processor, sampling, backend=backend)
+
+
 def evaluate_vl_policy(
     model,
     processor,
@@ -310,7 +317,8 @@ def evaluate_vl_policy(
     """Greedy completions of image ``prompts`` (anything ``as_visual_prompt`` accepts) scored
     with ``reward_names`` (``columns`` as in ``evaluate_text_policy``): one row per prompt
     with ``completion`` and ``reward/<name>``."""
-    policy = VisionLanguagePolicy(model, processor, SamplingSettings(max_new_tokens=max_new_tokens))
+    sampling = SamplingSettings(max_new_tokens=max_new_tokens)
+    policy = vl_evaluation_policy(model, processor, sampling)
     completions: list[str] = []
     for start in tqdm(range(0, len(prompts), batch_size), desc="eval"):
         completions += policy.greedy(list(prompts[start : start + batch_size]))
@@ -339,7 +347,7 @@ def evaluate_vl_policy_sampled(
     GRPO moves the distribution it samples from (docs/results.md "The ToR world"); this measures the
     latter."""
     sampling = SamplingSettings(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
-    policy = VisionLanguagePolicy(model, processor, sampling)
+    policy = vl_evaluation_policy(model, processor, sampling)
     return mean_sampled_rewards(
         policy,
         prompts,

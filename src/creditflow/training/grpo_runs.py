@@ -236,15 +236,19 @@ def language_policy(model, tokenizer, config: GRPOConfig) -> LanguagePolicy:
 
 
 def vision_language_policy(model, processor, config: GRPOConfig) -> VisionLanguagePolicy:
-    """The policy of a vision-language model; it always samples with ``hf``."""
+    """The policy of a vision-language model, sampling with ``lean`` (Qwen2.5-VL) or ``hf``
+    as ``config.rollout`` names; a text-only backend (vLLM), or ``lean`` on a model it does
+    not support, falls back to ``hf`` with a log line."""
     name = config.rollout.get("name", FALLBACK_BACKEND)
-    if name not in (FALLBACK_BACKEND, DEFAULT_ROLLOUT_BACKEND):
+    if name not in (FALLBACK_BACKEND, "lean"):
         logger.info(
             "rollout backend %r is text-only: the vision-language policy samples with %r",
             name,
             FALLBACK_BACKEND,
         )
-    return VisionLanguagePolicy(model, processor, sampling_settings(config))
+        name = FALLBACK_BACKEND
+    backend = rollout_backend({**config.rollout, "name": name}, model)
+    return VisionLanguagePolicy(model, processor, sampling_settings(config), backend=backend)
 
 
 def _plugin_sources(config: GRPOConfig, rewards: Sequence[Reward]) -> dict[str, Any]:

@@ -19,8 +19,10 @@ from tests.pipelines._params import SMALLEST_TINY_DECODER, deep_update, paramete
 
 pytestmark = pytest.mark.filterwarnings("ignore:register_new_resolver:UserWarning")
 
-# The compared strategies, as the pipeline reads them from conf/base/parameters_tor.yml.
-STRATEGIES = tuple(configured_strategies("tor"))
+# The compared strategies with the ablations, as the pipeline reads them from
+# conf/base/parameters_tor.yml and conf/tor_ablations/parameters_tor.yml.
+ABLATIONS_ENV = "tor_ablations"
+STRATEGIES = tuple(configured_strategies("tor", env=ABLATIONS_ENV))
 
 SMALLEST = {
     "tasks": {"n_train": 6, "n_eval": 3},
@@ -47,7 +49,12 @@ SMALLEST = {
 
 @pytest.fixture(scope="module")
 def tor_params(project_root: Path) -> dict:
-    loader = OmegaConfigLoader(str(project_root / "conf"), base_env="base", default_run_env="local")
+    loader = OmegaConfigLoader(
+        str(project_root / "conf"),
+        base_env="base",
+        default_run_env=ABLATIONS_ENV,
+        merge_strategy={"parameters": "soft"},
+    )
     return deep_update(loader["parameters"]["tor"], SMALLEST)
 
 
@@ -84,7 +91,7 @@ def test_tor_pipeline_runs_end_to_end(tor_params, raw_data, tmp_path):
         .sort_values("choices", key=lambda c: -c.map(len))
         .reset_index(drop=True),
     }
-    pipeline = create_pipeline()
+    pipeline = create_pipeline(STRATEGIES)
     assert pipeline.inputs() == {
         "params:tor",
         "tor_source_problems",
@@ -189,7 +196,7 @@ def test_tor_trains_on_tabmwp_as_its_source(tor_params, raw_data, tmp_path):
         "tabmwp_problems": tabmwp,
         "mathvision_problems": load_mathvision(raw_data / "mathvision_testmini", max_rows=2),
     }
-    pipeline = create_pipeline()
+    pipeline = create_pipeline(STRATEGIES)
     catalog = _catalog(pipeline, params, real, tmp_path / "ckpt", source=tabmwp)
     SequentialRunner().run(pipeline, catalog)
 
@@ -204,6 +211,17 @@ def test_tor_trains_on_tabmwp_as_its_source(tor_params, raw_data, tmp_path):
     assert table[["n_synthetic", "n_tabmwp", "n_mathvision"]].iloc[0].tolist() == [0, 2, 2]
     assert table[["accuracy_tabmwp", "accuracy_mathvision"]].notna().all().all()
     assert len(catalog.load("tor_tor_metrics")) == 2
+
+
+def test_the_default_compares_uniform_and_tor_and_one_environment_adds_the_ablations():
+    assert configured_strategies("tor") == ["uniform", "tor"]
+    assert STRATEGIES == (
+        "uniform",
+        "tor",
+        "tor_reasoning_only",
+        "tor_perception_only",
+        "tor_overlap_reasoning",
+    )
 
 
 def test_choice_question_lists_the_options_by_letter():

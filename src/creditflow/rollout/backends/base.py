@@ -75,12 +75,18 @@ class Generation:
             sampling distribution (after temperature), when the engine reports them; None
             otherwise. Padding positions are 0.
         weights_version: the weights version the engine sampled with.
+        logp, entropy: ``(B, T)`` float32 log-probs of the sampled tokens under the model's
+            own distribution at the sampling temperature (no suppressed ids, top-k or top-p:
+            what the policy's scoring forward computes) and its top-p entropy, when the engine
+            was asked for them (``lean``'s ``ScoreSettings``); None otherwise. Padding is 0.
     """
 
     completion_ids: torch.Tensor
     finish_reasons: list[str]
     sampler_logp: torch.Tensor | None = None
     weights_version: int = 0
+    logp: torch.Tensor | None = None
+    entropy: torch.Tensor | None = None
     timings: dict[str, float] = field(default_factory=dict)
 
 

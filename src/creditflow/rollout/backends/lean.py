@@ -32,9 +32,12 @@ from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
-from transformers import Qwen2ForCausalLM
+from transformers import Qwen2_5_VLForConditionalGeneration, Qwen2ForCausalLM
 from transformers.models.qwen2.modeling_qwen2 import Qwen2RMSNorm
+from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLRMSNorm
 
+from creditflow.algorithms.logprobs import CHUNK_LOGITS
+from creditflow.algorithms.tor import topp_entropy
 from creditflow.rollout.backends.base import Generation, GenerationRequest, finish_reasons
 from creditflow.rollout.modules import bare_module
 
@@ -42,6 +45,11 @@ from creditflow.rollout.modules import bare_module
 # computed once per call by the model's own rotary module. "dynamic" and "longrope" change
 # their frequencies with the longest position seen so far, which a table cannot reproduce.
 STATIC_ROPE_TYPES = ("default", "linear", "yarn", "llama3", "proportional")
+# The norms whose forward ``rms_norm`` reproduces (Qwen2.5-VL's is Qwen2's, renamed).
+RMS_NORMS = (Qwen2RMSNorm, Qwen2_5_VLRMSNorm)
+# The models the loop samples from: Qwen2 text models, and Qwen2.5-VL, whose language model
+# has the same layers (its prompts prefilled by its own forward, ``lean_vl``).
+SUPPORTED_MODELS = (Qwen2ForCausalLM, Qwen2_5_VLForConditionalGeneration)
 
 
 @dataclass
@@ -101,9 +109,19 @@ def matmul_dtype(model: torch.nn.Module) -> torch.dtype:
     return weight.dtype
 
 
+def text_decoder(model: torch.nn.Module) -> torch.nn.Module:
+    """The Qwen2 decoder stack (embedding, layers, final norm, rotary table) of a
+    ``Qwen2ForCausalLM`` or of a ``Qwen2_5_VLForConditionalGeneration``'s language model."""
+    if isinstance(model, Qwen2_5_VLForConditionalGeneration):
+        return model.model.language_model
+    return model.model
+
+
 def fuse_qwen2_weights(model: Qwen2ForCausalLM, version: int) -> FusedQwen2Weights:
-    """The fused weights of ``model``'s current parameters (see ``FusedQwen2Weights``)."""
-    config = model.config
+    """The fused weights of ``model``'s current parameters (see ``FusedQwen2Weights``); a
+    Qwen2.5-VL model's language model has the same layers."""
+    config = model.config.get_text_config()
+    decoder = text_decoder(model)
     dtype = matmul_dtype(model)
 
     def cast(tensor: torch.Tensor) -> torch.Tensor:
@@ -111,7 +129,7 @@ def fuse_qwen2_weights(model: Qwen2ForCausalLM, version: int) -> FusedQwen2Weigh
 
     layers = []
     with torch.no_grad():
-        for layer in model.model.layers[: config.num_hidden_layers]:
+        for layer in decoder.layers[: config.num_hidden_layers]:
             attn, mlp = layer.self_attn, layer.mlp
             layers.append(
                 LayerWeights(
@@ -128,17 +146,17 @@ def fuse_qwen2_weights(model: Qwen2ForCausalLM, version: int) -> FusedQwen2Weigh
                     post_attention_norm=layer.post_attention_layernorm.weight.detach(),
                 )
             )
-    attn = model.model.layers[0].self_attn
+    attn = decoder.layers[0].self_attn
     return FusedQwen2Weights(
         module=weakref.ref(model),
         version=version,
         device=model.lm_head.weight.device,
         dtype=dtype,
         layers=layers,
-        embed=model.model.embed_tokens.weight.detach(),
-        norm=model.model.norm.weight.detach(),
+        embed=decoder.embed_tokens.weight.detach(),
+        norm=decoder.norm.weight.detach(),
         head=cast(model.lm_head.weight),
-        eps=model.model.norm.variance_epsilon,
+        eps=decoder.norm.variance_epsilon,
         num_heads=config.num_attention_heads,
         num_kv_heads=config.num_key_value_heads,
         head_dim=attn.head_dim,
@@ -429,7 +447,8 @@ def config_reason(config) -> str | None:
 
 def layers_reason(model: Qwen2ForCausalLM) -> str | None:
     """A layer whose forward is not the plain one (an adapter, a quantised linear), else None."""
-    for i, layer in enumerate(model.model.layers[: model.config.num_hidden_layers]):
+    config = model.config.get_text_config()
+    for i, layer in enumerate(text_decoder(model).layers[: config.num_hidden_layers]):
         attn, mlp = layer.self_attn, layer.mlp
         linears = {
             "q_proj": attn.q_proj,
@@ -447,11 +466,98 @@ def layers_reason(model: Qwen2ForCausalLM) -> str | None:
                     "(adapters and quantised layers are not fused)"
                 )
         norms = (layer.input_layernorm, layer.post_attention_layernorm)
-        if any(type(norm) is not Qwen2RMSNorm for norm in norms):
+        if any(type(norm) not in RMS_NORMS for norm in norms):
             return f"layer {i} has a norm other than Qwen2RMSNorm"
     if type(model.lm_head) is not torch.nn.Linear or model.lm_head.bias is not None:
         return "the LM head is not a bias-free torch.nn.Linear"
     return None
+
+
+@dataclass(frozen=True)
+class ScoreSettings:
+    """What ``decode`` also reports of each drawn token, from the logits it drew from: the
+    log-prob under the model's distribution at ``temperature`` (no suppressed ids, top-k or
+    top-p: what the scoring forward computes) and, with ``entropy_top_p``, the top-p entropy
+    of that distribution (``algorithms.topp_entropy``)."""
+
+    temperature: float = 1.0
+    entropy_top_p: float | None = None
+
+
+def flush_entropy(
+    pending: list[tuple[torch.Tensor, int, torch.Tensor]], entropy: torch.Tensor, top_p: float
+) -> None:
+    """Write the top-p entropy of each pending ``(rows, t, (R, V) logits)`` into
+    ``entropy[rows, t]`` with one ``topp_entropy`` call, and empty ``pending``."""
+    if not pending:
+        return
+    values = topp_entropy(torch.cat([z for _, _, z in pending])[None], top_p=top_p)[0]
+    parts = values.split([len(rows) for rows, _, _ in pending])
+    for (rows, t, _), part in zip(pending, parts, strict=True):
+        entropy[rows, t] = part
+    pending.clear()
+
+
+def decode(
+    decoder: Qwen2Decoder,
+    request: GenerationRequest,
+    vocab_size: int,
+    device: torch.device,
+    scores: ScoreSettings | None = None,
+) -> Generation:
+    """The sampling loop over a prefilled-on-demand ``decoder``: (B, T) tokens drawn with
+    ``Sampler``, one ``(B, V)`` multinomial per step, until every row stopped or T steps."""
+    sampler = Sampler(request, vocab_size, device)
+    B, T = request.num_rows, request.max_new_tokens
+    completion_ids = torch.full((B, T), request.pad_id, dtype=torch.long, device=device)
+    sampler_logp = torch.zeros(B, T, dtype=torch.float32, device=device)
+    logp_model = torch.zeros(B, T, dtype=torch.float32, device=device) if scores else None
+    entropy = None
+    if scores is not None and scores.entropy_top_p is not None:
+        entropy = torch.zeros(B, T, dtype=torch.float32, device=device)
+    # The steps' scaled logits whose entropy is not computed yet: one topp_entropy call for
+    # many steps (up to CHUNK_LOGITS logits), not one per step.
+    pending: list[tuple[torch.Tensor, int, torch.Tensor]] = []
+    stop_ids = torch.tensor(request.stop_ids, dtype=torch.long, device=device)
+    unfinished = torch.ones(B, dtype=torch.bool, device=device)
+    steps = T
+    logits = decoder.prefill()  # (B, V)
+    for t in range(T):
+        if t > 0:
+            logits = decoder.step(completion_ids[:, t - 1])
+        scored = sampler.scores(logits)  # (B, V)
+        tokens = sampler.choose(scored)  # (B,)
+        tokens = torch.where(unfinished, tokens, request.pad_id)
+        logp = scored.gather(1, tokens[:, None]).squeeze(1) - scored.logsumexp(dim=-1)
+        completion_ids[:, t] = tokens
+        # A finished row's pad may have been filtered out (-inf); it counts 0.
+        sampler_logp[:, t] = torch.where(unfinished, logp, 0.0)
+        if scores is not None:
+            # The model's own distribution, as token_logprobs scores it: logits / temperature.
+            z = logits if scores.temperature == 1.0 else logits / scores.temperature
+            own = z.gather(1, tokens[:, None]).squeeze(1) - z.logsumexp(dim=-1)
+            logp_model[:, t] = torch.where(unfinished, own, 0.0)
+            if entropy is not None:  # a finished row's entropy is padding: 0, not computed
+                rows = unfinished.nonzero().squeeze(1)
+                pending.append((rows, t, z[rows]))
+                if sum(len(rows) for rows, _, _ in pending) * z.shape[1] >= CHUNK_LOGITS:
+                    flush_entropy(pending, entropy, scores.entropy_top_p)
+        if request.stop_ids:
+            unfinished &= ~torch.isin(tokens, stop_ids)
+            if not bool(unfinished.any()):
+                steps = t + 1
+                break
+    if entropy is not None:
+        flush_entropy(pending, entropy, scores.entropy_top_p)
+    completion_ids = completion_ids[:, :steps]  # (B, T)
+    return Generation(
+        completion_ids=completion_ids,
+        finish_reasons=finish_reasons(completion_ids, list(request.stop_ids)),
+        sampler_logp=sampler_logp[:, :steps],
+        weights_version=request.weights_version,
+        logp=None if logp_model is None else logp_model[:, :steps],
+        entropy=None if entropy is None else entropy[:, :steps],
+    )
 
 
 class LeanBackend:
@@ -478,9 +584,9 @@ class LeanBackend:
         model = bare_module(module)
         if hasattr(model, "peft_config"):
             return f"{type(model).__name__} is a PEFT wrapper; adapters are not fused"
-        if type(model) is not Qwen2ForCausalLM:
-            return f"{type(model).__name__} is not a Qwen2ForCausalLM"
-        return config_reason(model.config) or layers_reason(model)
+        if type(model) not in SUPPORTED_MODELS:
+            return f"{type(model).__name__} is not a Qwen2ForCausalLM or Qwen2.5-VL model"
+        return config_reason(model.config.get_text_config()) or layers_reason(model)
 
     def fused_weights(self, model: Qwen2ForCausalLM, version: int) -> FusedQwen2Weights:
         """The cached fused weights of ``model`` at ``version``, rebuilt when stale."""
@@ -491,15 +597,21 @@ class LeanBackend:
         return fused
 
     @torch.no_grad()
-    def generate(self, module: torch.nn.Module, request: GenerationRequest) -> Generation:
-        model = bare_module(module)
-        reason = self.unsupported_reason(model)
-        if reason is not None:
+    def generate(
+        self,
+        module: torch.nn.Module,
+        request: GenerationRequest,
+        scores: ScoreSettings | None = None,
+    ) -> Generation:
+        """``scores``: also return the log-probs and top-p entropy of the model's distribution
+        at every drawn token (``Generation.logp`` / ``entropy``, see ``ScoreSettings``). A
+        Qwen2.5-VL model's prompts carry images: ``lean_vl.generate_with_images`` samples it."""
+        model = self.checked_model(module, request)
+        if isinstance(model, Qwen2_5_VLForConditionalGeneration):
             raise ValueError(
-                f"the 'lean' rollout backend cannot sample from {type(model).__name__}: "
-                f"{reason}; use grpo.rollout: {{name: hf}}"
+                "a Qwen2.5-VL model samples with its images: "
+                "rollout.backends.lean_vl.generate_with_images (VisionLanguagePolicy does)"
             )
-        check_request(request)
         device = model.lm_head.weight.device
         decoder = Qwen2Decoder(
             model,
@@ -509,36 +621,20 @@ class LeanBackend:
             request.group_size,
             request.max_new_tokens,
         )
-        sampler = Sampler(request, model.lm_head.weight.shape[0], device)
-        B, T = request.num_rows, request.max_new_tokens
-        completion_ids = torch.full((B, T), request.pad_id, dtype=torch.long, device=device)
-        sampler_logp = torch.zeros(B, T, dtype=torch.float32, device=device)
-        stop_ids = torch.tensor(request.stop_ids, dtype=torch.long, device=device)
-        unfinished = torch.ones(B, dtype=torch.bool, device=device)
-        steps = T
-        logits = decoder.prefill()  # (B, V)
-        for t in range(T):
-            if t > 0:
-                logits = decoder.step(completion_ids[:, t - 1])
-            scores = sampler.scores(logits)  # (B, V)
-            tokens = sampler.choose(scores)  # (B,)
-            tokens = torch.where(unfinished, tokens, request.pad_id)
-            logp = scores.gather(1, tokens[:, None]).squeeze(1) - scores.logsumexp(dim=-1)
-            completion_ids[:, t] = tokens
-            # A finished row's pad may have been filtered out (-inf); it counts 0.
-            sampler_logp[:, t] = torch.where(unfinished, logp, 0.0)
-            if request.stop_ids:
-                unfinished &= ~torch.isin(tokens, stop_ids)
-                if not bool(unfinished.any()):
-                    steps = t + 1
-                    break
-        completion_ids = completion_ids[:, :steps]  # (B, T)
-        return Generation(
-            completion_ids=completion_ids,
-            finish_reasons=finish_reasons(completion_ids, list(request.stop_ids)),
-            sampler_logp=sampler_logp[:, :steps],
-            weights_version=request.weights_version,
-        )
+        return decode(decoder, request, model.lm_head.weight.shape[0], device, scores)
+
+    def checked_model(self, module: torch.nn.Module, request: GenerationRequest):
+        """The bare model of ``module``, after the checks of ``unsupported_reason`` and
+        ``check_request`` (ValueError saying what to change)."""
+        model = bare_module(module)
+        reason = self.unsupported_reason(model)
+        if reason is not None:
+            raise ValueError(
+                f"the 'lean' rollout backend cannot sample from {type(model).__name__}: "
+                f"{reason}; use grpo.rollout: {{name: hf}}"
+            )
+        check_request(request)
+        return model
 
     def load_weights(self, module: torch.nn.Module, version: int) -> None:
         """Nothing to copy: ``generate`` reads the trained module (its fused weights are
