@@ -309,13 +309,13 @@ class VisionLanguagePolicy(SamplesOwnModule):
     def _head(
         self, hidden: torch.Tensor, batch: RolloutBatch, with_entropy: bool
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(B, T) log-probs (and entropy) from the (B, T, H) hidden states that predict them,
-        the head applied to the real completion tokens only (``completion_mask``; padding
-        after a completion's end gets 0): about half the positions of a batch whose
-        completions end early, and each position's value is the same either way."""
+        """(B, T) log-probs (and entropy) from the (B, T, H) hidden states that predict them;
+        with ``shared_prefix`` the head is applied to the real completion tokens only
+        (``completion_mask``; padding after a completion's end gets 0): about half the
+        positions of a batch whose completions end early, each real one's value the same."""
         head = output_head(self.module)
         mask = batch.completion_mask.bool()  # (B, T)
-        if bool(mask.all()):
+        if bool(mask.all()) or not self.sampling.shared_prefix:  # the plain path: all
             return score_completions(
                 hidden, head, batch.completion_ids, self.sampling, with_entropy
             )
