@@ -438,7 +438,10 @@ def run_trl(work: Workload, profile: bool) -> dict[str, Any]:
         )
         load_s = time.perf_counter() - t0
         precision = "bf16" if work.bf16 else "no"
-        if trainer.accelerator.mixed_precision != precision or trainer.args.activation_checkpointing:
+        if (
+            trainer.accelerator.mixed_precision != precision
+            or trainer.args.activation_checkpointing
+        ):
             raise RuntimeError(
                 f"TRL must train with mixed precision {precision!r} and without activation "
                 f"checkpointing"

@@ -16,7 +16,7 @@ from creditflow.rewards import check_reward_options, get_reward_function
 from creditflow.rollout import LanguagePolicy, SamplingSettings, VisionLanguagePolicy
 from creditflow.rollout.backends import rollout_backend
 from creditflow.training.config import DEFAULT_ROLLOUT_BACKEND
-from creditflow.training.grpo import step_seed
+from creditflow.training.seeding import step_seed
 
 # A reward: a name of ``rewards.REWARD_FUNCTIONS``, or a TRL-style callable
 # ``fn(completions, **columns) -> B floats`` (``TextRewards``).

@@ -51,7 +51,16 @@ from creditflow.training.fsdp import (
     full_state_dicts,
     load_full_optimizer_state,
 )
+from creditflow.training.offpolicy import (
+    Rollout,
+    RolloutAhead,
+    check_off_policy,
+    lag_corrected,
+    sampler_mismatch,
+    sampling_ahead,
+)
 from creditflow.training.reference import frozen_reference
+from creditflow.training.seeding import RANK_SALT, step_seed
 from creditflow.training.strategies import (
     RewardMetric,
     WeightContext,
@@ -79,16 +88,6 @@ class GRPOResult:
     history: list[dict[str, float]] = field(default_factory=list)
     samples: list[dict[str, Any]] = field(default_factory=list)
 
-
-def step_seed(seed: int, step: int, salt: int = 0) -> int:
-    """A distinct, reproducible seed for each (run seed, step) so a resumed run draws exactly
-    what an uninterrupted one would."""
-    return (seed * 1_000_003 + step * 7919 + salt) % (2**31 - 1)
-
-
-# Process r samples with step_seed(..., salt=RANK_SALT * r): process 0 keeps the
-# single-process seed, the others draw independent completions.
-RANK_SALT = 1000
 
 # How a micro-batch's metrics add up to its minibatch's: these are aggregated losses, weighted
 # by the micro-batch's share of the loss (micro_batch_share); every other actor/ metric is a
@@ -147,10 +146,7 @@ class GRPOTrainer:
         self.num_processes = 1 if accelerator is None else accelerator.num_processes
         self.process_index = 0 if accelerator is None else accelerator.process_index
         check_process_layout(config, self.num_processes)
-        if config.importance_sampling_cap is not None:
-            check_importance_sampling(
-                config.importance_sampling_cap, policy.samples_module, config.rollout.get("name")
-            )
+        check_importance_sampling(config, policy.samples_module)
         self.policy = policy
         self.prompts = list(prompts)
         self.reward_fn = reward_fn
@@ -169,6 +165,9 @@ class GRPOTrainer:
         self.reward_metrics = [*reward_metrics, *self.advantage.reward_metrics(config.advantage)]
         self.result = GRPOResult()
         self.start_step = 0
+        self.ahead: RolloutAhead | None = None  # the sampling process, with max_staleness
+        self._pending_rollout: dict[str, Any] | None = None  # a resumed run's next batch
+        check_off_policy(self)
         self._sharded_optimizer_state: dict[str, Any] | None = None  # loaded after sharding
         self._setup_memory()
         self._setup_optimizer()
@@ -264,6 +263,7 @@ class GRPOTrainer:
         self.scheduler.load_state_dict(state["scheduler"])
         self.result = GRPOResult(history=state["history"], samples=state["samples"])
         self.start_step = state["step"]
+        self._pending_rollout = state.get("pending_rollout")
 
     def _prepare_distributed(self) -> None:
         """Wrap the model in DDP and the optimizer for the accelerator (after resuming, so every
@@ -320,18 +320,19 @@ class GRPOTrainer:
             desc=f"{self.desc}[{c.advantage['name']}/{c.token_weights['name']}]",
             disable=not (self.progress and self.is_main_process),
         )
-        for step in bar:
-            metrics = self.step(step)
-            self.result.history.append(metrics)
-            self._report([metrics])
-            bar.set_postfix(
-                reward=f"{metrics['reward/total']:.3f}", kl=f"{metrics['actor/kl']:.3g}"
-            )
-            done = step + 1
-            if self.checkpoints is not None and (
-                done == c.steps or (c.checkpoint_every and done % c.checkpoint_every == 0)
-            ):
-                self.save(done)
+        with sampling_ahead(self, self._pending_rollout):  # max_staleness: sets self.ahead
+            for step in bar:
+                metrics = self.step(step)
+                self.result.history.append(metrics)
+                self._report([metrics])
+                bar.set_postfix(
+                    reward=f"{metrics['reward/total']:.3f}", kl=f"{metrics['actor/kl']:.3g}"
+                )
+                done = step + 1
+                if self.checkpoints is not None and (
+                    done == c.steps or (c.checkpoint_every and done % c.checkpoint_every == 0)
+                ):
+                    self.save(done)
         return self.result
 
     def step(self, step: int) -> dict[str, float]:
@@ -339,7 +340,7 @@ class GRPOTrainer:
         c = self.config
         torch.manual_seed(step_seed(c.seed, step, RANK_SALT * self.process_index))
         t0 = time.perf_counter()
-        batch, rewards, sampling_metrics, t_rollout = self.draw(step)  # rewards: name -> (B,)
+        batch, rewards, sampling_metrics, t_rollout = self.next_rollout(step)  # name -> (B,)
         lengths = batch.completion_mask.sum(dim=1)  # (B,), before truncated ones are masked
         shaped, shaping_metrics = shape_batch(batch, rewards, c)
         # The strategies may score the batch with the policy (ToR's no-image pass).
@@ -356,13 +357,13 @@ class GRPOTrainer:
             weights, weight_metrics = self.token_weights.compute(
                 c.token_weights, batch, self.policy, weight_context
             )  # (B, T)
-            rollout_metrics = self._sampler_mismatch(batch)
-            if c.importance_sampling_cap is not None and batch.sampler_logp is not None:
+            rollout_metrics = sampler_mismatch(
+                batch.old_logp, batch.sampler_logp, batch.completion_mask
+            )
+            cap = c.importance_cap()  # else loss() weighs by it, when old_logp is its forward's
+            if cap is not None and batch.sampler_logp is not None and batch.old_logp.numel():
                 weights = weights * truncated_importance_weights(
-                    batch.old_logp,
-                    batch.sampler_logp,
-                    batch.completion_mask,
-                    c.importance_sampling_cap,
+                    batch.old_logp, batch.sampler_logp, batch.completion_mask, cap
                 )  # (B, T)
             ref_logp = None
             if c.beta > 0:
@@ -405,27 +406,21 @@ class GRPOTrainer:
         self._record_samples(step, batch, rewards)
         return self._mean_over_processes(metrics, skip=global_keys)
 
-    def _sampler_mismatch(self, batch: RolloutBatch) -> dict[str, float]:
-        """How far the rollout engine's sampler log-probs are from the trainer's at sampling
-        time, over valid tokens: the mean absolute difference and the mean and max of the
-        untruncated per-token ratio (empty when the engine reports none)."""
-        if batch.sampler_logp is None or batch.old_logp.numel() == 0:
-            return {}
-        mask = batch.completion_mask.bool()
-        diff = torch.nan_to_num(batch.old_logp - batch.sampler_logp, nan=0.0)[mask]
-        if diff.numel() == 0:
-            return {}
-        ratio = diff.exp()
-        return {
-            "rollout/sampler_logp_abs_diff": diff.abs().mean().item(),
-            "rollout/is_ratio_mean": ratio.mean().item(),
-            "rollout/is_ratio_max": ratio.max().item(),
-        }
-
     def _report(self, rows: Sequence[dict[str, float]]) -> None:
         if self.step_callback is not None and self.is_main_process:
             for row in rows:
                 self.step_callback(int(row["step"]), row)
+
+    def next_rollout(self, step: int) -> Rollout:
+        """``draw(step)``; with ``max_staleness``, the batch the sampling process drew
+        (``training.offpolicy``), scored here with the current weights where needed."""
+        if self.ahead is None:
+            return self.draw(step)
+        t0 = time.perf_counter()
+        batch, rewards, metrics, seconds = self.ahead.take(step)
+        metrics["time/rollout_wait_s"] = time.perf_counter() - t0
+        self._score(batch)
+        return batch, rewards, metrics, seconds
 
     def rollout(
         self, step: int, offset: int = 0, count: int | None = None, score: bool = True
@@ -454,18 +449,16 @@ class GRPOTrainer:
         batch.prompt_index = picked.repeat_interleave(c.group_size)
         return batch
 
-    def draw(
-        self, step: int
-    ) -> tuple[RolloutBatch, dict[str, torch.Tensor], dict[str, float], float]:
+    def draw(self, step: int, score: bool = True) -> Rollout:
         """The step's rollout batch, its rewards (name -> (B,)), the dynamic-sampling metrics
         and the seconds the sampling took (with dynamic sampling, the rewards of every draw
-        too)."""
+        too); ``score``: see ``rollout``."""
         t0 = time.perf_counter()
         if self.dynamic_sampling is not None:
-            batch, rewards, metrics = self._dynamic_rollout(step)
+            batch, rewards, metrics = self._dynamic_rollout(step, score)
             return batch, rewards, metrics, time.perf_counter() - t0
         with self._autocast():
-            batch = self.rollout(step)
+            batch = self.rollout(step, score=score)
         t_rollout = time.perf_counter() - t0
         return batch, self._rewards(batch), {}, t_rollout
 
@@ -478,7 +471,7 @@ class GRPOTrainer:
         return {name: values.to(device) for name, values in rewards.items()}
 
     def _dynamic_rollout(
-        self, step: int
+        self, step: int, score: bool
     ) -> tuple[RolloutBatch, dict[str, torch.Tensor], dict[str, float]]:
         """``dapo.fill_batch`` over this step's prompt order; the draws are not scored, the
         kept batch is, once, where the update or the token weights need it."""
@@ -491,11 +484,17 @@ class GRPOTrainer:
         batch, rewards, metrics = fill_batch(
             draw, self.dynamic_sampling, self.config.prompts_per_step
         )
+        if score:
+            self._score(batch)
+        return batch, rewards, metrics
+
+    def _score(self, batch: RolloutBatch) -> None:
+        """Set ``batch.old_logp`` (and the entropy) with the current weights where the update
+        or the token weights need them."""
         with_entropy = self.token_weights.needs_entropy
         if self.needs_rollout_logprobs() or with_entropy:
             with torch.no_grad(), self._autocast():
                 batch.old_logp, batch.entropy = self.policy.completion_logprobs(batch, with_entropy)
-        return batch, rewards, metrics
 
     def update(
         self,
@@ -615,6 +614,9 @@ class GRPOTrainer:
         with self._ddp_forward(), self._autocast():
             logp, _ = self.policy.completion_logprobs(batch)  # (b, T)
         old_logp = batch.old_logp if batch.old_logp.numel() else logp.detach()
+        mismatch = {}
+        if not batch.old_logp.numel():  # the sampler's lag, against this forward's log-probs
+            weights, mismatch = lag_corrected(weights, old_logp, batch, c.importance_cap())
         loss, metrics = policy_loss(
             logp,
             old_logp,
@@ -628,7 +630,8 @@ class GRPOTrainer:
         # Mean -log p of the sampled tokens: a Monte Carlo estimate of the sampling
         # distribution's entropy that costs nothing (no extra (b, T, V) pass).
         sampled_entropy = (-(logp.detach() * mask).sum() / mask.sum().clamp(min=1)).item()
-        return loss, {"actor/loss": loss.item(), "actor/entropy": sampled_entropy, **metrics}
+        metrics = {"actor/loss": loss.item(), "actor/entropy": sampled_entropy, **metrics}
+        return loss, {**metrics, **mismatch}
 
     def _backward(self, loss: torch.Tensor) -> None:
         if self.accelerator is None:
@@ -722,6 +725,8 @@ class GRPOTrainer:
                     "history": self.result.history,
                     "samples": self.result.samples,
                     "config": self.config.to_dict(),
+                    # max_staleness: the next step's batch, drawn with older weights.
+                    "pending_rollout": self.ahead and self.ahead.pending_state(),
                 },
                 weights=weights,
             )
