@@ -287,6 +287,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workdir", type=Path, required=True, help="models are built here")
     parser.add_argument("--factors", nargs="+", default=None, help="default: all four")
+    parser.add_argument(
+        "--values",
+        nargs="+",
+        default=[],
+        metavar="FACTOR=V1,V2",
+        help="a reduced grid, e.g. completion_length=32,64,128 (values read as the factor's type)",
+    )
     parser.add_argument("--steps", type=int, default=2, help="measured steps per run")
     parser.add_argument("--warmup-steps", type=int, default=1)
     parser.add_argument("--quick", action="store_true",
@@ -299,6 +306,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     args = parser.parse_args(argv)
     grid = QUICK if args.quick else Grid()
+    for text in args.values:
+        factor, _, values = text.partition("=")
+        if factor not in grid.values or not values:
+            parser.error(
+                f"--values {text!r}: expected FACTOR=V1,V2 with FACTOR in {sorted(grid.values)}"
+            )
+        kind = type(grid.values[factor][0])
+        grid.values[factor] = [kind(v) for v in values.split(",")]
     args.grid = grid
     args.factors = args.factors or list(grid.values)
     unknown = sorted(set(args.factors) - set(grid.values))

@@ -229,8 +229,12 @@ class RolloutAhead:
         if self._process is None:
             return
         try:
+            # A batch still being drawn is read off the pipe, so the process is not left
+            # blocked on sending it and can read the stop request.
+            if self._requested is not None and self._conn.poll(CLOSE_TIMEOUT_S):
+                self._conn.recv()
             self._conn.send(None)
-        except OSError:  # it is gone already
+        except (OSError, EOFError):  # it is gone already
             pass
         self._process.join(CLOSE_TIMEOUT_S)
         if self._process.is_alive():
