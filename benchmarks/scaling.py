@@ -10,10 +10,13 @@ V = 1026), one factor at a time is grown while the others stay at the base:
   (``make_tiny_model.py --pad-vocab-to``; the tokenizer is unchanged).
 
 Every point runs ``grpo_step.py`` once per implementation, each in its own process (so the
-peak RSS is that implementation's), alternating creditflow and TRL, on one thread. The
-output: one markdown table (the median step time, the peak RSS and their ratio per point),
-the slope of each curve on log-log axes (least squares of log step time, and of log peak
-RSS, on log factor: 1 = linear), a log-log plot (``--plot``) and every JSON record
+peak RSS is that implementation's), alternating creditflow and TRL, on one thread. The step
+cost is the process's CPU seconds per measured step (``grpo_step.py``'s ``cpu_s_per_step``):
+with one thread it is the work itself, while the wall time also counts the time other
+processes of a shared machine held the core (both are in the table). The output: one
+markdown table (CPU and wall seconds per step, peak RSS, the TRL / creditflow CPU ratio per
+point), the slope of each curve on log-log axes (least squares of log CPU time, and of log
+peak RSS, on log factor: 1 = linear), a log-log plot (``--plot``) and every JSON record
 (``--out``).
 
 Usage::
@@ -211,7 +214,7 @@ def slopes(rows: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, float]
                 continue
             xs = [x_value(r) for r in mine]
             out[factor, impl] = {
-                "time": slope(xs, [r["median_step_s"] for r in mine]),
+                "time": slope(xs, [r["cpu_s_per_step"] for r in mine]),
                 "rss": slope(xs, [r["peak_rss_mb"] for r in mine]),
             }
     return out
@@ -220,9 +223,10 @@ def slopes(rows: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, float]
 def markdown(rows: list[dict[str, Any]]) -> str:
     """The table of every point, then the slopes."""
     lines = [
-        "| factor | value | creditflow s/step | TRL s/step | TRL / creditflow time "
-        "| creditflow peak RSS MB | TRL peak RSS MB | load 1 min |",
-        "|---|---|---|---|---|---|---|---|",
+        "| factor | value | creditflow CPU s/step | TRL CPU s/step | TRL / creditflow CPU "
+        "| creditflow wall s/step | TRL wall s/step | creditflow peak RSS MB | TRL peak RSS MB "
+        "| load 1 min |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     by_point: dict[tuple[str, Any], dict[str, dict[str, Any]]] = {}
     for r in rows:
@@ -233,12 +237,13 @@ def markdown(rows: list[dict[str, Any]]) -> str:
             continue
         shown = f"{value} ({ours['parameters'] / 1e6:.1f} M)" if factor == "model" else value
         lines.append(
-            f"| {factor} | {shown} | {ours['median_step_s']:.3f} | {theirs['median_step_s']:.3f}"
-            f" | {theirs['median_step_s'] / ours['median_step_s']:.2f}"
+            f"| {factor} | {shown} | {ours['cpu_s_per_step']:.3f} | {theirs['cpu_s_per_step']:.3f}"
+            f" | {theirs['cpu_s_per_step'] / ours['cpu_s_per_step']:.2f}"
+            f" | {ours['median_step_s']:.3f} | {theirs['median_step_s']:.3f}"
             f" | {ours['peak_rss_mb']:.0f} | {theirs['peak_rss_mb']:.0f}"
             f" | {max(ours['loadavg_1m'], theirs['loadavg_1m']):.1f} |"
         )
-    lines += ["", "| factor | creditflow time slope | TRL time slope | creditflow RSS slope "
+    lines += ["", "| factor | creditflow CPU-time slope | TRL CPU-time slope | creditflow RSS slope "
               "| TRL RSS slope |", "|---|---|---|---|---|"]  # fmt: skip
     fitted = slopes(rows)
     for factor in dict.fromkeys(r["factor"] for r in rows):
@@ -251,8 +256,8 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> None:
-    """One log-log panel per factor: step time of both implementations (solid) and peak RSS
-    (dashed, right axis)."""
+    """One log-log panel per factor: CPU seconds per step of both implementations (solid)
+    and peak RSS (dashed, right axis)."""
     import matplotlib  # noqa: PLC0415 - only when a plot is asked for
 
     matplotlib.use("Agg")
@@ -267,14 +272,14 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
             mine = [r for r in rows if r["factor"] == factor and r["impl"] == impl]
             xs = [x_value(r) for r in mine]
             k = fitted.get((factor, impl), {}).get("time", float("nan"))
-            ax.plot(xs, [r["median_step_s"] for r in mine], "o-", color=color,
+            ax.plot(xs, [r["cpu_s_per_step"] for r in mine], "o-", color=color,
                     label=f"{impl} time (slope {k:.2f})")  # fmt: skip
             memory.plot(xs, [r["peak_rss_mb"] for r in mine], "s--", color=color, alpha=0.5)
         for axis in (ax, memory):
             axis.set_xscale("log")
             axis.set_yscale("log")
         ax.set_xlabel("parameters" if factor == "model" else factor)
-        ax.set_ylabel("s / step (solid)")
+        ax.set_ylabel("CPU s / step (solid)")
         memory.set_ylabel("peak RSS MB (dashed)")
         ax.legend(fontsize=7, loc="upper left")
     figure.tight_layout()
@@ -350,7 +355,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 }
                 rows.append(row)
                 sys.stderr.write(
-                    f"{factor}={value} {impl}: {row['median_step_s']:.3f} s/step, "
+                    f"{factor}={value} {impl}: {row['cpu_s_per_step']:.3f} CPU s/step, "
                     f"{row['peak_rss_mb']:.0f} MB, load {row['loadavg_1m']:.1f}\n"
                 )
                 if args.out is not None:

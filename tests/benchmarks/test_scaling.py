@@ -43,7 +43,8 @@ def test_every_factor_grows_from_the_base_one_at_a_time():
 
 def _row(factor, value, impl, seconds, rss):
     return {"factor": factor, "value": value, "impl": impl, "parameters": value,
-            "median_step_s": seconds, "peak_rss_mb": rss, "loadavg_1m": 1.0}  # fmt: skip
+            "cpu_s_per_step": seconds, "median_step_s": 2 * seconds, "peak_rss_mb": rss,
+            "loadavg_1m": 1.0}  # fmt: skip
 
 
 def test_table_has_both_implementations_per_point_and_their_slopes():
@@ -55,7 +56,7 @@ def test_table_has_both_implementations_per_point_and_their_slopes():
         _row("group_size", 8, "trl", 12.0, 400.0),
     ]
     table = scaling.markdown(rows)
-    assert "| group_size | 4 | 1.000 | 3.000 | 3.00 | 100 | 200 | 1.0 |" in table
+    assert "| group_size | 4 | 1.000 | 3.000 | 3.00 | 2.000 | 6.000 | 100 | 200 | 1.0 |" in table
     assert "| group_size | 1.00 | 2.00 | 0.00 | 1.00 |" in table
 
 
@@ -74,6 +75,6 @@ def test_quick_mode_runs_both_implementations_and_plots(tmp_path):
         (4, "creditflow"),
         (4, "trl"),
     ]
-    assert all(r["median_step_s"] > 0 and r["peak_rss_mb"] > 0 for r in rows)
+    assert all(r["cpu_s_per_step"] > 0 and r["peak_rss_mb"] > 0 for r in rows)
     assert (tmp_path / "scaling.png").stat().st_size > 0
     assert "| group_size | " in (tmp_path / "scaling.md").read_text()
