@@ -12,7 +12,18 @@ Usage::
 
 Everything after ``--`` is passed to every ``grpo_step.py`` run unchanged. ``--rollouts hf
 lean`` runs creditflow once per rollout backend in each round (labelled ``creditflow[hf]``,
-``creditflow[lean]``), each compared with TRL.
+``creditflow[lean]``), each compared with TRL. ``--labels`` names every run of a round
+itself: ``IMPL[SETTING]@THREADS``, where SETTING is a rollout backend or a creditflow
+``KEY=VALUE`` (``--creditflow-set``) and ``@THREADS`` overrides ``--threads`` for that run;
+e.g. the one-step off-policy setting on one thread each for trainer and sampler against TRL
+on two threads, beside both on one thread::
+
+    .venv/bin/python benchmarks/compare.py --model-dir DIR --repeat 5 \
+        --labels creditflow@1 "creditflow[max_staleness=1]@1" trl@1 trl@2 -- \
+        --group-size 8 --prompts 4 --max-new-tokens 64 --steps 5 --profile
+
+Every creditflow label is compared with every TRL label: the medians' ratio, and the
+throughput ratio of each round's pair of runs (paired: the same round's load).
 """
 
 from __future__ import annotations
@@ -40,19 +51,36 @@ SUMMARY_COLUMNS = (
 )
 
 
+def label_arguments(label: str) -> list[str]:
+    """The ``grpo_step.py`` arguments a run label stands for (see the module docstring).
+
+    >>> label_arguments("trl@2"), label_arguments("creditflow[lean]")
+    (['--impl', 'trl', '--threads', '2'], ['--impl', 'creditflow', '--rollout', 'lean'])
+    >>> label_arguments("creditflow[max_staleness=1]@1")
+    ['--impl', 'creditflow', '--creditflow-set', 'max_staleness=1', '--threads', '1']
+    """
+    label, _, threads = label.partition("@")
+    impl, _, setting = label.partition("[")
+    setting = setting.removesuffix("]")
+    arguments = ["--impl", impl]
+    if setting:
+        arguments += ["--creditflow-set" if "=" in setting else "--rollout", setting]
+    return arguments + (["--threads", threads] if threads else [])
+
+
 def run_once(label: str, model_dir: Path, step_args: Sequence[str]) -> dict[str, Any]:
-    """One ``grpo_step.py`` process; its last stdout line is the JSON record. ``label`` is an
-    implementation, or ``creditflow[NAME]`` for creditflow with rollout backend NAME."""
-    impl, _, rollout = label.partition("[")
+    """One ``grpo_step.py`` process; its last stdout line is the JSON record. ``label``: see
+    ``label_arguments``; its ``@THREADS`` comes after ``step_args``, so it wins."""
+    arguments = label_arguments(label)
+    split = arguments.index("--threads") if "--threads" in arguments else len(arguments)
     command = [
         sys.executable,
         str(GRPO_STEP),
-        "--impl",
-        impl,
+        *arguments[:split],
         "--model-dir",
         str(model_dir),
-        *(["--rollout", rollout.rstrip("]")] if rollout else []),
         *step_args,
+        *arguments[split:],
     ]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -78,11 +106,31 @@ def summary_table(by_impl: dict[str, list[dict[str, Any]]]) -> str:
     for impl, values in stats.items():
         cells = [fmt.format(values[key]) for key, _, fmt in SUMMARY_COLUMNS]
         lines.append(f"| {impl} | " + " | ".join(cells) + " |")
-    for impl in [i for i in stats if i.startswith("creditflow")] if "trl" in stats else []:
+    for ours, theirs in _pairs(stats):
+        ratios = [f"{stats[ours][key] / stats[theirs][key]:.2f}" for key, _, _ in SUMMARY_COLUMNS]
+        lines.append(f"| {ours} / {theirs.replace('trl', 'TRL')} | " + " | ".join(ratios) + " |")
+    return "\n".join(lines)
+
+
+def _pairs(labels) -> list[tuple[str, str]]:
+    """(creditflow label, TRL label) for every pair to compare."""
+    return [
+        (a, b) for a in labels if a.startswith("creditflow") for b in labels if b.startswith("trl")
+    ]
+
+
+def paired_ratios(by_impl: dict[str, list[dict[str, Any]]]) -> str:
+    """Per pair of labels, each round's completion-token throughput ratio and their median."""
+    lines = []
+    for ours, theirs in _pairs(by_impl):
         ratios = [
-            "{:.2f}".format(stats[impl][key] / stats["trl"][key]) for key, _, _ in SUMMARY_COLUMNS
+            a["tokens_per_s"] / b["tokens_per_s"]
+            for a, b in zip(by_impl[ours], by_impl[theirs], strict=True)
         ]
-        lines.append(f"| {impl} / TRL | " + " | ".join(ratios) + " |")
+        rounds = ", ".join(f"{r:.2f}" for r in ratios)
+        lines.append(
+            f"{ours} / {theirs} tok/s by round: {rounds} (median {statistics.median(ratios):.2f})"
+        )
     return "\n".join(lines)
 
 
@@ -107,6 +155,13 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, l
     parser.add_argument("--impls", nargs="+", default=list(IMPLS), choices=IMPLS)
     parser.add_argument("--out", type=Path, help="also write every JSON record here")
     parser.add_argument(
+        "--labels",
+        nargs="+",
+        default=None,
+        metavar="LABEL",
+        help="the runs of a round, IMPL[SETTING]@THREADS (overrides --impls and --rollouts)",
+    )
+    parser.add_argument(
         "--rollouts",
         nargs="+",
         default=None,
@@ -124,6 +179,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, l
                 else [impl]
             )
         ]
+    if args.labels:
+        args.impls = args.labels
     if args.repeat < 1:
         parser.error("--repeat must be >= 1")
     return args, argv[split + 1 :]
@@ -148,6 +205,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 with args.out.open("a", encoding="utf-8") as f:
                     f.write(json.dumps(record) + "\n")
     log.write("\n" + summary_table(by_impl) + "\n")
+    log.write("\n" + paired_ratios(by_impl) + "\n")
     profile = profile_table(by_impl)
     if profile:
         log.write("\nmedian seconds per step by phase:\n" + profile + "\n")

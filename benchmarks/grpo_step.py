@@ -80,6 +80,11 @@ class Workload:
     learning_rate: float
     seed: int
     attn_implementation: str
+    # "cpu" or "cuda": where the model trains (TRL: use_cpu on "cpu").
+    device: str = "cpu"
+    # bfloat16 autocast around the float32 model in both (creditflow: GRPOConfig.bf16; TRL:
+    # its bf16 flag), as the GPU check measures; off for the CPU comparison.
+    bf16: bool = False
     # creditflow only: GRPOConfig fields set on top of the shared settings (--creditflow-set),
     # e.g. the memory knobs (micro_batch_size, gradient_checkpointing, bf16).
     creditflow_overrides: dict[str, Any] = field(default_factory=dict)
@@ -163,10 +168,11 @@ def read_prompts(model_dir: Path, n_prompts: int) -> tuple[list[str], list[str]]
 
 
 def load_model(work: Workload):
-    """The float32 model (train mode, as both trainers train it) and its tokenizer."""
+    """The float32 model on ``work.device`` (train mode, as both trainers train it) and its
+    tokenizer."""
     model = AutoModelForCausalLM.from_pretrained(
         work.model_dir, dtype=torch.float32, attn_implementation=work.attn_implementation
-    )
+    ).to(work.device)
     tokenizer = load_tokenizer(work.model_dir)
     return model, tokenizer
 
@@ -174,6 +180,13 @@ def load_model(work: Workload):
 def peak_rss_mb() -> float:
     # ru_maxrss is in KiB on Linux; the reward worker (a child process) is not included.
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def peak_gpu_mb() -> float | None:
+    """The most GPU memory torch's allocator held at once in this process (None on CPU)."""
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return None
+    return torch.cuda.max_memory_allocated() / 2**20
 
 
 def summarize(
@@ -208,6 +221,9 @@ def summarize(
         "completion_tokens": int(round(tokens)),
         "tokens_per_s": tokens / wall_s if wall_s > 0 else 0.0,
         "peak_rss_mb": peak_rss_mb(),
+        "peak_gpu_mb": peak_gpu_mb(),
+        "device": work.device,
+        "bf16": work.bf16,
         "load_s": load_s,
         "warmup_s": sum(step_s[: work.warmup_steps]),
         "median_step_s": statistics.median(step_s[measured]),
@@ -259,6 +275,7 @@ def run_creditflow(work: Workload, profile: bool) -> dict[str, Any]:
         rewards={name: weight for name, (_, weight) in REWARDS.items()},
         seed=work.seed,
         log_samples_every=0,
+        bf16=work.bf16,
     )
     config = GRPOConfig.from_params({**config.to_dict(), **work.creditflow_overrides})
     # The rollout backend config.rollout names (--rollout), as a Kedro run builds it.
@@ -394,8 +411,8 @@ def run_trl(work: Workload, profile: bool) -> dict[str, Any]:
             max_steps=work.total_steps,
             logging_steps=1,
             report_to="none",
-            use_cpu=True,
-            bf16=False,  # TRL defaults to bf16 autocast; both runs are float32
+            use_cpu=work.device == "cpu",
+            bf16=work.bf16,  # TRL defaults to bf16 autocast; creditflow's bf16 is the same
             fp16=False,
             activation_checkpointing=False,  # TRL defaults to True; creditflow never checkpoints
             save_strategy="no",
@@ -420,8 +437,15 @@ def run_trl(work: Workload, profile: bool) -> dict[str, Any]:
             callbacks=[Clock()],
         )
         load_s = time.perf_counter() - t0
-        if trainer.accelerator.mixed_precision != "no" or trainer.args.activation_checkpointing:
-            raise RuntimeError("TRL must train in plain float32 without activation checkpointing")
+        precision = "bf16" if work.bf16 else "no"
+        if (
+            trainer.accelerator.mixed_precision != precision
+            or trainer.args.activation_checkpointing
+        ):
+            raise RuntimeError(
+                f"TRL must train with mixed precision {precision!r} and without activation "
+                f"checkpointing"
+            )
         trainer.train()
 
     B = work.batch_size
@@ -480,6 +504,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
     parser.add_argument("--attn", default="eager", choices=["eager", "sdpa"])
     parser.add_argument("--profile", action="store_true", help="add per-phase seconds per step")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument(
+        "--bf16", action="store_true", help="bfloat16 autocast in both (float32 weights)"
+    )
     parser.add_argument(
         "--creditflow-set",
         action="append",
@@ -519,6 +547,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         learning_rate=args.lr,
         seed=args.seed,
         attn_implementation=args.attn,
+        device=args.device,
+        bf16=args.bf16,
         creditflow_overrides={
             **dict(parse_setting(text) for text in args.creditflow_set),
             **({"rollout": {"name": args.rollout}} if args.rollout else {}),

@@ -140,6 +140,19 @@ def test_compare_reports_medians_and_the_creditflow_over_trl_ratio():
     # tok/s 50 vs 25: ratio 2.00
     ratio_row = table.splitlines()[-1]
     assert ratio_row.startswith("| creditflow / TRL | 0.50 | 0.50 | 0.50 | 2.00 | 1.00 |")
+    # tok/s by round: 100 / 25 = 4.00, 33.3 / 25 = 1.33, 50 / 12.5 = 4.00
+    assert compare.paired_ratios(by_impl) == (
+        "creditflow / trl tok/s by round: 4.00, 1.33, 4.00 (median 4.00)"
+    )
+
+
+def test_compare_labels_become_grpo_step_arguments():
+    assert doctest.testmod(compare).failed == 0
+    # The label's thread count comes last, so it overrides the shared --threads.
+    args, step_args = compare.parse_args(
+        ["--model-dir", "m", "--labels", "creditflow@1", "trl@2", "--", "--threads", "4"]
+    )
+    assert args.impls == ["creditflow@1", "trl@2"] and step_args == ["--threads", "4"]
 
 
 # ---------------------------------------------------------------- real runs

@@ -17,7 +17,7 @@ import torch
 import torch.multiprocessing as mp
 
 from creditflow.training import CheckpointStore
-from creditflow.training.grpo import step_seed
+from creditflow.training.seeding import step_seed
 from tests.training.helpers import (
     TWO_PROCESS_UPDATE,
     fixed_global_update,

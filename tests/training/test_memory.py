@@ -11,6 +11,7 @@ from creditflow.config.grpo import check_process_layout
 from creditflow.errors import ConfigError
 from creditflow.training import GRPOConfig
 from creditflow.training import grpo as grpo_module
+from creditflow.training import memory as memory_module
 from tests.training.helpers import make_trainer, spy
 
 AGG_MODES = ["seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm"]
@@ -197,6 +198,6 @@ def test_bf16_autocasts_every_forward_but_not_the_backward(
 def test_bf16_fails_before_training_on_a_device_without_it(
     make_model, tapo_tokenizer, tapo_prompts, monkeypatch
 ):
-    monkeypatch.setattr(grpo_module, "_supports_bf16", lambda device_type: False)
+    monkeypatch.setattr(memory_module, "supports_bf16", lambda device_type: False)
     with pytest.raises(ConfigError, match="bf16 is set but this cpu device"):
         make_trainer(make_model(), tapo_tokenizer, tapo_prompts, bf16=True)

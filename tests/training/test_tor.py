@@ -27,8 +27,8 @@ from creditflow.algorithms import (
 from creditflow.errors import ConfigError
 from creditflow.rollout import SamplingSettings, VisionLanguagePolicy
 from creditflow.training import TOKEN_WEIGHT_STRATEGIES, GRPOConfig, GRPOTrainer
-from creditflow.training.grpo import step_seed
 from creditflow.training.grpo_runs import vision_language_policy
+from creditflow.training.seeding import step_seed
 from creditflow.training.strategies import WeightContext, validate_strategies
 from creditflow.training.strategies.tor import (
     batch_top_fraction_mask,

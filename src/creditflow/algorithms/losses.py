@@ -88,7 +88,7 @@ def sampler_mismatch(
     """
     if sampler_logp is None or trainer_logp.numel() == 0:
         return {}
-    diff = torch.nan_to_num(trainer_logp - sampler_logp, nan=0.0)[mask.bool()]
+    diff = torch.nan_to_num(trainer_logp.detach() - sampler_logp, nan=0.0)[mask.bool()]
     if diff.numel() == 0:
         return {}
     ratio = diff.exp()

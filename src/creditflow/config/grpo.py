@@ -23,6 +23,9 @@ SURROGATE_NAMES = ("clip", "cispo")
 # where it applies (Qwen2-family text models), else model.generate (creditflow.rollout.backends).
 DEFAULT_ROLLOUT_BACKEND = "lean"
 KL_KINDS = ("k1", "k3")
+# The truncation of the importance weight that corrects a sampler one update behind when
+# importance_sampling_cap is null: TRL's vllm_importance_sampling_clip_max.
+DEFAULT_STALENESS_CAP = 3.0
 
 
 @dataclass
@@ -81,10 +84,17 @@ class GRPOConfig:
         creditflow's decoder for Qwen2-family text models and Qwen2.5-VL, whose old log-probs
         and entropy it reads off its sampling logits; others fall back to ``hf`` with a log
         line), ``hf`` (``model.generate``) or ``vllm`` (an optional extra, text only).
-    importance_sampling_cap: when the rollout engine is not the trained module (vLLM), the
-        per-token ratio pi_trainer(o_t) / pi_sampler(o_t) of the sampling-time log-probs,
-        truncated at this cap, multiplies each token's policy-gradient loss (truncated
-        importance sampling, TRL's ``vllm_importance_sampling_correction``); None = off.
+    importance_sampling_cap: when the rollout engine is not the trained module (vLLM) or
+        samples with older weights (``max_staleness``), the per-token ratio
+        pi_trainer(o_t) / pi_sampler(o_t) of the trainer's log-probs before its update over
+        the sampler's, truncated at this cap, multiplies each token's policy-gradient loss
+        (truncated importance sampling, TRL's ``vllm_importance_sampling_correction``);
+        None = off, or 3.0 (TRL's cap) when ``max_staleness`` > 0.
+    max_staleness: 0 samples every batch with the weights it trains (on-policy); 1 draws the
+        next step's batch in a second process while this step's update runs, with the
+        weights before that update, so sampling and update overlap (one-step off-policy:
+        ``training.offpolicy``, docs/concepts/off_policy.md); a batch further behind fails
+        the run. Single CPU process, rollout ``lean`` or ``hf``.
     entropy_top_p: top-p for the per-token entropy (ToR reasoning tokens).
     logprob_chunk_size: completion positions whose logits are computed at once when scoring
         (``algorithms.token_logprobs``); the backward recomputes each chunk's logits, so no
@@ -151,6 +161,7 @@ class GRPOConfig:
     top_k: int = 0
     rollout: dict[str, Any] = field(default_factory=lambda: {"name": DEFAULT_ROLLOUT_BACKEND})
     importance_sampling_cap: float | None = None
+    max_staleness: int = 0
     entropy_top_p: float = 0.95
     logprob_chunk_size: int | None = None
     gradient_checkpointing: bool = False
@@ -261,9 +272,21 @@ class GRPOConfig:
             self.importance_sampling_cap is None or self.importance_sampling_cap >= 1,
             f"importance_sampling_cap must be >= 1 or null, got {self.importance_sampling_cap}",
         )
+        need(
+            self.max_staleness in (0, 1),
+            f"max_staleness must be 0 (on-policy) or 1 (sample one step ahead), got "
+            f"{self.max_staleness}: one sampling process runs at most one batch ahead",
+        )
         self.overlong_shaping()
         self.dynamic_sampling_spec()
         self.credit_inspection()
+
+    def importance_cap(self) -> float | None:
+        """The truncated importance weight's cap in force: ``importance_sampling_cap``, else
+        ``DEFAULT_STALENESS_CAP`` when the sampler may lag (``max_staleness``), else None."""
+        if self.importance_sampling_cap is None and self.max_staleness:
+            return DEFAULT_STALENESS_CAP
+        return self.importance_sampling_cap
 
     def loss_options(self) -> dict[str, Any]:
         """The keyword arguments of ``algorithms.policy_loss`` this config sets (a knob its
@@ -392,15 +415,16 @@ def _spec(cls: type, label: str, spec: Any) -> Any:
         raise ConfigError(f"{label}: {error}") from error
 
 
-def check_importance_sampling(cap: float | None, samples_module: bool, rollout: str) -> None:
+def check_importance_sampling(config: GRPOConfig, samples_module: bool) -> None:
     """ConfigError when truncated importance sampling (``importance_sampling_cap``) is asked
-    of a rollout backend that samples the trained module itself: there is no sampler /
-    trainer mismatch to correct."""
-    if cap is not None and samples_module:
+    of a rollout backend that samples the trained module itself, on-policy: there is no
+    sampler / trainer mismatch to correct."""
+    rollout = config.rollout.get("name")
+    if config.importance_sampling_cap is not None and samples_module and not config.max_staleness:
         raise ConfigError(
             "importance_sampling_cap corrects a rollout engine whose sampler is not the "
-            f"trained module (e.g. rollout: {{name: vllm}}); rollout {rollout!r} samples the "
-            "module itself: set importance_sampling_cap to null"
+            f"trained module (e.g. rollout: {{name: vllm}}) or lags it (max_staleness: 1); "
+            f"rollout {rollout!r} samples the module itself: set importance_sampling_cap to null"
         )
 
 

@@ -17,7 +17,7 @@ from creditflow.rewards import check_reward_options, get_reward_function
 from creditflow.rewards.plugins import TRLReward, is_builtin_reward, plugin_reward
 from creditflow.rollout import LanguagePolicy, SamplingSettings, VisionLanguagePolicy
 from creditflow.rollout.backends import rollout_backend
-from creditflow.training.grpo import step_seed
+from creditflow.training.seeding import step_seed
 
 # A reward: a name of ``rewards.REWARD_FUNCTIONS``, an import path / entry point of a
 # TRL-style function (``rewards.plugins``), or such a callable ``fn(completions, **columns) ->

@@ -57,7 +57,16 @@ from creditflow.training.fsdp import (
     full_state_dicts,
     load_full_optimizer_state,
 )
+from creditflow.training.memory import prepare_memory
+from creditflow.training.offpolicy import (
+    Rollout,
+    RolloutAhead,
+    check_off_policy,
+    lag_corrected,
+    sampling_ahead,
+)
 from creditflow.training.reference import frozen_reference
+from creditflow.training.seeding import RANK_SALT, step_seed
 from creditflow.training.strategies import (
     RewardMetric,
     WeightContext,
@@ -87,16 +96,6 @@ class GRPOResult:
     samples: list[dict[str, Any]] = field(default_factory=list)
     credit: list[dict[str, Any]] = field(default_factory=list)
 
-
-def step_seed(seed: int, step: int, salt: int = 0) -> int:
-    """A distinct, reproducible seed for each (run seed, step) so a resumed run draws exactly
-    what an uninterrupted one would."""
-    return (seed * 1_000_003 + step * 7919 + salt) % (2**31 - 1)
-
-
-# Process r samples with step_seed(..., salt=RANK_SALT * r): process 0 keeps the
-# single-process seed, the others draw independent completions.
-RANK_SALT = 1000
 
 # How a micro-batch's metrics add up to its minibatch's: these are aggregated losses, weighted
 # by the micro-batch's share of the loss (micro_batch_share); every other actor/ metric is a
@@ -155,10 +154,7 @@ class GRPOTrainer:
         self.num_processes = 1 if accelerator is None else accelerator.num_processes
         self.process_index = 0 if accelerator is None else accelerator.process_index
         check_process_layout(config, self.num_processes)
-        if config.importance_sampling_cap is not None:
-            check_importance_sampling(
-                config.importance_sampling_cap, policy.samples_module, config.rollout.get("name")
-            )
+        check_importance_sampling(config, policy.samples_module)
         self.policy = policy
         self.prompts = list(prompts)
         self.reward_fn = reward_fn
@@ -178,6 +174,9 @@ class GRPOTrainer:
         self.reward_metrics = [*reward_metrics, *self.advantage.reward_metrics(config.advantage)]
         self.result = GRPOResult()
         self.start_step = 0
+        self.ahead: RolloutAhead | None = None  # the sampling process, with max_staleness
+        self._pending_rollout: dict[str, Any] | None = None  # a resumed run's next batch
+        check_off_policy(self)
         self._sharded_optimizer_state: dict[str, Any] | None = None  # loaded after sharding
         self._setup_memory()
         self._setup_optimizer()
@@ -212,27 +211,7 @@ class GRPOTrainer:
         return self.config.num_iterations * (B // minibatch)
 
     def _setup_memory(self) -> None:
-        """Gradient checkpointing on the trained model (not the reference, which never runs a
-        backward) and the device check for bf16 autocast."""
-        c = self.config
-        module = self.policy.module
-        if c.gradient_checkpointing:
-            if not hasattr(module, "activation_checkpointing_enable"):
-                raise ConfigError(
-                    f"gradient_checkpointing needs a transformers model; the policy's module is "
-                    f"a {type(module).__name__}: set gradient_checkpointing to false"
-                )
-            # Non-reentrant: works with inputs that need no grad and with DDP; in eval mode
-            # (generate, the rollout's scoring) transformers runs the layers plainly.
-            module.activation_checkpointing_enable(
-                activation_checkpointing_kwargs={"use_reentrant": False}
-            )
-        self._device_type = next(module.parameters()).device.type
-        if c.bf16 and not _supports_bf16(self._device_type):
-            raise ConfigError(
-                f"bf16 is set but this {self._device_type} device has no bfloat16 support; "
-                f"set bf16 to false"
-            )
+        self._device_type = prepare_memory(self.policy.module, self.config)
 
     def _autocast(self) -> AbstractContextManager:
         """bfloat16 autocast for the model's forward passes when ``config.bf16``; backward
@@ -273,6 +252,7 @@ class GRPOTrainer:
         self.scheduler.load_state_dict(state["scheduler"])
         self.result = GRPOResult(state["history"], state["samples"], state.get("credit", []))
         self.start_step = state["step"]
+        self._pending_rollout = state.get("pending_rollout")
 
     def _prepare_distributed(self) -> None:
         """Wrap the model in DDP and the optimizer for the accelerator (after resuming, so every
@@ -329,18 +309,19 @@ class GRPOTrainer:
             desc=f"{self.desc}[{c.advantage['name']}/{c.token_weights['name']}]",
             disable=not (self.progress and self.is_main_process),
         )
-        for step in bar:
-            metrics = self.step(step)
-            self.result.history.append(metrics)
-            self._report([metrics])
-            bar.set_postfix(
-                reward=f"{metrics['reward/total']:.3f}", kl=f"{metrics['actor/kl']:.3g}"
-            )
-            done = step + 1
-            if self.checkpoints is not None and (
-                done == c.steps or (c.checkpoint_every and done % c.checkpoint_every == 0)
-            ):
-                self.save(done)
+        with sampling_ahead(self, self._pending_rollout):  # max_staleness: sets self.ahead
+            for step in bar:
+                metrics = self.step(step)
+                self.result.history.append(metrics)
+                self._report([metrics])
+                bar.set_postfix(
+                    reward=f"{metrics['reward/total']:.3f}", kl=f"{metrics['actor/kl']:.3g}"
+                )
+                done = step + 1
+                if self.checkpoints is not None and (
+                    done == c.steps or (c.checkpoint_every and done % c.checkpoint_every == 0)
+                ):
+                    self.save(done)
         return self.result
 
     def step(self, step: int) -> dict[str, float]:
@@ -348,7 +329,7 @@ class GRPOTrainer:
         c = self.config
         torch.manual_seed(step_seed(c.seed, step, RANK_SALT * self.process_index))
         t0 = time.perf_counter()
-        batch, rewards, sampling_metrics, t_rollout = self.draw(step)  # rewards: name -> (B,)
+        batch, rewards, sampling_metrics, t_rollout = self.next_rollout(step)  # name -> (B,)
         lengths = batch.completion_mask.sum(dim=1)  # (B,), before truncated ones are masked
         shaped, shaping_metrics = shape_batch(batch, rewards, c)
         # The strategies may score the batch with the policy (ToR's no-image pass).
@@ -368,12 +349,10 @@ class GRPOTrainer:
             rollout_metrics = sampler_mismatch(
                 batch.old_logp, batch.sampler_logp, batch.completion_mask
             )
-            if c.importance_sampling_cap is not None and batch.sampler_logp is not None:
+            cap = c.importance_cap()  # else loss() weighs by it, when old_logp is its forward's
+            if cap is not None and batch.sampler_logp is not None and batch.old_logp.numel():
                 weights = weights * truncated_importance_weights(
-                    batch.old_logp,
-                    batch.sampler_logp,
-                    batch.completion_mask,
-                    c.importance_sampling_cap,
+                    batch.old_logp, batch.sampler_logp, batch.completion_mask, cap
                 )  # (B, T)
             ref_logp = None
             if c.beta > 0:
@@ -403,12 +382,15 @@ class GRPOTrainer:
             metrics.update(reward_metric(all_rewards, batch.group_size))
         # These, and lr, are the same on every process; the rest are averaged across them.
         global_keys = {*metrics, "lr"}
-        metrics.update(sampling_metrics)
-        metrics.update(shaping_metrics)
-        metrics.update(adv_metrics)
-        metrics.update(weight_metrics)
-        metrics.update(rollout_metrics)
-        metrics.update(update_metrics)
+        for part in (
+            sampling_metrics,
+            shaping_metrics,
+            adv_metrics,
+            weight_metrics,
+            rollout_metrics,
+            update_metrics,
+        ):
+            metrics.update(part)
         if batch.entropy is not None:
             metrics["actor/topp_entropy"] = (
                 (batch.entropy * mask).sum() / mask.sum().clamp(min=1)
@@ -425,6 +407,17 @@ class GRPOTrainer:
         if self.step_callback is not None and self.is_main_process:
             for row in rows:
                 self.step_callback(int(row["step"]), row)
+
+    def next_rollout(self, step: int) -> Rollout:
+        """``draw(step)``; with ``max_staleness``, the batch the sampling process drew
+        (``training.offpolicy``), scored here with the current weights where needed."""
+        if self.ahead is None:
+            return self.draw(step)
+        t0 = time.perf_counter()
+        batch, rewards, metrics, seconds = self.ahead.take(step)
+        metrics["time/rollout_wait_s"] = time.perf_counter() - t0
+        self._score(batch)
+        return batch, rewards, metrics, seconds
 
     def rollout(
         self, step: int, offset: int = 0, count: int | None = None, score: bool = True
@@ -453,18 +446,16 @@ class GRPOTrainer:
         batch.prompt_index = picked.repeat_interleave(c.group_size)
         return batch
 
-    def draw(
-        self, step: int
-    ) -> tuple[RolloutBatch, dict[str, torch.Tensor], dict[str, float], float]:
+    def draw(self, step: int, score: bool = True) -> Rollout:
         """The step's rollout batch, its rewards (name -> (B,)), the dynamic-sampling metrics
         and the seconds the sampling took (with dynamic sampling, the rewards of every draw
-        too)."""
+        too); ``score``: see ``rollout``."""
         t0 = time.perf_counter()
         if self.dynamic_sampling is not None:
-            batch, rewards, metrics = self._dynamic_rollout(step)
+            batch, rewards, metrics = self._dynamic_rollout(step, score)
             return batch, rewards, metrics, time.perf_counter() - t0
         with self._autocast():
-            batch = self.rollout(step)
+            batch = self.rollout(step, score=score)
         t_rollout = time.perf_counter() - t0
         return batch, self._rewards(batch), {}, t_rollout
 
@@ -477,7 +468,7 @@ class GRPOTrainer:
         return {name: values.to(device) for name, values in rewards.items()}
 
     def _dynamic_rollout(
-        self, step: int
+        self, step: int, score: bool
     ) -> tuple[RolloutBatch, dict[str, torch.Tensor], dict[str, float]]:
         """``dapo.fill_batch`` over this step's prompt order; the draws are not scored, the
         kept batch is, once, where the update or the token weights need it."""
@@ -490,11 +481,17 @@ class GRPOTrainer:
         batch, rewards, metrics = fill_batch(
             draw, self.dynamic_sampling, self.config.prompts_per_step
         )
+        if score:
+            self._score(batch)
+        return batch, rewards, metrics
+
+    def _score(self, batch: RolloutBatch) -> None:
+        """Set ``batch.old_logp`` (and the entropy) with the current weights where the update
+        or the token weights need them."""
         with_entropy = self.token_weights.needs_entropy
         if self.needs_rollout_logprobs() or with_entropy:
             with torch.no_grad(), self._autocast():
                 batch.old_logp, batch.entropy = self.policy.completion_logprobs(batch, with_entropy)
-        return batch, rewards, metrics
 
     def update(
         self,
@@ -614,6 +611,9 @@ class GRPOTrainer:
         with self._ddp_forward(), self._autocast():
             logp, _ = self.policy.completion_logprobs(batch)  # (b, T)
         old_logp = batch.old_logp if batch.old_logp.numel() else logp.detach()
+        mismatch = {}
+        if not batch.old_logp.numel():  # the sampler's lag, against this forward's log-probs
+            weights, mismatch = lag_corrected(weights, old_logp, batch, c.importance_cap())
         if self.credit is not None:  # the ratios of the completions it records, if any
             self.credit.observe(batch, logp, old_logp, advantages)
         loss, metrics = policy_loss(
@@ -629,7 +629,8 @@ class GRPOTrainer:
         # Mean -log p of the sampled tokens: a Monte Carlo estimate of the sampling
         # distribution's entropy that costs nothing (no extra (b, T, V) pass).
         sampled_entropy = (-(logp.detach() * mask).sum() / mask.sum().clamp(min=1)).item()
-        return loss, {"actor/loss": loss.item(), "actor/entropy": sampled_entropy, **metrics}
+        metrics = {"actor/loss": loss.item(), "actor/entropy": sampled_entropy, **metrics}
+        return loss, {**metrics, **mismatch}
 
     def _backward(self, loss: torch.Tensor) -> None:
         if self.accelerator is None:
@@ -724,15 +725,10 @@ class GRPOTrainer:
                     "samples": self.result.samples,
                     "credit": self.result.credit,
                     "config": self.config.to_dict(),
+                    # max_staleness: the next step's batch, drawn with older weights.
+                    "pending_rollout": self.ahead and self.ahead.pending_state(),
                 },
                 weights=weights,
             )
         if self.accelerator is not None:
             self.accelerator.wait_for_everyone()
-
-
-def _supports_bf16(device_type: str) -> bool:
-    """Whether autocast can run in bfloat16 on this kind of device."""
-    if device_type == "cuda":
-        return torch.cuda.is_bf16_supported()
-    return torch.amp.is_autocast_available(device_type)

@@ -93,9 +93,7 @@ def check_grpo_config(config: GRPOConfig, reward_names: Sequence[str] | None = N
         raise ConfigError(f"rollout: {error}") from error
     # GRPOTrainer checks it again on the policy it gets; this fails before any node runs.
     rollout_name = config.rollout.get("name", FALLBACK_BACKEND)
-    check_importance_sampling(
-        config.importance_sampling_cap, backend_class(rollout_name).samples_module, rollout_name
-    )
+    check_importance_sampling(config, backend_class(rollout_name).samples_module)
     if reward_names is None:
         return
     unknown = sorted(set(config.rewards) - set(reward_names))

@@ -637,5 +637,7 @@ class LeanBackend:
         return model
 
     def load_weights(self, module: torch.nn.Module, version: int) -> None:
-        """Nothing to copy: ``generate`` reads the trained module (its fused weights are
-        rebuilt from it when a request carries a new ``weights_version``)."""
+        """Nothing to copy: ``generate`` reads the trained module. Its weights were replaced
+        (e.g. by a one-step off-policy run's sampling process), so the fused copy is dropped
+        and rebuilt from them at the next request."""
+        self.fused = None
