@@ -1,4 +1,4 @@
-"""``GRPOConfig.loss_type`` presets (training.loss_types) and the DAPO options' checks: what
+"""``GRPOConfig.loss_type`` presets (config.loss_types) and the DAPO options' checks: what
 each preset sets, that explicit knobs override its defaults, and that a contradiction fails
 before any model is built, naming the key to drop."""
 

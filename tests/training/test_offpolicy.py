@@ -6,10 +6,10 @@ import math
 import pytest
 import torch
 
+from creditflow.config.grpo import DEFAULT_STALENESS_CAP
 from creditflow.errors import ConfigError, StaleWeightsError, WorkerError
 from creditflow.rollout.batch import RolloutBatch
 from creditflow.training import CheckpointStore, GRPOConfig
-from creditflow.training.config import DEFAULT_STALENESS_CAP
 from creditflow.training.offpolicy import RolloutAhead, lag_corrected
 from tests.training.helpers import make_trainer
 
