@@ -2,7 +2,6 @@
 chunked scoring, gradient checkpointing and bf16 autocast, each against the plain step."""
 
 import copy
-import types
 
 import pytest
 import torch
@@ -10,7 +9,6 @@ import torch
 from creditflow.config.grpo import check_process_layout
 from creditflow.errors import ConfigError
 from creditflow.training import GRPOConfig
-from creditflow.training import grpo as grpo_module
 from creditflow.training import memory as memory_module
 from tests.training.helpers import make_trainer, spy
 
@@ -138,9 +136,9 @@ def test_gradient_checkpointing_needs_a_transformers_model():
     config = GRPOConfig.from_params(
         {"prompts_per_step": 1, "group_size": 2, "gradient_checkpointing": True}
     )
-    policy = types.SimpleNamespace(module=torch.nn.Linear(2, 2))  # e.g. the pointer reranker
+    module = torch.nn.Linear(2, 2)  # e.g. the pointer reranker
     with pytest.raises(ConfigError, match="gradient_checkpointing needs a transformers model"):
-        grpo_module.GRPOTrainer(policy, ["p"], lambda *_: {}, config, progress=False)
+        memory_module.prepare_memory(module, config)
 
 
 def test_bf16_autocasts_every_forward_but_not_the_backward(

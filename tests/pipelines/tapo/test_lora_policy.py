@@ -76,7 +76,7 @@ def test_a_lora_policy_trains_through_the_catalog(project_root: Path, tmp_path):
     strategy = {**next(iter(params["strategies"].values())), "beta": 0.05}
     tokenizer = catalog.load("tapo_tokenizer")
     tasks = catalog.load("tapo_train_tasks")
-    trained, metrics, _ = train_tapo_policy(warm, tokenizer, tasks, None, params, strategy)
+    trained, metrics, *_ = train_tapo_policy(warm, tokenizer, tasks, None, params, strategy)
     base2, adapter2 = _split(trained)
     assert all(torch.equal(base2[n], w) for n, w in base0.items())
     assert any(not torch.equal(adapter2[n], w) for n, w in adapter1.items())
