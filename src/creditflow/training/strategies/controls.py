@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from creditflow.algorithms import group_zscore, masked_mean, shuffle_group_advantages
+from creditflow.algorithms import masked_mean, shuffle_group_advantages
 from creditflow.config.grpo import GRPOConfig
 from creditflow.errors import ConfigError
 from creditflow.rollout.batch import RolloutBatch
@@ -38,9 +38,8 @@ from creditflow.training.strategies.base import (
     check_scale_by_std,
     no_options,
     reject_unknown_options,
-    spec_scale_by_std,
-    weighted_reward,
 )
+from creditflow.training.strategies.grpo import completion_advantages
 from creditflow.training.strategies.tor import batch_top_fraction_mask
 
 # ToR's selected share at its paper defaults on the synthetic tor testbed (docs/results.md).
@@ -66,8 +65,7 @@ def shuffled_advantages(
     The group order is drawn from torch's global generator, which the trainer seeds at the
     start of every step (``grpo.step_seed``), so a run draws the same shuffles each time.
     """
-    total = weighted_reward(rewards, config.rewards)  # (B,)
-    adv = group_zscore(total, batch.group_size, scale_by_std=spec_scale_by_std(spec))  # (B,)
+    adv = completion_advantages(spec, rewards, batch, config)  # (B,)
     shuffled = shuffle_group_advantages(adv, batch.group_size)  # (B,)
     token_adv = shuffled.unsqueeze(1) * batch.completion_mask  # (B, T)
     # How much of the credit still points the right way: the correlation of the shuffled

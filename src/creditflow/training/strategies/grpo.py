@@ -33,10 +33,18 @@ def grpo_advantages(
 ) -> tuple[torch.Tensor, Metrics]:
     """Trajectory-level GRPO: zscore of the weighted reward sum on every token (centred only
     with ``scale_by_std: false``). -> (B, T)"""
-    total = weighted_reward(rewards, config.rewards)  # (B,)
-    adv = group_zscore(total, batch.group_size, scale_by_std=spec_scale_by_std(spec))
+    adv = completion_advantages(spec, rewards, batch, config)  # (B,)
     token_adv = adv.unsqueeze(1) * batch.completion_mask  # (B, T)
     return token_adv, {"adv/abs_mean": adv.abs().mean().item()}
+
+
+def completion_advantages(
+    spec: Spec, rewards: dict[str, torch.Tensor], batch: RolloutBatch, config: GRPOConfig
+) -> torch.Tensor:
+    """GRPO's advantage of each completion: the group zscore of the weighted reward sum
+    (centred only with ``scale_by_std: false``). -> (B,)"""
+    total = weighted_reward(rewards, config.rewards)  # (B,)
+    return group_zscore(total, batch.group_size, scale_by_std=spec_scale_by_std(spec))
 
 
 def validate_grpo(spec: Spec, config: GRPOConfig) -> None:
