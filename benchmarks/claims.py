@@ -46,43 +46,17 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import yaml
 
 from creditflow.reporting.stats import interval_text, minimum_detectable_effect, t_interval
 
 HERE = Path(__file__).resolve().parent
-SUMMED = {"translation": 1.0, "reasoning": 1.0}
 # The strategies each testbed runs for the cards (its tasks, warm start and budget are the
-# pipeline's defaults). The entropy selections use the entropy of the whole distribution, as
-# the high-entropy-minority study does.
-STRATEGIES: dict[str, dict[str, dict[str, Any]]] = {
-    "tapo": {
-        "grpo_sum": {"advantage": {"name": "grpo"}, "rewards": SUMMED},
-        "tapo": {"advantage": {"name": "tapo", "alpha": 0.5}, "rewards": SUMMED},
-        "shuffled": {"advantage": {"name": "shuffled_advantages"}, "rewards": SUMMED},
-        "high_entropy_20": {
-            "advantage": {"name": "grpo"},
-            "token_weights": {"name": "high_entropy_20"},
-            "entropy_top_p": 1.0,
-            "rewards": SUMMED,
-        },
-        "low_entropy_80": {
-            "advantage": {"name": "grpo"},
-            "token_weights": {"name": "low_entropy_80"},
-            "entropy_top_p": 1.0,
-            "rewards": SUMMED,
-        },
-    },
-    "tor": {
-        "uniform": {"token_weights": {"name": "uniform"}},
-        "tor": {"token_weights": {"name": "tor"}},
-        "tor_reasoning_only": {"token_weights": {"name": "tor_reasoning_only"}},
-        "tor_perception_only": {"token_weights": {"name": "tor_perception_only"}},
-        "shuffled": {
-            "advantage": {"name": "shuffled_advantages"},
-            "token_weights": {"name": "uniform"},
-        },
-    },
-}
+# pipeline's defaults), one YAML shared with seeds.py's --strategies.
+STRATEGIES_FILE = HERE / "conf/claims.yml"
+STRATEGIES: dict[str, dict[str, dict[str, Any]]] = yaml.safe_load(
+    STRATEGIES_FILE.read_text(encoding="utf-8")
+)
 # The per-seed column each testbed's cards compare: tapo's expected evaluation reward under
 # training-time sampling (translation + reasoning, seen languages), tor's sampled accuracy on
 # the held-out synthetic problems (both what GRPO maximises, and the least noisy readings).
@@ -203,9 +177,25 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=5, help="GRPO runs per strategy (>= 2)")
     parser.add_argument("--pipelines", nargs="+", choices=list(STRATEGIES), default=["tapo", "tor"])
     parser.add_argument("--params", default="", help="more overrides, as kedro run --params")
-    parser.add_argument("--scratch", type=Path, required=True, help="the scratch project")
+    parser.add_argument("--scratch", type=Path, help="the scratch project (runs the testbeds)")
     parser.add_argument("--out", type=Path, help="write the markdown table here (and a CSV)")
+    parser.add_argument(
+        "--per-seed",
+        nargs="+",
+        metavar="GROUP=CSV",
+        help="read the cards from saved per-seed tables instead of running (a seeds.py --out "
+        "<stem>_<group>_per_seed.csv holding the cards' strategies)",
+    )
     args = parser.parse_args()
+    if args.per_seed:
+        per_seed = dict(per_seed_tables(args.per_seed))
+        table = claim_table(list(CLAIMS), per_seed)
+        seeds = ", ".join(f"{g} {int(t['seed'].nunique())} seeds" for g, t in per_seed.items())
+        text = f"{seeds} (from {' '.join(args.per_seed)})\n\n{markdown(table)}\n"
+        write(text, table, args.out)
+        return
+    if args.scratch is None:
+        parser.error("give --scratch DIR to run the testbeds, or --per-seed GROUP=CSV")
     if args.seeds < 2:
         parser.error("--seeds must be >= 2: an interval over seeds needs two")
     logging.basicConfig(level=logging.WARNING)
@@ -230,12 +220,28 @@ def main() -> None:
     table = claim_table(list(CLAIMS), per_seed)
     timing = ", ".join(f"{g} {m:.1f} min" for g, m in minutes.items())
     text = f"{args.seeds} seeds ({timing})\n\n{markdown(table)}\n"
+    write(text, table, args.out)
+
+
+def per_seed_tables(items: list[str]) -> list[tuple[str, pd.DataFrame]]:
+    """``GROUP=CSV`` arguments as (group, per-seed table) pairs."""
+    out = []
+    for item in items:
+        group, sep, path = item.partition("=")
+        if not sep or group not in STRATEGIES:
+            raise SystemExit(f"--per-seed {item!r}: expected GROUP=CSV with GROUP in {list(STRATEGIES)}")
+        out.append((group, pd.read_csv(path)))
+    return out
+
+
+def write(text: str, table: pd.DataFrame, out: Path | None) -> None:
+    """Print the card table; with ``out``, write it as markdown (with its command) and CSV."""
     sys.stdout.write(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        table.to_csv(args.out.with_suffix(".csv"), index=False)
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        table.to_csv(out.with_suffix(".csv"), index=False)
         command = " ".join(["benchmarks/claims.py", *sys.argv[1:]])
-        args.out.write_text(f"`{command}`\n\n{text}", encoding="utf-8")
+        out.write_text(f"`{command}`\n\n{text}", encoding="utf-8")
 
 
 if __name__ == "__main__":

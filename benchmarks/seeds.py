@@ -160,17 +160,30 @@ def set_strategies(
     path.write_text(yaml.safe_dump(parameters, sort_keys=False), encoding="utf-8")
 
 
-def replace_strategies(project: Path, strategies_file: Path) -> None:
-    """Replace ``<group>.strategies`` in the scratch ``project``'s ``conf/base`` by the
-    strategies ``strategies_file`` lists for that group."""
-    replacements = yaml.safe_load(strategies_file.read_text(encoding="utf-8")) or {}
-    for group, strategies in replacements.items():
-        if group not in GROUPS or not isinstance(strategies, dict) or not strategies:
-            raise SystemExit(
-                f"{strategies_file}: expected {{<group>: {{<strategy>: ...}}}} with a group of "
-                f"{list(GROUPS)} and at least one strategy; got {group!r}"
-            )
-        set_strategies(project, group, strategies)
+def replace_strategies(
+    project: Path, strategies_files: Sequence[Path], groups: Sequence[str] = GROUPS
+) -> None:
+    """Replace ``<group>.strategies`` in the scratch ``project``'s ``conf/base``, for each of
+    ``groups`` that the files name, by the strategies the files list for it: several files join
+    their strategies in order (the first one listed is the group's baseline); a name two files
+    define differently is an error."""
+    joined: dict[str, dict[str, Any]] = {}
+    for path in strategies_files:
+        replacements = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        for group, strategies in replacements.items():
+            if group not in GROUPS or not isinstance(strategies, dict) or not strategies:
+                raise SystemExit(
+                    f"{path}: expected {{<group>: {{<strategy>: ...}}}} with a group of "
+                    f"{list(GROUPS)} and at least one strategy; got {group!r}"
+                )
+            into = joined.setdefault(group, {})
+            for name, spec in strategies.items():
+                if name in into and into[name] != spec:
+                    raise SystemExit(f"{path}: {group}.{name} is defined differently before it")
+                into[name] = spec
+    for group, strategies in joined.items():
+        if group in groups:
+            set_strategies(project, group, strategies, baseline=next(iter(strategies)))
 
 
 def run_comparison(project: Path, group: str, params: dict[str, Any]) -> dict[str, pd.DataFrame]:
@@ -238,7 +251,11 @@ def main() -> None:
     parser.add_argument("--scratch", type=Path, help="run in a copy of the project here")
     parser.add_argument("--out", type=Path, help="write the markdown tables here (and CSVs)")
     parser.add_argument(
-        "--strategies", type=Path, help="YAML {group: strategies} replacing them (with --scratch)"
+        "--strategies",
+        type=Path,
+        nargs="+",
+        help="YAML files {group: strategies} replacing them (with --scratch); several files "
+        "join their strategies, in order",
     )
     args = parser.parse_args()
     if args.seeds < 1:
@@ -248,7 +265,7 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     project = scratch_project(args.scratch, args.pipelines) if args.scratch else ROOT
     if args.strategies:
-        replace_strategies(project, args.strategies)
+        replace_strategies(project, args.strategies, args.pipelines)
     if args.out:
         args.out = args.out.resolve()
     # The pipelines read their strategy list from the project at the working directory

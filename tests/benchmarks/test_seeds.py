@@ -114,12 +114,30 @@ def test_strategies_file_replaces_the_groups_strategies_in_the_scratch_copy(seed
         "tapo:\n  seed: 3\n  strategies:\n    grpo_sum: {advantage: {name: grpo}}\n"
         "    tapo: {advantage: {name: tapo}}\n"
     )
-    seeds.replace_strategies(tmp_path, BENCHMARKS / "conf/tapo_loss_types.yml")
+    seeds.replace_strategies(tmp_path, [BENCHMARKS / "conf/tapo_loss_types.yml"])
     written = yaml.safe_load((conf / "parameters_tapo.yml").read_text())
     assert written["tapo"]["seed"] == 3
     assert list(written["tapo"]["strategies"]) == ["grpo_sum", "dapo", "gspo"]
     assert written["tapo"]["strategies"]["gspo"]["loss_type"] == "gspo"
+    assert written["tapo"]["comparison"]["baseline"] == "grpo_sum"
     bad = tmp_path / "bad.yml"
     bad.write_text("tpao: {x: {}}\n")
     with pytest.raises(SystemExit, match="tpao"):
-        seeds.replace_strategies(tmp_path, bad)
+        seeds.replace_strategies(tmp_path, [bad])
+
+
+def test_several_strategies_files_join_in_order_and_a_clash_is_an_error(seeds, tmp_path):
+    conf = tmp_path / "conf/base"
+    conf.mkdir(parents=True)
+    (conf / "parameters_tapo.yml").write_text("tapo:\n  strategies:\n    x: {}\n")
+    files = [BENCHMARKS / "conf/tapo_loss_types.yml", BENCHMARKS / "conf/claims.yml"]
+    # claims.yml also names tor strategies: left alone when only tapo runs
+    seeds.replace_strategies(tmp_path, files, groups=["tapo"])
+    written = yaml.safe_load((conf / "parameters_tapo.yml").read_text())
+    assert list(written["tapo"]["strategies"]) == [
+        "grpo_sum", "dapo", "gspo", "tapo", "shuffled", "high_entropy_20", "low_entropy_80"
+    ]  # fmt: skip
+    clash = tmp_path / "clash.yml"
+    clash.write_text("tapo:\n  grpo_sum: {advantage: {name: tapo}}\n")
+    with pytest.raises(SystemExit, match="grpo_sum is defined differently"):
+        seeds.replace_strategies(tmp_path, [files[0], clash], groups=["tapo"])
