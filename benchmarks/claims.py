@@ -150,9 +150,41 @@ def claim_row(claim: Claim, per_seed: pd.DataFrame) -> dict[str, Any]:
     }
 
 
+NOT_RUN = "not run: a strategy of the card is absent from the per-seed table"
+
+
 def claim_table(claims: list[Claim], per_seed: dict[str, pd.DataFrame]) -> pd.DataFrame:
-    """One row per claim whose testbed has a per-seed table (``per_seed``: group -> table)."""
-    return pd.DataFrame([claim_row(c, per_seed[c.group]) for c in claims if c.group in per_seed])
+    """One row per claim whose testbed has a per-seed table (``per_seed``: group -> table). A
+    card whose strategies the table lacks (a run of only some of the cards' strategies, read
+    with ``--per-seed``) is listed as not run, so the table says which claims were judged."""
+    rows = []
+    for claim in claims:
+        if claim.group not in per_seed:
+            continue
+        policies = set(per_seed[claim.group]["policy"])
+        if {claim.policy, claim.reference} <= policies:
+            rows.append(claim_row(claim, per_seed[claim.group]))
+        else:
+            rows.append(not_run_row(claim))
+    return pd.DataFrame(rows)
+
+
+def not_run_row(claim: Claim) -> dict[str, Any]:
+    nan = float("nan")
+    return {
+        "claim": claim.name,
+        "testbed": claim.group,
+        "difference": f"{claim.policy} - {claim.reference} ({METRIC[claim.group]})",
+        "expected": "> 0" if claim.expected > 0 else "< 0",
+        "n_seeds": 0,
+        "measured": "-",
+        "mean": nan,
+        "ci_low": nan,
+        "ci_high": nan,
+        "mde": nan,
+        "verdict": NOT_RUN,
+        "source": claim.source,
+    }
 
 
 def markdown(table: pd.DataFrame) -> str:
@@ -229,7 +261,9 @@ def per_seed_tables(items: list[str]) -> list[tuple[str, pd.DataFrame]]:
     for item in items:
         group, sep, path = item.partition("=")
         if not sep or group not in STRATEGIES:
-            raise SystemExit(f"--per-seed {item!r}: expected GROUP=CSV with GROUP in {list(STRATEGIES)}")
+            raise SystemExit(
+                f"--per-seed {item!r}: expected GROUP=CSV with GROUP in {list(STRATEGIES)}"
+            )
         out.append((group, pd.read_csv(path)))
     return out
 

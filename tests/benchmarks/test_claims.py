@@ -98,3 +98,16 @@ def test_the_cards_strategies_pass_the_pipelines_checks(claims, project_root):
     for group, strategies in claims.STRATEGIES.items():
         params = {**loader["parameters"][group], "strategies": strategies}
         check_comparison_params(group, params)
+
+
+def test_a_card_whose_strategies_were_not_run_is_listed_as_not_run(claims):
+    # a tor run of only the positive control's two strategies
+    table = _per_seed(
+        {"uniform": [0.5, 0.6, 0.4], "shuffled": [0.4, 0.48, 0.32]}, "sampled_accuracy_synthetic"
+    )
+    cards = claims.claim_table(list(claims.CLAIMS), {"tor": table})
+    assert set(cards["testbed"]) == {"tor"}
+    judged = cards[cards["verdict"] != claims.NOT_RUN]
+    assert list(judged["difference"]) == ["shuffled - uniform (sampled_accuracy_synthetic)"]
+    assert judged["verdict"].iloc[0] == "reproduced"
+    assert (cards["verdict"] == claims.NOT_RUN).sum() == 3
