@@ -1,12 +1,17 @@
-"""What the token-level credit inspector costs a GRPO step: the tapo comparison's GRPO with the
+"""What the token-level credit inspector costs a GRPO step: a comparison's GRPO with the
 inspector at its default setting (``{steps: null, rollouts: 4}``: the first, a middle and the
 last step, 4 completions each) against the same run with it off.
 
-The runs are the tapo pipeline's own nodes (``creditflow.pipelines.tapo.nodes``) at the
-default ``conf/base/parameters_tapo.yml`` (tiny policy, 16 prompts x 8 completions, up to 80
-new tokens, 25 steps), from one SFT warm start kept in ``--workdir`` (trained once, then
-loaded). The inspector consumes no random numbers, so a run with it on samples exactly what the
-run with it off does and the two can be compared step by step. The runs alternate (off, on,
+``--pipeline tapo`` (the default) runs the tapo pipeline's own nodes
+(``creditflow.pipelines.tapo.nodes``) at the default ``conf/base/parameters_tapo.yml`` (tiny
+text policy, 16 prompts x 8 completions, up to 80 new tokens, 25 steps), strategy ``tapo``;
+``--pipeline tor`` the tor pipeline's (``creditflow.pipelines.tor.nodes``) at
+``conf/base/parameters_tor.yml`` (tiny Qwen2.5-VL, 16 prompts x 8, up to 40 new tokens, 200
+steps), strategy ``tor``, whose inspector also scores the recorded completions without the
+image (one no-image forward over the 4 recorded rows). Either from one SFT warm start kept in
+``--workdir`` (trained once, then loaded). The inspector consumes no random numbers, so a run
+with it on samples exactly what the run with it off does and the two can be compared step by
+step. The runs alternate (off, on,
 then on, off, ...) so drifting load hits both alike; each pair gives two ratios:
 
 - ``run``: mean ``time/step_s`` over all steps, on / off (what the default setting costs a run);
@@ -21,7 +26,8 @@ is that time over the recorded steps' own ``time/step_s``, the added share of a 
 measured inside one run.
 
 ``--sft-steps``, ``--steps`` and ``--prompts-per-step`` shrink the warm start and the run on a
-busy machine. Both err on the costly side: the recorder's work is fixed (4 completions) while a
+busy machine; ``--train-problems`` the training problems drawn (and the tokenizer trained on)
+before the warm start (tor's ``tasks.n_train``, 8,000; tapo's ``tasks.n_train_per_language``). Both err on the costly side: the recorder's work is fixed (4 completions) while a
 smaller batch makes the step it is compared with cheaper, and it grows with the recorded
 completions' length, which a short warm start leaves near ``max_new_tokens``.
 
@@ -30,6 +36,8 @@ Usage (``benchmarks/README.md``, "Cost of the credit inspector")::
 
     .venv/bin/python benchmarks/credit_overhead.py --repeats 3 --workdir /tmp/credit_overhead \
         --sft-steps 100 --steps 5 --prompts-per-step 4
+    .venv/bin/python benchmarks/credit_overhead.py --pipeline tor --repeats 2 \
+        --workdir /tmp/credit_overhead --sft-steps 100 --steps 5 --prompts-per-step 4
 """
 
 from __future__ import annotations
@@ -40,6 +48,8 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +60,8 @@ os.environ.setdefault("KEDRO_DISABLE_TELEMETRY", "1")
 from kedro.config import OmegaConfigLoader  # noqa: E402
 
 from creditflow.config.grpo import CreditInspection  # noqa: E402
-from creditflow.pipelines.tapo import nodes  # noqa: E402
+from creditflow.pipelines.tapo import nodes as tapo_nodes  # noqa: E402
+from creditflow.pipelines.tor import nodes as tor_nodes  # noqa: E402
 from creditflow.training.checkpoint import CheckpointStore  # noqa: E402
 from creditflow.training.credit import CreditRecorder  # noqa: E402
 
@@ -58,25 +69,58 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_INSPECTOR = {"steps": None, "rollouts": 4}
 
 
-def tapo_params(grpo: dict[str, Any], sft: dict[str, Any]) -> dict[str, Any]:
-    """``params:tapo`` of conf/base, with ``grpo`` and ``sft`` keys overridden."""
+def pipeline_params(group: str, grpo: dict[str, Any], sft: dict[str, Any]) -> dict[str, Any]:
+    """``params:<group>`` of conf/base, with ``grpo`` and ``sft`` keys overridden."""
     loader = OmegaConfigLoader(str(ROOT / "conf"), base_env="base", default_run_env="base")
-    params = copy.deepcopy(loader["parameters"]["tapo"])
+    params = copy.deepcopy(loader["parameters"][group])
     params["grpo"].update(grpo)
     params["sft"].update(sft)
     return params
 
 
-def warm_start(params: dict[str, Any], workdir: Path) -> tuple[Any, Any, Any]:
+# (SFT policy, tokenizer or processor, training tasks): what a pipeline's GRPO node starts from.
+Setup = tuple[Any, Any, Any]
+
+
+def tapo_warm_start(params: dict[str, Any], workdir: Path) -> Setup:
     """(SFT policy, tokenizer, training tasks) of the tapo pipeline, the SFT resumed from (or
     saved to) ``workdir/sft``."""
-    train_tasks, _ = nodes.build_tapo_tasks(None, params)
-    tokenizer = nodes.train_tapo_tokenizer(train_tasks, params)
-    initial = nodes.build_tapo_policy(tokenizer, params)
-    policy, _ = nodes.warm_start_tapo_policy(
+    train_tasks, _ = tapo_nodes.build_tapo_tasks(None, params)
+    tokenizer = tapo_nodes.train_tapo_tokenizer(train_tasks, params)
+    initial = tapo_nodes.build_tapo_policy(tokenizer, params)
+    policy, _ = tapo_nodes.warm_start_tapo_policy(
         initial, tokenizer, train_tasks, CheckpointStore(workdir / "sft"), params
     )
     return policy, tokenizer, train_tasks
+
+
+def tor_warm_start(params: dict[str, Any], workdir: Path) -> Setup:
+    """(SFT policy, processor, training tasks) of the tor pipeline, the SFT resumed from (or
+    saved to) ``workdir/sft`` (each SFT run keeps its own subdirectory there)."""
+    train_tasks, _ = tor_nodes.build_tor_tasks(None, params)
+    processor = tor_nodes.train_tor_tokenizer(train_tasks, params)
+    initial = tor_nodes.build_vl_policy(processor, params)
+    policy, _ = tor_nodes.sft_warmstart_tor(
+        initial, processor, train_tasks, CheckpointStore(workdir / "sft"), params
+    )
+    return policy, processor, train_tasks
+
+
+@dataclass(frozen=True)
+class Testbed:
+    """A comparison pipeline as this benchmark runs it: its warm start, its one-seed GRPO node
+    (``(policy, tokenizer, tasks, checkpoints, params, strategy) -> (model, metrics, samples,
+    credit)``) and the ``tasks`` key of its number of training problems."""
+
+    warm_start: Callable[[dict[str, Any], Path], Setup]
+    train: Callable[..., tuple[Any, Any, Any, Any]]
+    problems_key: str
+
+
+TESTBEDS = {
+    "tapo": Testbed(tapo_warm_start, tapo_nodes.train_tapo_policy, "n_train_per_language"),
+    "tor": Testbed(tor_warm_start, tor_nodes.train_tor_policy, "n_train"),
+}
 
 
 class RecorderClock:
@@ -107,13 +151,19 @@ class RecorderClock:
             setattr(CreditRecorder, name, original)
 
 
-def timed_run(setup: tuple, params: dict[str, Any], inspector: dict | None, strategy: str):
+def timed_run(
+    testbed: Testbed,
+    setup: Setup,
+    params: dict[str, Any],
+    inspector: dict | None,
+    strategy: str,
+):
     """``time/step_s`` per step (a list) of one GRPO run, and its credit rows."""
     params = copy.deepcopy(params)
     params["grpo"]["credit_inspector"] = inspector
     params["grpo"]["checkpoint_every"] = 0
     policy, tokenizer, tasks = setup
-    _, metrics, _, credit = nodes.train_tapo_policy(
+    _, metrics, _, credit = testbed.train(
         policy, tokenizer, tasks, None, params, params["strategies"][strategy]
     )
     return metrics["time/step_s"].tolist(), credit
@@ -137,18 +187,37 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3, help="(off, on) pairs")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/credit_overhead"))
-    parser.add_argument("--strategy", default="tapo", help="a strategy of tapo.strategies")
+    parser.add_argument("--pipeline", choices=sorted(TESTBEDS), default="tapo")
+    parser.add_argument(
+        "--strategy",
+        default=None,
+        help="one of <pipeline>.strategies (default: the pipeline's name)",
+    )
     parser.add_argument("--steps", type=int, default=None, help="GRPO steps (default: YAML's)")
     parser.add_argument("--sft-steps", type=int, default=None, help="default: YAML's")
     parser.add_argument("--prompts-per-step", type=int, default=None, help="default: YAML's")
+    parser.add_argument(
+        "--train-problems",
+        type=int,
+        default=None,
+        help="tor: tasks.n_train, tapo: tasks.n_train_per_language (default: YAML's)",
+    )
     args = parser.parse_args()
+    testbed, strategy = TESTBEDS[args.pipeline], args.strategy or args.pipeline
     grpo = {"steps": args.steps, "prompts_per_step": args.prompts_per_step}
-    params = tapo_params(
+    params = pipeline_params(
+        args.pipeline,
         {key: value for key, value in grpo.items() if value is not None},
         {} if args.sft_steps is None else {"steps": args.sft_steps},
     )
-    say(f"load before: {os.getloadavg()}")
-    setup = warm_start(params, args.workdir)
+    if args.train_problems is not None:
+        params["tasks"][testbed.problems_key] = args.train_problems
+    if strategy not in params["strategies"]:
+        parser.error(
+            f"--strategy {strategy!r}: {args.pipeline}.strategies has {list(params['strategies'])}"
+        )
+    say(f"{args.pipeline} / {strategy}; load before: {os.getloadavg()}")
+    setup = testbed.warm_start(params, args.workdir)
     total = params["grpo"]["steps"]
     recorded = sorted(s - 1 for s in CreditInspection(**DEFAULT_INSPECTOR).recorded_steps(total))
     others = [s for s in range(total) if s not in recorded]
@@ -159,7 +228,7 @@ def main() -> None:
             started = time.perf_counter()
             inspector = DEFAULT_INSPECTOR if mode == "on" else None
             with RecorderClock() as clock:
-                times[mode], credit = timed_run(setup, params, inspector, args.strategy)
+                times[mode], credit = timed_run(testbed, setup, params, inspector, strategy)
             if mode == "on":
                 direct.append(clock.seconds / sum(times["on"][s] for s in recorded))
             say(

@@ -263,12 +263,17 @@ def check_token_weight_strategy(
 def _strategy(
     label: str, strategy: Any, spec: Mapping[str, Any] | None, table: Mapping
 ) -> tuple[Any, dict]:
-    """``(the strategy dataclass, its spec)`` of a name, a dataclass or a plain function."""
+    """``(the strategy dataclass, its spec)`` of a name, a dataclass or a plain function; a
+    token-weight strategy with the flags of that spec (``TokenWeightStrategy.for_spec``), as
+    the trainer reads them."""
     if isinstance(strategy, str):
         spec = {"name": strategy, **(spec or {})}
-        return table.get(strategy) or plugin_strategy(label, strategy, table), spec
-    name = (spec or {}).get("name") or getattr(strategy, "__name__", "strategy")
-    return as_strategy(label, strategy, name), {**(spec or {}), "name": name}
+        found = table.get(strategy) or plugin_strategy(label, strategy, table)
+    else:
+        spec = {**(spec or {})}
+        spec["name"] = spec.get("name") or getattr(strategy, "__name__", "strategy")
+        found = as_strategy(label, strategy, spec["name"])
+    return (found.for_spec(spec) if isinstance(found, TokenWeightStrategy) else found), spec
 
 
 # ---------------------------------------------------------------- the reward check

@@ -29,7 +29,7 @@ from creditflow.rollout import SamplingSettings, VisionLanguagePolicy
 from creditflow.training import TOKEN_WEIGHT_STRATEGIES, GRPOConfig, GRPOTrainer
 from creditflow.training.grpo_runs import vision_language_policy
 from creditflow.training.seeding import step_seed
-from creditflow.training.strategies import WeightContext, validate_strategies
+from creditflow.training.strategies import WeightContext, check_image_pass, validate_strategies
 from creditflow.training.strategies.tor import (
     batch_top_fraction_mask,
     batch_tor_token_weights,
@@ -365,6 +365,12 @@ def test_tor_strategy_needs_entropy_and_a_no_image_pass(vl_rollout):
         tor.compute({"name": "tor"}, without_entropy, policy, context)
     with pytest.raises(TypeError, match="no_image_logprobs"):
         tor.compute({"name": "tor"}, batch, object(), context)
+    # The trainer and a comparison's check ask first, with a ConfigError before training.
+    assert tor.needs_image_pass and not TOKEN_WEIGHT_STRATEGIES["uniform"].needs_image_pass
+    config = GRPOConfig(token_weights={"name": "tor_reasoning_only"})
+    with pytest.raises(ConfigError, match="'tor_reasoning_only' needs.*LanguagePolicy has none"):
+        check_image_pass(config, False, "LanguagePolicy")
+    check_image_pass(config, True, "VisionLanguagePolicy")
 
 
 def _vl_trainer(model, processor, prompts, **overrides) -> GRPOTrainer:

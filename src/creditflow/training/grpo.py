@@ -71,6 +71,7 @@ from creditflow.training.strategies import (
     RewardMetric,
     WeightContext,
     advantage_strategy,
+    check_image_pass,
     token_weight_strategy,
     validate_strategies,
     weighted_reward,
@@ -148,6 +149,7 @@ class GRPOTrainer:
     ):
         config.validate()
         validate_strategies(config)
+        check_image_pass(config, hasattr(policy, "no_image_logprobs"), type(policy).__name__)
         if len(prompts) < 1:
             raise ValueError("no prompts to train on")
         self.accelerator = accelerator

@@ -51,6 +51,7 @@ from creditflow.training.strategies import (
     TOKEN_WEIGHT_STRATEGIES,
     RewardMetric,
     advantage_strategy,
+    check_image_pass,
     validate_strategies,
 )
 
@@ -192,12 +193,18 @@ def check_distributed(distributed: dict[str, Any] | None, config: GRPOConfig) ->
     return distributed
 
 
+# The comparisons whose policy is vision-language (``run_vl_grpo``); the others' policies are
+# text-only, with no no-image pass for a strategy to call.
+VISION_LANGUAGE_COMPARISONS = frozenset({"tor"})
+
+
 def check_comparison_params(
     group: str, params: dict[str, Any], strategies: Sequence[str] | None = None
 ) -> None:
     """Every config a tapo / tor comparison will build, built now: the SFT warm start's and
     the GRPO config of each of ``strategies`` (default: all of ``params['strategies']``), so a
-    typo fails before the first node (not after SFT).
+    typo fails before the first node (not after SFT); a token-weight strategy that needs the
+    no-image pass fails in a comparison of a text-only policy (``check_image_pass``).
 
     Raises:
         ConfigError: naming the group, the strategy and the key.
@@ -209,7 +216,10 @@ def check_comparison_params(
     configured = params.get("strategies") or {}
     for name in [n for n in configured if strategies is None or n in set(strategies)]:
         try:
-            strategy_config(params, configured[name])
+            config, _ = strategy_config(params, configured[name])
+            check_image_pass(
+                config, group in VISION_LANGUAGE_COMPARISONS, f"the {group} pipeline's policy"
+            )
         except ConfigError as error:
             raise ConfigError(f"{group}.strategies.{name} (over {group}.grpo): {error}") from error
 

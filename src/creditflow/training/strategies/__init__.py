@@ -49,7 +49,27 @@ def advantage_strategy(config: GRPOConfig) -> AdvantageStrategy:
 
 
 def token_weight_strategy(config: GRPOConfig) -> TokenWeightStrategy:
-    return _lookup("token_weights", config.token_weights, TOKEN_WEIGHT_STRATEGIES)
+    """The token-weight strategy of ``config``, with the flags of its spec
+    (``TokenWeightStrategy.for_spec``)."""
+    strategy = _lookup("token_weights", config.token_weights, TOKEN_WEIGHT_STRATEGIES)
+    return strategy.for_spec(config.token_weights)
+
+
+def check_image_pass(config: GRPOConfig, has_image_pass: bool, policy: str) -> None:
+    """ConfigError when ``config``'s token-weight strategy calls ``policy.no_image_logprobs``
+    (``needs_image_pass``) and the policy has no such pass (``has_image_pass`` False).
+
+    Args:
+        policy: the policy as the message names it (its class, or the pipeline's policy).
+    """
+    strategy = token_weight_strategy(config)
+    if strategy.needs_image_pass and not has_image_pass:
+        fallback = f"; {strategy.image_pass_fallback}" if strategy.image_pass_fallback else ""
+        raise ConfigError(
+            f"token_weights {config.token_weights['name']!r} needs the policy's log-probs "
+            f"without the image (no_image_logprobs: a vision-language policy, as in the tor "
+            f"pipeline), and {policy} has none{fallback}"
+        )
 
 
 def validate_strategies(config: GRPOConfig) -> None:
@@ -77,6 +97,7 @@ __all__ = [
     "TokenWeightStrategy",
     "WeightContext",
     "advantage_strategy",
+    "check_image_pass",
     "token_weight_strategy",
     "validate_strategies",
     "weighted_reward",

@@ -93,12 +93,26 @@ class AdvantageStrategy:
 class TokenWeightStrategy:
     """compute: the weights; validate: checks the spec up front; needs_entropy /
     needs_rollout_logprobs: what the rollout must compute for it (each costs a pass over the
-    (B, T, V) logits)."""
+    (B, T, V) logits); needs_image_pass: it calls ``policy.no_image_logprobs`` (ToR's
+    perception score), which only a vision-language policy has: any other fails with a
+    ConfigError before training, ``image_pass_fallback`` saying what to set instead.
+
+    variant: for a strategy whose needs depend on its options, ``variant(spec)`` is the
+    strategy with the flags of that spec (``for_spec``); the trainer and the contract checks
+    read the flags of that one. Without it the flags hold for every spec.
+    """
 
     compute: TokenWeightFn
     validate: Callable[[Spec, GRPOConfig], None]
     needs_entropy: bool = False
     needs_rollout_logprobs: bool = False
+    needs_image_pass: bool = False
+    image_pass_fallback: str = ""
+    variant: Callable[[Spec], TokenWeightStrategy] | None = None
+
+    def for_spec(self, spec: Spec) -> TokenWeightStrategy:
+        """The strategy that runs ``spec``: ``variant(spec)``, or this one when it has none."""
+        return self if self.variant is None else self.variant(spec)
 
 
 def reject_unknown_options(spec: Spec, allowed: set[str]) -> None:

@@ -4,11 +4,13 @@
   (``algorithms.shuffle_group_advantages``). A completion's credit is then unrelated to its own
   reward, so a policy trained on it should not improve: the testbed's positive control (if it
   cannot tell GRPO from this, it cannot tell anything).
-- ``random_tokens`` (token weights): weight 1 on ``k = ceil(fraction * n_valid)`` valid tokens of
-  the rollout batch drawn uniformly at random without replacement (every process's rows
-  together, as ToR selects), 0 elsewhere. ``fraction`` defaults to 0.46, the share of tokens
-  ToR selects at its paper defaults on the synthetic tor testbed (it leaves 54 % unselected;
-  docs/results.md), so the control keeps ToR's token budget and drops its choice of tokens.
+- ``random_tokens`` (token weights): weight 1 on valid tokens drawn uniformly at random, 0
+  elsewhere: by default, in each completion as many as ToR (``tor`` at its paper defaults)
+  selects in it on the same batch, so the control keeps ToR's token budget, spread over the
+  completions as ToR spreads it, and drops its choice of tokens. It computes ToR's selection
+  to count it, so it needs what ToR needs (a vision-language policy's no-image pass). With
+  ``fraction`` (for a policy without that pass, e.g. a text-only one): ``k = ceil(fraction *
+  n_valid)`` tokens of the rollout batch (every process's rows together).
 - ``high_entropy_20`` / ``low_entropy_80`` (token weights): weight 1 on the 20 % highest- or the
   80 % lowest-entropy valid tokens of the rollout batch, 0 elsewhere: the "high-entropy
   minority tokens" study (Wang et al. 2025, "Beyond the 80/20 rule"), which found the top 20 %
@@ -40,10 +42,12 @@ from creditflow.training.strategies.base import (
     reject_unknown_options,
 )
 from creditflow.training.strategies.grpo import completion_advantages
-from creditflow.training.strategies.tor import batch_top_fraction_mask
+from creditflow.training.strategies.tor import (
+    batch_top_fraction_mask,
+    gather_processes,
+    tor_weights,
+)
 
-# ToR's selected share at its paper defaults on the synthetic tor testbed (docs/results.md).
-RANDOM_TOKENS_FRACTION = 0.46
 # (which end of the entropy order, share of the valid tokens) of each entropy-selection preset.
 ENTROPY_PRESETS: dict[str, tuple[str, float]] = {
     "high_entropy_20": ("top", 0.2),
@@ -88,15 +92,92 @@ def validate_shuffled(spec: Spec, config: GRPOConfig) -> None:
 
 
 # ---------------------------------------------------------------- random tokens
-def random_fraction(spec: Spec) -> float:
-    return spec.get("fraction", RANDOM_TOKENS_FRACTION)
+# The ToR whose selection random_tokens matches by default: ``tor`` at its paper defaults.
+TOR_SPEC: Spec = {"name": "tor"}
+RANDOM_TOKENS_FALLBACK = (
+    "give token_weights.fraction to draw a fixed share of the valid tokens instead (0.46 is "
+    "ToR's share at its paper defaults on the synthetic tor testbed)"
+)
 
 
 def random_token_weights(
     spec: Spec, batch: RolloutBatch, policy: Any, context: WeightContext
 ) -> tuple[torch.Tensor, Metrics]:
-    """1 on ``ceil(fraction * n_valid)`` valid tokens of the whole rollout batch chosen uniformly
-    at random, 0 elsewhere. -> (B, T)
+    """1 on valid tokens chosen uniformly at random, 0 elsewhere. -> (B, T)
+
+    Without ``fraction`` (the default): in every completion, as many tokens as ToR (``tor``
+    at its paper defaults, ``tor.tor_weights``) weighs non-zero in it on this same batch, so it
+    needs what ToR needs (the rollout's entropy and log-probs, ``policy.no_image_logprobs``).
+    With ``fraction``: ``ceil(fraction * n_valid)`` tokens of the whole rollout batch (every
+    process's rows). Both draw from the step's seeded generator (``context.generator``).
+    """
+    if "fraction" in spec:
+        return _fraction_weights(float(spec["fraction"]), batch, context)
+    return _tor_count_weights(batch, policy, context)
+
+
+def _tor_count_weights(
+    batch: RolloutBatch, policy: Any, context: WeightContext
+) -> tuple[torch.Tensor, Metrics]:
+    """ToR's per-completion token count, spent on tokens drawn at random. -> (B, T)
+
+    Per completion rather than ToR's batch total spread at random: ToR's global threshold
+    gives long or uncertain completions more of the budget, and how a completion's share of
+    the tokens sets its share of the loss is part of ToR's update, not of its choice of
+    tokens. Matching each completion's count keeps that and changes only which tokens within
+    it, so a gap to ToR measures the choice alone.
+    """
+    tor_w, tor_metrics = tor_weights(TOR_SPEC, batch, policy, context)  # (B, T)
+    mask = batch.completion_mask
+    valid = mask.detach().bool().cpu()  # (B, T)
+    by_tor = (tor_w.detach() != 0).cpu() & valid  # (B, T)
+    counts = by_tor.sum(1)  # (B,) tokens ToR weighs in each completion
+    # Drawn after ToR's tie-breaking keys, from the same generator: seeded per step.
+    keys = _uniform_keys(tuple(mask.shape), context.generator, context.accelerator)  # (B, T)
+    selected = random_per_row(counts, valid, keys)  # (B, T) bool
+    n_selected = int(selected.sum())
+    return selected.to(mask.device, mask.dtype), {
+        "control/selected_frac": n_selected / max(1, int(valid.sum())),
+        # share of the drawn tokens that ToR chose too: about ToR's own share, not 1
+        "control/tor_overlap_frac": int((selected & by_tor).sum()) / max(1, n_selected),
+        "time/no_image_pass_s": tor_metrics["time/no_image_pass_s"],
+    }
+
+
+def random_per_row(counts: torch.Tensor, valid: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    """The ``counts[i]`` valid tokens of row ``i`` with the smallest ``keys``.
+
+    Args:
+        counts: ``(B,)`` tokens to select per row, each at most the row's valid tokens.
+        valid: ``(B, T)`` bool, True where a token counts; padding is never selected.
+        keys: ``(B, T)`` distinct random keys (uniform keys make the choice uniform).
+
+    Returns:
+        ``(B, T)`` bool with exactly ``counts[i]`` True in row ``i``, all on valid tokens.
+    """
+    keys = keys.masked_fill(~valid, float("inf"))  # padding sorts last in its row
+    rank = keys.argsort(dim=1).argsort(dim=1)  # (B, T) place of each token in its row's order
+    return valid & (rank < counts[:, None])
+
+
+def _uniform_keys(
+    shape: tuple[int, int], generator: torch.Generator, accelerator: Any
+) -> torch.Tensor:
+    """``(B, T)`` uniform keys of this process's rows, cut from one draw over the positions of
+    every process (each holds the same seeded generator): the processes draw alike and each
+    takes its own stretch, so no two processes' rows share keys."""
+    n = shape[0] * shape[1]
+    sizes = gather_processes(accelerator, torch.tensor([n]))  # (R,) positions per process
+    rank = 0 if accelerator is None else accelerator.process_index
+    offset = int(sizes[:rank].sum())
+    draw = torch.rand(int(sizes.sum()), generator=generator)
+    return draw[offset : offset + n].view(shape)
+
+
+def _fraction_weights(
+    fraction: float, batch: RolloutBatch, context: WeightContext
+) -> tuple[torch.Tensor, Metrics]:
+    """1 on ``ceil(fraction * n_valid)`` valid tokens of the whole rollout batch. -> (B, T)
 
     Every valid token scores the same, so ``batch_top_fraction_mask`` picks exactly its ``k``
     tokens by its random tie-breaking keys alone (drawn from the step's seeded generator over
@@ -106,7 +187,7 @@ def random_token_weights(
     selected = batch_top_fraction_mask(
         torch.zeros_like(mask, dtype=torch.float32),
         mask,
-        float(random_fraction(spec)),
+        fraction,
         context.generator,
         context.accelerator,
     )  # (B, T) bool
@@ -116,7 +197,9 @@ def random_token_weights(
 
 def validate_random(spec: Spec, config: GRPOConfig) -> None:
     reject_unknown_options(spec, {"name", "fraction"})
-    fraction = random_fraction(spec)
+    if "fraction" not in spec:
+        return
+    fraction = spec["fraction"]
     if isinstance(fraction, bool) or not isinstance(fraction, int | float):
         raise ConfigError(f"token_weights.fraction must be a number in [0, 1], got {fraction!r}")
     if not 0.0 <= float(fraction) <= 1.0:
@@ -149,9 +232,27 @@ def entropy_fraction_weights(
     }
 
 
+def _random_tokens_variant(spec: Spec) -> TokenWeightStrategy:
+    """A fixed ``fraction`` needs nothing of the rollout or the policy; ToR's count needs
+    ToR's signals."""
+    return RANDOM_FRACTION if "fraction" in spec else RANDOM_TOKENS
+
+
 SHUFFLED_ADVANTAGES = AdvantageStrategy(shuffled_advantages, validate_shuffled)
+RANDOM_FRACTION = TokenWeightStrategy(random_token_weights, validate_random)
+# The default (no fraction): the registered one, so whoever reads its flags without the spec
+# asks the rollout for too much rather than too little.
+RANDOM_TOKENS = TokenWeightStrategy(
+    random_token_weights,
+    validate_random,
+    needs_entropy=True,
+    needs_rollout_logprobs=True,
+    needs_image_pass=True,
+    image_pass_fallback=RANDOM_TOKENS_FALLBACK,
+    variant=_random_tokens_variant,
+)
 CONTROL_TOKEN_WEIGHTS: dict[str, TokenWeightStrategy] = {
-    "random_tokens": TokenWeightStrategy(random_token_weights, validate_random),
+    "random_tokens": RANDOM_TOKENS,
     **{
         name: TokenWeightStrategy(entropy_fraction_weights, no_options, needs_entropy=True)
         for name in ENTROPY_PRESETS

@@ -53,7 +53,7 @@ TOR_PRESETS: dict[str, dict[str, Any]] = {
 
 
 # ---------------------------------------------------------------- batch-global selection
-def _gather(accelerator: Any, tensor: torch.Tensor) -> torch.Tensor:
+def gather_processes(accelerator: Any, tensor: torch.Tensor) -> torch.Tensor:
     """Every process's ``tensor`` concatenated along dim 0, in process order (on CPU)."""
     if accelerator is None or accelerator.num_processes == 1:
         return tensor
@@ -96,7 +96,7 @@ def batch_top_fraction_mask(
     if torch.isnan(flat[valid]).any():
         raise ValueError("scores must not be NaN on valid tokens")
     n = flat.numel()
-    sizes = _gather(accelerator, torch.tensor([n]))  # (R,) positions per process
+    sizes = gather_processes(accelerator, torch.tensor([n]))  # (R,) positions per process
     rank = 0 if accelerator is None else accelerator.process_index
     offset, total = int(sizes[:rank].sum()), int(sizes.sum())
 
@@ -112,7 +112,8 @@ def batch_top_fraction_mask(
     packed[0, :n, 0] = flat.double()
     packed[0, :n, 1] = valid.double()
     packed[0, :n, 2] = keys.double()
-    everyone = _gather(accelerator, packed).reshape(-1, 3)  # (R * width, 3), padding invalid
+    # (R * width, 3), padding invalid
+    everyone = gather_processes(accelerator, packed).reshape(-1, 3)
     all_scores, all_valid, all_keys = everyone[:, 0], everyone[:, 1].bool(), everyone[:, 2]
 
     k = num_selected(int(all_valid.sum()), fraction)
@@ -254,7 +255,11 @@ def tor_weights(
 # "tor_perception_only" (gamma_r = 0), by name.
 TOR_STRATEGIES: dict[str, TokenWeightStrategy] = {
     name: TokenWeightStrategy(
-        tor_weights, validate_tor, needs_entropy=True, needs_rollout_logprobs=True
+        tor_weights,
+        validate_tor,
+        needs_entropy=True,
+        needs_rollout_logprobs=True,
+        needs_image_pass=True,
     )
     for name in TOR_PRESETS
 }
