@@ -11,7 +11,7 @@ from typing import Annotated, Any
 from pydantic import Field, model_validator
 
 from creditflow.algorithms import GAIN_MODES
-from creditflow.annotation import ANNOTATORS
+from creditflow.annotation.options import ANNOTATOR_OPTIONS
 from creditflow.annotation.ratings import rating_annotations
 from creditflow.config.grpo import GRPOConfig
 from creditflow.config.policy import TinyQwen2_5VL, vl_policy_spec
@@ -85,7 +85,7 @@ class RankingSource(Block):
 
 
 class AnnotatorChoice(Block):
-    name: one_of(ANNOTATORS, "annotator")
+    name: one_of(ANNOTATOR_OPTIONS, "annotator")
     options: dict[str, Any] | None = None
 
     @model_validator(mode="after")
@@ -99,11 +99,12 @@ class AnnotatorChoice(Block):
                 "with options.credentials instead (docs/howto/credentials.md)"
             )
         options.pop("credentials", None)  # resolved to the key by the annotation node
-        checked_options(options, ANNOTATORS[self.name], f"{self.name} annotator")
+        checked_options(options, ANNOTATOR_OPTIONS[self.name], f"{self.name} annotator")
         # The annotator's own checks (deadlines and reply cap > 0, prompt placeholders ...),
-        # now rather than in the node: building one loads and sends nothing.
+        # now rather than in the node: building one loads and sends nothing (the hf one's
+        # options stand in for it: annotation.options).
         try:
-            ANNOTATORS[self.name](**options)
+            ANNOTATOR_OPTIONS[self.name](**options)
         except (TypeError, ValueError) as error:
             raise ValueError(f"options: {error}") from error
         return self
