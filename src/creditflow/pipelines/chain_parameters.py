@@ -27,13 +27,13 @@ from creditflow.config.values import checked_options
 from creditflow.experience.expmodel_data import (
     EXPMODEL_TRAINING,
     SCORE_MODES,
+    PFTOptions,
+    catalogue_pairs,
     preference_pairs,
 )
-from creditflow.experience.expmodel_pft import PFTOptions
 from creditflow.experience.page_reward import R_OLD_SOURCES, page_grpo_config
 from creditflow.experience.reranker_training import FEATURE_NAMES, PRETRAIN_TRAINING
 from creditflow.experience.simulated_ab import AB_METHODS
-from creditflow.experience.text_expmodel import catalogue_pairs
 from creditflow.ingest.config import IngestConfig
 from creditflow.models.reranker import RerankerConfig
 from creditflow.pipelines.parameter_blocks import (
