@@ -193,7 +193,7 @@ def on_reference_scale(scores: np.ndarray, reference: np.ndarray) -> np.ndarray:
     """``scores`` moved affinely to the mean and standard deviation of ``reference``:
     ``mean(ref) + std(ref) (s - mean(s)) / std(s)``; the order of the scores is kept.
 
-    A reranker reads s_exp raw (``experience.reranker_training.FEATURE_NAMES``: ``exp_score``, beside the
+    A reranker reads s_exp raw (``config.reranking.FEATURE_NAMES``: ``exp_score``, beside the
     scale-free ``exp_rank_gain``), so scores of another ExpModel, on its own arbitrary PFT
     scale, must be put on the scale of those it was trained with.
 
