@@ -61,7 +61,9 @@ DEFERRED_IMPORTS = {
     ("creditflow.hooks.parameter_check", "creditflow.models.builders"),
     ("creditflow.hooks.parameter_check", "creditflow.pipelines.comparison"),
     ("creditflow.hooks.parameter_check", "creditflow.pipelines.parameters"),
-    # The chain's schemas import its torch modules; a tapo / tor run's check does without.
+    ("creditflow.hooks.parameter_check", "creditflow.training.strategies"),
+    # The chain's schemas import pandas and the annotation clients; a tapo / tor run's check
+    # does without.
     ("creditflow.pipelines.parameters", "creditflow.pipelines.chain_parameters"),
     # Likewise for the raw data check: the ingest loaders pull in pandas.
     ("creditflow.hooks.raw_data", "creditflow.pipelines.data_ingest.pipeline"),

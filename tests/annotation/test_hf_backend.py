@@ -8,14 +8,13 @@ from transformers import GenerationConfig
 
 from creditflow.annotation import (
     ANNOTATION_COLUMNS,
-    ANNOTATORS,
     DIMENSIONS,
     HeuristicAnnotator,
-    HFAnnotator,
-    build_annotator,
     parse_annotation,
 )
+from creditflow.annotation.base import ANNOTATORS, build_annotator
 from creditflow.annotation.cache import DEFAULT_CACHE_DIR
+from creditflow.annotation.hf_backend import HFAnnotator
 from creditflow.models import (
     build_tiny_processor,
     build_tiny_qwen2_5_vl,

@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 from kedro.io import AbstractDataset, DataCatalog, DatasetError, MemoryDataset
 
+from creditflow.config.reranking import FEATURE_NAMES
 from creditflow.experience.logged_click_model import validation_split
 from creditflow.experience.reranker_data import split_sessions
-from creditflow.experience.reranker_training import FEATURE_NAMES
 from creditflow.models.reranker import build_reranker
 from creditflow.tasks.reranking import generate_catalogue, generate_sessions
 from tests.pipelines._experience_chain import smallest_params

@@ -6,6 +6,7 @@ key under ``--params`` fails before the pipelines load."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import subprocess
@@ -22,7 +23,7 @@ from kedro.framework.session import KedroSession
 import creditflow
 from creditflow.errors import ConfigError
 from creditflow.models.lora import is_lora_model
-from creditflow.pipelines.parameters import check_parameters
+from creditflow.pipelines.parameters import CHAIN_GROUPS, check_parameters
 from tests.kedro_project import (
     NodeCounter,
     NodeIO,
@@ -235,26 +236,95 @@ print("loaded:", sorted(name for name in ("torch", "transformers", "pandas") if 
 """
 
 
-def test_a_misspelt_comparison_key_fails_without_importing_torch(project_root, tmp_path):
-    # In a fresh process, as `kedro run` starts one: the check of a tapo or tor override
-    # needs neither torch nor transformers (seconds to import), nor the pipelines.
-    directory = checkout_copy(project_root, tmp_path / "project")
+def _fresh_python(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     source = str(Path(creditflow.__file__).parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([source, os.environ.get("PYTHONPATH", "")])}
-    result = subprocess.run(
-        [sys.executable, "-c", NO_TORCH_PROBE],
-        cwd=directory,
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=cwd,
         env=env,
         capture_output=True,
         text=True,
         timeout=300,
         check=True,
     )
+
+
+def test_a_misspelt_comparison_key_fails_without_importing_torch(project_root, tmp_path):
+    # In a fresh process, as `kedro run` starts one: the check of a tapo or tor override
+    # needs neither torch nor transformers (seconds to import), nor the pipelines.
+    directory = checkout_copy(project_root, tmp_path / "project")
+    result = _fresh_python(["-c", NO_TORCH_PROBE], directory)
     lines = [line for line in result.stdout.splitlines() if line.startswith(("error:", "loaded:"))]
     assert lines[0].startswith("error: tapo.grpo: unknown key `stepz` (did you mean `steps`?)")
     assert lines[1].startswith("error: tor.policy.tiny: unknown key `hidden_sise` (did you mean")
     # pandas comes with the task worlds' name tables (tapo languages, tor kinds).
     assert lines[2] == "loaded: ['pandas']", result.stdout
+
+
+# A misspelt key under each chain group and the key its error suggests.
+CHAIN_TYPOS = {
+    "annotation": ("items.n_itmes", "n_items"),
+    "data_ingest": ("max_rows_per_sorce", "max_rows_per_source"),
+    "experience_scoring": ("batch_sise", "batch_size"),
+    "expmodel_pft": ("pairs.margn", "margin"),
+    "expmodel_sft": ("max_lenght", "max_length"),
+    "movielens_eval": ("expmodel.teacher.min_rating", "min_ratings"),
+    "reranker_eval": ("ab.drawz", "draws"),
+    "reranker_grpo": ("grpo.stepz", "steps"),
+    "reranker_pretrain": ("training.stpes", "steps"),
+}
+# The same for each chain group, through a session as `kedro run --pipelines <group> --params
+# "<group>.<typo>=1"` makes one; argv[1] holds CHAIN_TYPOS.
+CHAIN_NO_TORCH_PROBE = """
+import json
+import sys
+from pathlib import Path
+
+from kedro.framework.session import KedroSession
+from kedro.framework.startup import bootstrap_project
+
+from creditflow.errors import ConfigError
+
+bootstrap_project(Path.cwd())
+for group, (dotted, _) in json.loads(sys.argv[1]).items():
+    overrides = 1
+    for key in reversed([group, *dotted.split(".")]):
+        overrides = {key: overrides}
+    with KedroSession.create(project_path=Path.cwd(), runtime_params=overrides) as session:
+        try:
+            session.run(pipeline_names=[group])
+        except ConfigError as error:
+            print("error:", str(error).splitlines()[-1].strip())
+print("loaded:", sorted(name for name in ("torch", "transformers") if name in sys.modules))
+"""
+
+
+def test_the_chain_schemas_import_neither_torch_nor_transformers(tmp_path):
+    probe = (
+        "import sys\n"
+        "import creditflow.pipelines.chain_parameters\n"
+        "print(sorted(name for name in ('torch', 'transformers') if name in sys.modules))\n"
+    )
+    assert _fresh_python(["-c", probe], tmp_path).stdout.strip() == "[]"
+
+
+def test_a_misspelt_chain_key_fails_without_importing_torch(project_root, tmp_path):
+    # As the comparison keys above: every chain group's --params typo fails with a "did you
+    # mean" before torch or transformers load.
+    assert set(CHAIN_TYPOS) == CHAIN_GROUPS
+    directory = checkout_copy(project_root, tmp_path / "project")
+    result = _fresh_python(["-c", CHAIN_NO_TORCH_PROBE, json.dumps(CHAIN_TYPOS)], directory)
+    lines = [line for line in result.stdout.splitlines() if line.startswith(("error:", "loaded:"))]
+    expected = []
+    for group, (dotted, suggestion) in CHAIN_TYPOS.items():
+        *parents, key = dotted.split(".")
+        where = ".".join([group, *parents])
+        expected.append(f"error: {where}: unknown key `{key}` (did you mean `{suggestion}`?)")
+    assert len(lines) == len(expected) + 1, result.stdout
+    for line, start in zip(lines[:-1], expected, strict=True):
+        assert line.startswith(start), (line, start)
+    assert lines[-1] == "loaded: []", result.stdout
 
 
 def test_a_group_of_a_conf_local_file_is_a_group_for_params(project):

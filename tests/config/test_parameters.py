@@ -25,6 +25,7 @@ from creditflow.errors import ConfigError
 from creditflow.pipeline_registry import register_pipelines
 from creditflow.pipelines.chain_parameters import CHAIN_SCHEMAS
 from creditflow.pipelines.parameters import CHAIN_GROUPS, GROUPS, all_schemas, check_parameters
+from creditflow.training.strategies import validate_strategies
 from tests.kedro_project import NodeCounter, copy_project
 
 
@@ -278,6 +279,33 @@ def test_a_session_run_with_a_misspelt_key_fails_before_its_first_node(
     assert not (tmp_path / "data").exists() or not any(
         p.is_file() and "run_manifests" not in str(p) for p in (tmp_path / "data").rglob("*")
     )
+
+
+def test_page_grpo_strategies_are_asked_before_the_first_node_only(conf_params):
+    # The strategies are torch modules: the --params check (no torch) leaves an unknown one to
+    # the check before the first node, which names it.
+    params = _set(conf_params, "reranker_grpo.grpo.advantage", {"name": "grpoo"})
+    check_parameters({"reranker_grpo": params["reranker_grpo"]})
+    with pytest.raises(
+        ConfigError, match=r"reranker_grpo.grpo: unknown advantage strategy 'grpoo'"
+    ):
+        check_parameters(
+            {"reranker_grpo": params["reranker_grpo"]}, validate_strategies=validate_strategies
+        )
+
+
+@pytest.mark.filterwarnings("ignore:register_new_resolver:UserWarning")
+def test_a_session_run_with_an_unknown_page_grpo_strategy_fails_before_its_first_node(
+    project_root: Path, tmp_path: Path, monkeypatch
+):
+    copy_project(project_root, tmp_path, monkeypatch)
+    counter = NodeCounter()
+    overrides = {"reranker_grpo": {"grpo": {"advantage": {"name": "grpoo"}}}}
+    with KedroSession.create(project_path=tmp_path, runtime_params=overrides) as session:
+        session._hook_manager.register(counter)
+        with pytest.raises(ConfigError, match=r"unknown advantage strategy 'grpoo'"):
+            session.run(pipeline_names=["reranker_grpo"])
+    assert counter.started == []
 
 
 def test_the_chain_groups_are_the_chain_schemas():

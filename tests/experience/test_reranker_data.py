@@ -8,6 +8,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from creditflow.config.reranking import FEATURE_NAMES
 from creditflow.config.values import checked_options
 from creditflow.experience.reranker_data import (
     LOGGED,
@@ -23,7 +24,7 @@ from creditflow.experience.reranker_data import (
     split_sessions,
 )
 from creditflow.experience.reranker_policy import greedy_rankings
-from creditflow.experience.reranker_training import FEATURE_NAMES, session_features
+from creditflow.experience.reranker_training import session_features
 from creditflow.models.reranker import build_reranker
 from creditflow.tasks.reranking import generate_catalogue, generate_sessions
 

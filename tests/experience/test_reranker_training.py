@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from creditflow.algorithms import page_reward
+from creditflow.config.reranking import FEATURE_NAMES, PRETRAIN_TRAINING
 from creditflow.experience.page_reward import (
     LoggedClicks,
     PageReward,
@@ -20,8 +21,6 @@ from creditflow.experience.reranker_policy import (
     parse_rankings,
 )
 from creditflow.experience.reranker_training import (
-    FEATURE_NAMES,
-    PRETRAIN_TRAINING,
     augmented_targets,
     click_first_order,
     evaluate_rankings,

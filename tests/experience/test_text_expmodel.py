@@ -59,7 +59,7 @@ def test_prompt_inputs_are_the_sft_prompt_left_padded(tokenizer):
 
 
 def test_catalogue_pairs_are_oriented_distinct_and_clear_the_margin():
-    pairs = text_expmodel.catalogue_pairs(ANNOTATIONS, margin=0.5, max_pairs=100, seed=3)
+    pairs = expmodel_data.catalogue_pairs(ANNOTATIONS, margin=0.5, max_pairs=100, seed=3)
     overall = ANNOTATIONS.set_index("item_id")["overall"]
     gaps = overall.loc[pairs["pos_item"]].to_numpy() - overall.loc[pairs["neg_item"]].to_numpy()
     assert (gaps >= 0.5 - 1e-9).all()
@@ -68,7 +68,7 @@ def test_catalogue_pairs_are_oriented_distinct_and_clear_the_margin():
     assert not pairs.apply(frozenset, axis=1).duplicated().any()
     # 2 of 7: drawn at random (rejection); 4 of 7: sampled from the enumerated pairs.
     for cap in (2, 4):
-        capped = text_expmodel.catalogue_pairs(ANNOTATIONS, margin=0.5, max_pairs=cap, seed=3)
+        capped = expmodel_data.catalogue_pairs(ANNOTATIONS, margin=0.5, max_pairs=cap, seed=3)
         assert len(capped) == cap
         assert set(capped.itertuples(index=False)) <= set(pairs.itertuples(index=False))
 
@@ -100,7 +100,7 @@ def test_tiny_sft_then_pft_trains_and_scores_every_item(tokenizer):
     assert len(history) == 3 and np.isfinite(history["sft/loss"]).all()
     scorer = ExpScorer.from_generator(sft_model)
     before = [p.detach().clone() for p in scorer.parameters()]
-    pairs = text_expmodel.catalogue_pairs(ANNOTATIONS, margin=0.5, max_pairs=6)
+    pairs = expmodel_data.catalogue_pairs(ANNOTATIONS, margin=0.5, max_pairs=6)
     training = SupervisedConfig.from_params(
         {"steps": 4, "batch_size": 2, "learning_rate": 1e-2}, **expmodel_data.EXPMODEL_TRAINING
     )

@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 import torch
 
+from creditflow.config.reranking import FEATURE_NAMES
 from creditflow.experience.reranker_training import (
-    FEATURE_NAMES,
     evaluate_rankings,
     logged_sessions,
     session_features,

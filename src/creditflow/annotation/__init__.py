@@ -1,9 +1,12 @@
-"""Item annotators for the experience model (docs/methods/experience.md, step 1): the schema, a measuring heuristic, VLM
-backends."""
+"""Item annotators for the experience model (docs/methods/experience.md, step 1): the schema, a
+measuring heuristic, VLM backends.
 
-from creditflow.annotation.base import ANNOTATORS, Annotator, build_annotator
+The registry (``annotation.base``: ``ANNOTATORS``, ``build_annotator``) and the local-VLM
+backend (``annotation.hf_backend``) are imported from their modules, not from here: they
+import torch and transformers, and the parameter check reads this package before torch loads
+(``annotation.options``, ``annotation.ratings``)."""
+
 from creditflow.annotation.heuristic import HeuristicAnnotator
-from creditflow.annotation.hf_backend import HFAnnotator
 from creditflow.annotation.openai_backend import OpenAIAnnotator
 from creditflow.annotation.schema import (
     ANNOTATION_COLUMNS,
@@ -18,17 +21,13 @@ from creditflow.errors import AnnotationParseError
 
 __all__ = [
     "ANNOTATION_COLUMNS",
-    "ANNOTATORS",
     "DIMENSIONS",
     "ITEM_COLUMNS",
     "QUERY_COLUMN",
     "SCHEMA_DESCRIPTION",
     "Annotation",
     "AnnotationParseError",
-    "Annotator",
-    "HFAnnotator",
     "HeuristicAnnotator",
     "OpenAIAnnotator",
-    "build_annotator",
     "parse_annotation",
 ]

@@ -15,9 +15,8 @@ from typing import Protocol, runtime_checkable
 
 import pandas as pd
 
-from creditflow.annotation.heuristic import HeuristicAnnotator
 from creditflow.annotation.hf_backend import HFAnnotator
-from creditflow.annotation.openai_backend import OpenAIAnnotator
+from creditflow.annotation.options import ANNOTATOR_OPTIONS
 
 
 @runtime_checkable
@@ -29,12 +28,10 @@ class Annotator(Protocol):
         ...
 
 
+# The names of annotation.options.ANNOTATOR_OPTIONS, which checks the options of each without
+# torch; the hf backend in place of its options.
 ANNOTATORS: Mapping[str, Callable[..., Annotator]] = MappingProxyType(
-    {
-        "heuristic": HeuristicAnnotator,
-        "hf": HFAnnotator,  # loads its model on the first annotate(), not here
-        "openai": OpenAIAnnotator,
-    }
+    {**ANNOTATOR_OPTIONS, "hf": HFAnnotator}  # loads its model on the first annotate(), not here
 )
 
 

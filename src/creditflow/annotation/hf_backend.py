@@ -52,6 +52,7 @@ from transformers import GenerationConfig
 
 from creditflow.annotation.cache import DEFAULT_CACHE_DIR, AnnotationCache, open_cache
 from creditflow.annotation.openai_backend import DEFAULT_PROMPT_TEMPLATE
+from creditflow.annotation.options import HFOptions
 from creditflow.annotation.schema import (
     SCHEMA_DESCRIPTION,
     annotations_frame,
@@ -114,40 +115,23 @@ class HFAnnotator:
         progress: bool = True,
         cache_dir: str | os.PathLike | None = DEFAULT_CACHE_DIR,
     ) -> None:
-        sources = [
-            name
-            for name, value in (
-                ("model_name_or_path", model_name_or_path),
-                ("spec", spec),
-                ("model", model),
-            )
-            if value is not None
-        ]
-        if len(sources) != 1:
-            raise ValueError(
-                "give exactly one model source: model_name_or_path (hub id or directory), spec "
-                f"(a load_vl_policy dict) or model with processor; got {sources or 'none'}"
-            )
-        if model is not None and processor is None:
-            raise ValueError(
-                "a passed model needs its processor: HFAnnotator(model=..., processor=...)"
-            )
-        if spec is not None and not isinstance(spec, Mapping):
-            raise ValueError(f"spec must be a load_vl_policy dict, got {type(spec).__name__}")
-        if max_new_tokens < 1 or batch_size < 1 or max_retries < 0:
-            raise ValueError(
-                "need max_new_tokens >= 1, batch_size >= 1 and max_retries >= 0, got "
-                f"{max_new_tokens}, {batch_size}, {max_retries}"
-            )
-        if not retry_temperature > 0:
-            raise ValueError(f"retry_temperature must be > 0, got {retry_temperature}")
-        try:
-            prompt_template.format(title="", category="", schema="")
-        except (KeyError, IndexError, ValueError) as exc:
-            raise ValueError(
-                "prompt_template may only use the placeholders {title}, {category} and {schema} "
-                f"(double other braces): {exc!r}"
-            ) from exc
+        # The checks live with the options (annotation.options), where the parameter check
+        # runs them without torch.
+        HFOptions(
+            model_name_or_path,
+            spec,
+            max_new_tokens,
+            batch_size,
+            max_retries,
+            seed,
+            model,
+            processor,
+            prompt_template=prompt_template,
+            retry_temperature=retry_temperature,
+            device=device,
+            progress=progress,
+            cache_dir=cache_dir,
+        )
         if model_name_or_path is not None:
             spec = {
                 "source": "pretrained",

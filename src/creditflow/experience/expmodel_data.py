@@ -18,6 +18,12 @@ without queries. A frame of annotations, pairs or scores is per (query, item) wh
 dimension scores and ``overall`` (``expmodel_target``): the reasoning precedes the verdict, so a
 generated score is conditioned on the generated analysis; ``parse_annotation`` reads it back.
 
+This module is the data side, without torch (pandas, numpy, PIL): prompts, targets, item splits,
+preference pairs (``preference_pairs``, ``catalogue_pairs``) and their held-out splits, and the
+settings of both stages (``EXPMODEL_TRAINING``, ``PFTOptions``), which the parameter check reads
+before torch loads (``hooks.parameter_check``). The stages themselves are
+``experience.expmodel_sft``, ``expmodel_pft`` and ``expmodel_scoring``.
+
 Shape symbols: ``B`` sequences, ``T`` tokens (prompt + target, right-padded), ``N`` image
 patches of a batch, ``D`` patch width (1176 for Qwen2.5-VL), ``H`` hidden width.
 """
@@ -27,15 +33,15 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
 import pandas as pd
-import torch
 from PIL import Image
 
 from creditflow.annotation import DIMENSIONS, QUERY_COLUMN
-from creditflow.models.vision import vl_prompt_inputs
+from creditflow.errors import ConfigError
 from creditflow.tasks.reranking import FREQUENCY_BANDS
 
 EXPMODEL_PROMPT = (
@@ -45,6 +51,7 @@ EXPMODEL_PROMPT = (
 QUERY_PROMPT = "\nQuery: {query}"  # closes the prompt of an item scored for a query
 ITEM_FIELDS = ("item_id", "category", "title", "image_png")
 PAIR_COLUMNS = ("pos_item", "neg_item", "session_id")  # per query: QUERY_COLUMN first
+CATALOGUE_PAIR_COLUMNS = ("pos_item", "neg_item")  # catalogue_pairs: no sessions, no queries
 SCORE_COLUMNS = ("item_id", "s_exp")  # per query: QUERY_COLUMN first
 # What the ExpModel scores (expmodel_sft.score_mode): an item for a query, or an item alone.
 QUERY_MODE, ITEM_MODE = "query", "item"
@@ -307,6 +314,55 @@ def preference_pairs(
     return pairs.sort_values(["session_id", "pos_item", "neg_item"]).reset_index(drop=True)
 
 
+def catalogue_pairs(
+    annotations: pd.DataFrame, margin: float = 0.5, max_pairs: int = 2000, seed: int = 0
+) -> pd.DataFrame:
+    """Ordered pairs (A > B) of annotated items with ``overall(A) - overall(B) >= margin``.
+
+    Without queries or sessions to pair within (docs/methods/experience.md, step 3 pairs candidates of one query), pairs
+    come from the whole annotated catalogue, oriented better-first, each unordered pair once:
+    seeded uniform draws of two distinct items, kept when their gap reaches ``margin``, until
+    ``max_pairs``; when that is half or more of all such pairs, a seeded sample of all of them
+    instead (rejection would take long to find the last ones). Fewer pairs when the catalogue
+    has fewer.
+
+    Returns:
+        ``CATALOGUE_PAIR_COLUMNS`` (``pos_item``, ``neg_item``) in draw order.
+    """
+    if not margin > 0:
+        raise ValueError(f"margin must be > 0 (0 would pair ties both ways), got {margin}")
+    if isinstance(max_pairs, bool) or not isinstance(max_pairs, int) or max_pairs < 1:
+        raise ValueError(f"max_pairs must be an int >= 1, got {max_pairs!r}")
+    ok = ok_annotations(annotations).drop_duplicates("item_id")
+    ids, scores = ok["item_id"].to_numpy(), ok["overall"].to_numpy(dtype=np.float64)
+    gaps = np.abs(scores[:, None] - scores[None, :]) >= margin - _MARGIN_TOLERANCE  # (I, I)
+    n_possible = int(np.triu(gaps, k=1).sum())
+    target = min(max_pairs, n_possible)
+    rng = np.random.default_rng(seed)
+    if 2 * target >= n_possible:
+        first, second = np.nonzero(np.triu(gaps, k=1))  # every pair once, i < j
+        keep = np.sort(rng.permutation(n_possible)[:target])
+        return pd.DataFrame(
+            [_oriented(ids, scores, i, j) for i, j in zip(first[keep], second[keep], strict=True)],
+            columns=list(CATALOGUE_PAIR_COLUMNS),
+        )
+    seen: set[tuple[int, int]] = set()
+    rows = []
+    while len(rows) < target:
+        i, j = rng.choice(len(ids), size=2, replace=False)
+        key = (min(i, j), max(i, j))
+        if not gaps[i, j] or key in seen:
+            continue
+        seen.add(key)
+        rows.append(_oriented(ids, scores, i, j))
+    return pd.DataFrame(rows, columns=list(CATALOGUE_PAIR_COLUMNS))
+
+
+def _oriented(ids: np.ndarray, scores: np.ndarray, i: int, j: int) -> tuple[Any, Any]:
+    """``(pos_item, neg_item)`` of items ``i`` and ``j``: the higher teacher score first."""
+    return (ids[i], ids[j]) if scores[i] > scores[j] else (ids[j], ids[i])
+
+
 def split_pairs(
     pairs_df: pd.DataFrame,
     heldout_fraction: float,
@@ -363,35 +419,6 @@ def _queries_of(pairs_df: pd.DataFrame) -> list[Any]:
     return [None] * len(pairs_df)
 
 
-class _ItemPrompts:
-    """Decoded covers and the category and title of ``items_df``, by ``item_id`` (decoded once)."""
-
-    def __init__(self, items_df: pd.DataFrame):
-        _check_items(items_df)
-        self._items = items_df.set_index("item_id", drop=False)
-        self.ids = items_df["item_id"].tolist()
-        self._fields = {
-            row.item_id: (row.category, row.title) for row in items_df.itertuples(index=False)
-        }
-        self._images = {
-            row.item_id: _decode_image(row.image_png) for row in items_df.itertuples(index=False)
-        }
-
-    def inputs(
-        self, processor: Any, item_ids: Sequence[Any], queries: Sequence[Any] | None = None
-    ) -> dict[str, torch.Tensor]:
-        """Left-padded ``vl_prompt_inputs`` of ``item_ids`` (repeats allowed), each scored for
-        its entry of ``queries`` (None: the item alone)."""
-        queries = [None] * len(item_ids) if queries is None else queries
-        texts = [
-            expmodel_prompt(*self._fields[i], q) for i, q in zip(item_ids, queries, strict=True)
-        ]
-        return vl_prompt_inputs(processor, texts, [self._images[i] for i in item_ids])
-
-    def frame(self, item_ids: Sequence[Any]) -> pd.DataFrame:
-        return self._items.loc[list(item_ids)].reset_index(drop=True)
-
-
 def _split_by_pairs(
     pairs_df: pd.DataFrame, heldout_fraction: float, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -416,3 +443,47 @@ def _split_by_items(
 
 # How train_expmodel_pft holds pairs out: name -> (pairs, fraction, rng) -> (train, held-out) rows.
 HELDOUT_SPLITS = {"items": _split_by_items, "pairs": _split_by_pairs}
+
+
+@dataclass(frozen=True)
+class PFTOptions:
+    """What PFT trains on and how, beside its ``SupervisedConfig``.
+
+    lam: weight of the centring term ``mean((s+ + s-)^2)`` (>= 0).
+    heldout_fraction: share held out, in [0, 1); 0 gives no held-out metric.
+    heldout_split: what ``heldout_fraction`` is a share of (``HELDOUT_SPLITS``): ``"items"``
+        holds out items and evaluates on pairs of two unseen items, dropping pairs that mix the
+        two sides; this measures what ``s_exp`` is for, scoring items without pairs.
+        ``"pairs"`` holds out pairs; their items are mostly trained on through other pairs, so
+        it mostly measures how well the scores of seen items fit.
+    train_backbone: True trains every parameter; False only the head, the last decoder layer
+        and the final norm (``ExpScorer.parameters_to_train``), which skips the backward pass
+        through the vision tower: the fast option for smoke runs.
+    """
+
+    lam: float = 0.01
+    heldout_fraction: float = 0.2
+    heldout_split: str = "items"
+    train_backbone: bool = True
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any]) -> PFTOptions:
+        """The options of a ``parameters_*.yml`` block; ConfigError on an unknown key."""
+        valid = [f.name for f in fields(cls)]
+        unknown = sorted(set(params) - set(valid))
+        if unknown:
+            raise ConfigError(f"unknown PFT option(s) {unknown}; valid keys are {valid}")
+        return cls(**params)
+
+    def __post_init__(self) -> None:
+        if type(self.lam) not in (int, float) or self.lam < 0:
+            raise ConfigError(f"lam must be a number >= 0, got {self.lam!r}")
+        if type(self.heldout_fraction) not in (int, float) or not 0 <= self.heldout_fraction < 1:
+            raise ConfigError(f"heldout_fraction must lie in [0, 1), got {self.heldout_fraction!r}")
+        if self.heldout_split not in HELDOUT_SPLITS:
+            raise ConfigError(
+                f"unknown heldout_split {self.heldout_split!r}; valid: "
+                f"{', '.join(sorted(HELDOUT_SPLITS))}"
+            )
+        if not isinstance(self.train_backbone, bool):
+            raise ConfigError(f"train_backbone must be true or false, got {self.train_backbone!r}")

@@ -7,23 +7,20 @@ import logging
 import math
 from collections.abc import Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, fields
 from typing import Any
 
 import pandas as pd
 import torch
 
 from creditflow.algorithms import pairwise_preference_loss
-from creditflow.errors import ConfigError
 from creditflow.experience.expmodel_data import (
-    HELDOUT_SPLITS,
-    _ItemPrompts,
+    PFTOptions,
     _queries_of,
     is_per_query,
     pair_units,
     split_pairs,
 )
-from creditflow.experience.expmodel_scoring import pair_scores, score_items
+from creditflow.experience.expmodel_scoring import _ItemPrompts, pair_scores, score_items
 from creditflow.models.scorer import ExpScorer
 from creditflow.training.checkpoint import CheckpointStore, content_digest, run_store
 from creditflow.training.supervised import SupervisedConfig, SupervisedTrainer
@@ -49,50 +46,6 @@ def pair_accuracy(s_pos: torch.Tensor, s_neg: torch.Tensor) -> float:
         )
     right = (s_pos > s_neg).double() + 0.5 * (s_pos == s_neg).double()
     return float(right.mean())
-
-
-@dataclass(frozen=True)
-class PFTOptions:
-    """What PFT trains on and how, beside its ``SupervisedConfig``.
-
-    lam: weight of the centring term ``mean((s+ + s-)^2)`` (>= 0).
-    heldout_fraction: share held out, in [0, 1); 0 gives no held-out metric.
-    heldout_split: what ``heldout_fraction`` is a share of (``HELDOUT_SPLITS``): ``"items"``
-        holds out items and evaluates on pairs of two unseen items, dropping pairs that mix the
-        two sides; this measures what ``s_exp`` is for, scoring items without pairs.
-        ``"pairs"`` holds out pairs; their items are mostly trained on through other pairs, so
-        it mostly measures how well the scores of seen items fit.
-    train_backbone: True trains every parameter; False only the head, the last decoder layer
-        and the final norm (``ExpScorer.parameters_to_train``), which skips the backward pass
-        through the vision tower: the fast option for smoke runs.
-    """
-
-    lam: float = 0.01
-    heldout_fraction: float = 0.2
-    heldout_split: str = "items"
-    train_backbone: bool = True
-
-    @classmethod
-    def from_params(cls, params: dict[str, Any]) -> PFTOptions:
-        """The options of a ``parameters_*.yml`` block; ConfigError on an unknown key."""
-        valid = [f.name for f in fields(cls)]
-        unknown = sorted(set(params) - set(valid))
-        if unknown:
-            raise ConfigError(f"unknown PFT option(s) {unknown}; valid keys are {valid}")
-        return cls(**params)
-
-    def __post_init__(self) -> None:
-        if type(self.lam) not in (int, float) or self.lam < 0:
-            raise ConfigError(f"lam must be a number >= 0, got {self.lam!r}")
-        if type(self.heldout_fraction) not in (int, float) or not 0 <= self.heldout_fraction < 1:
-            raise ConfigError(f"heldout_fraction must lie in [0, 1), got {self.heldout_fraction!r}")
-        if self.heldout_split not in HELDOUT_SPLITS:
-            raise ConfigError(
-                f"unknown heldout_split {self.heldout_split!r}; valid: "
-                f"{', '.join(sorted(HELDOUT_SPLITS))}"
-            )
-        if not isinstance(self.train_backbone, bool):
-            raise ConfigError(f"train_backbone must be true or false, got {self.train_backbone!r}")
 
 
 def train_expmodel_pft(

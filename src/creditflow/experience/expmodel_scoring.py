@@ -13,11 +13,43 @@ import torch
 from creditflow.annotation import QUERY_COLUMN
 from creditflow.experience.expmodel_data import (
     SCORE_COLUMNS,
-    _ItemPrompts,
+    _check_items,
+    _decode_image,
     _queries_of,
+    expmodel_prompt,
     is_per_query,
 )
 from creditflow.models.scorer import ExpScorer
+from creditflow.models.vision import vl_prompt_inputs
+
+
+class _ItemPrompts:
+    """Decoded covers and the category and title of ``items_df``, by ``item_id`` (decoded once)."""
+
+    def __init__(self, items_df: pd.DataFrame):
+        _check_items(items_df)
+        self._items = items_df.set_index("item_id", drop=False)
+        self.ids = items_df["item_id"].tolist()
+        self._fields = {
+            row.item_id: (row.category, row.title) for row in items_df.itertuples(index=False)
+        }
+        self._images = {
+            row.item_id: _decode_image(row.image_png) for row in items_df.itertuples(index=False)
+        }
+
+    def inputs(
+        self, processor: Any, item_ids: Sequence[Any], queries: Sequence[Any] | None = None
+    ) -> dict[str, torch.Tensor]:
+        """Left-padded ``vl_prompt_inputs`` of ``item_ids`` (repeats allowed), each scored for
+        its entry of ``queries`` (None: the item alone)."""
+        queries = [None] * len(item_ids) if queries is None else queries
+        texts = [
+            expmodel_prompt(*self._fields[i], q) for i, q in zip(item_ids, queries, strict=True)
+        ]
+        return vl_prompt_inputs(processor, texts, [self._images[i] for i in item_ids])
+
+    def frame(self, item_ids: Sequence[Any]) -> pd.DataFrame:
+        return self._items.loc[list(item_ids)].reset_index(drop=True)
 
 
 @torch.inference_mode()

@@ -33,8 +33,9 @@ from creditflow.algorithms.click_model import (
     fit_position_based_click_model,
     long_view_log_likelihood,
 )
+from creditflow.config.reranking import FEATURE_NAMES
 from creditflow.experience.reranker_data import split_sessions
-from creditflow.experience.reranker_training import FEATURE_NAMES, session_features
+from creditflow.experience.reranker_training import session_features
 from creditflow.tasks.reranking import HIDDEN_COLUMNS, LABEL_UNEXPOSED, ClickModel
 
 # What a production system knows of a candidate when it logs an impression; no experience

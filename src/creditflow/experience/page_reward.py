@@ -30,7 +30,7 @@ from typing import Any
 import pandas as pd
 import torch
 
-from creditflow.algorithms import GAIN_MODES, ndcg_at_k, rank_gains
+from creditflow.algorithms import ndcg_at_k, rank_gains
 from creditflow.algorithms.click_model import PositionBasedClickModel
 from creditflow.algorithms.feedback import (
     best_page_value,
@@ -38,27 +38,20 @@ from creditflow.algorithms.feedback import (
     sample_page_feedback,
 )
 from creditflow.config.grpo import GRPOConfig
+from creditflow.config.reranking import (
+    FITTED,
+    GAIN_MODES,
+    ONLINE_SAMPLED,
+    ORACLE_EXPECTED,
+    R_OLD_SOURCES,
+)
 from creditflow.errors import ConfigError
 from creditflow.experience.logged_click_model import fitted_response, observable
 from creditflow.experience.reranker_policy import parse_rankings
 from creditflow.experience.reranker_training import logged_sessions
 from creditflow.tasks.reranking import ClickModel, candidate_response
-from creditflow.training.strategies import validate_strategies
-
-# Set by ``page_grpo_config``, never by parameters: the engine's scalar reward is PageReward's
-# "page" (its alpha / beta mix is PageReward's own), and a completion is one pointer step per
-# candidate, so its length is L.
-DERIVED_GRPO_KEYS = ("rewards", "max_new_tokens")
-
 
 FEEDBACK_MODES = ("expected", "sampled")
-FITTED, ORACLE_EXPECTED, ONLINE_SAMPLED, LOGGED_CLICKS = (
-    "fitted_click_model",
-    "oracle_expected",
-    "online_sampled",
-    "logged_clicks",
-)
-R_OLD_SOURCES = (FITTED, ORACLE_EXPECTED, ONLINE_SAMPLED, LOGGED_CLICKS)
 # Sources that show pages to the simulator's users (its ClickModel reads the hidden truth).
 SIMULATED_SOURCES = {ORACLE_EXPECTED: "expected", ONLINE_SAMPLED: "sampled"}
 
@@ -422,23 +415,3 @@ def check_user_budget(reward_params: Mapping[str, Any], config: GRPOConfig) -> i
             "grpo.steps"
         )
     return users
-
-
-def page_grpo_config(grpo_params: Mapping[str, Any], n_candidates: int) -> GRPOConfig:
-    """The ``GRPOConfig`` of page-level GRPO: ``grpo_params`` plus the derived keys (the single
-    ``"page"`` reward, ``n_candidates`` = ``L`` pointer steps per completion).
-
-    Raises:
-        ConfigError: ``grpo_params`` sets a derived key, or a setting or strategy spec is
-            broken.
-    """
-    derived = sorted(set(grpo_params) & set(DERIVED_GRPO_KEYS))
-    if derived:
-        raise ConfigError(
-            f"reranker_grpo.grpo must not set {derived}: page-level GRPO derives them"
-        )
-    config = GRPOConfig.from_params(
-        {**grpo_params, "rewards": {"page": 1.0}, "max_new_tokens": n_candidates}
-    )
-    validate_strategies(config)  # a bad advantage / token_weights spec fails before training
-    return config

@@ -21,9 +21,9 @@ import pandas as pd
 import torch
 
 from creditflow.annotation import QUERY_COLUMN
+from creditflow.config.reranking import FEATURE_NAMES
 from creditflow.experience.reranker_policy import greedy_rankings
 from creditflow.experience.reranker_training import (
-    FEATURE_NAMES,
     evaluate_rankings,
     logged_sessions,
     session_features,

@@ -39,28 +39,7 @@ from creditflow.training.supervised import SupervisedConfig, SupervisedTrainer
 
 logger = logging.getLogger(__name__)
 
-# Columns of the last axis of ``session_features``; each is 0 on padding.
-FEATURE_NAMES = (
-    "exp_score",  # s_exp of the candidate (0 when no scores are given)
-    "exp_rank_gain",  # (L - rank) / L of s_exp within the session: the y^s gain of docs/methods/experience.md, step 5
-    "log_popularity_z",  # log(popularity), z-scored over the item table
-    "category_match",  # 1 when the item's category is the one the query's words name
-    "logged_position",  # position in the logged order / (L - 1)
-    "logged_reciprocal_rank",  # 1 / (position + 1): the position bias of the logged page
-    # Content signals of the title (every reranker reads the same ones).
-    "title_clickbait",  # share of the 3 click-bait markers: a known prefix, "!!!", all caps
-    "title_filler_share",  # share of the title's words that are vague fillers ("this", "stuff")
-    "title_query_match",  # share of the title's words that are topical words of the query's
-    # category (0 when no word of the query names one)
-    "label_clicked",  # one-hot of the logged label C / E / U
-    "label_exposed",
-    "label_unexposed",
-)
 _LABEL_COLUMN = {LABEL_CLICKED: 0, LABEL_EXPOSED: 1, LABEL_UNEXPOSED: 2}
-# The chain's ``SupervisedConfig`` settings for pre-training, under the YAML's ``training`` keys
-# (``SupervisedConfig.from_params(params, **PRETRAIN_TRAINING)``): AdamW at a constant learning
-# rate with weight decay 0.01 (torch's default, what this was tuned with), no clipping.
-PRETRAIN_TRAINING = {"schedule": "constant", "weight_decay": 0.01, "max_grad_norm": None}
 
 
 # ---------------------------------------------------------------- session tensors

@@ -29,9 +29,9 @@ import torch
 
 from creditflow.algorithms import ndcg_at_k
 from creditflow.algorithms.feedback import expected_page_feedback, sample_page_feedback
+from creditflow.config.reranking import AB_METHODS
 from creditflow.tasks.reranking import FREQUENCY_BANDS, ClickModel, candidate_response
 
-AB_METHODS = ("exact", "monte_carlo")
 # Per-session metrics, averaged over a ranker's D pages (``ab_session_metrics``).
 CLICKS, LONG_VIEWS = "clicks_per_page", "long_views_per_page"
 CTR, LONG_VIEW_RATE, QUALITY_CLICKS = "ctr", "long_view_rate", "quality_weighted_clicks"

@@ -9,7 +9,7 @@ text Qwen2:
   tokens only;
 - PFT: ``ExpScorer`` on the SFT'd ``model.model`` (no LM head), trained by the shared
   ``SupervisedTrainer`` on ordered pairs (A > B) of items whose teacher scores differ by at least
-  a margin (``catalogue_pairs``), with ``expmodel_pft.pft_loss``
+  a margin (``expmodel_data.catalogue_pairs``), with ``expmodel_pft.pft_loss``
   (``-mean(log sigmoid(s+ - s-)) + lambda mean((s+ + s-)^2)``).
 
 ``score_text_items`` then scores any item from its text alone, the teacher-annotated ones and,
@@ -41,7 +41,6 @@ TEXT_EXPMODEL_PROMPT = (
     "Rate this movie for the viewing experience: write an analysis, then a 0.5-5 score, as "
     "JSON.\nTitle: {title}\nYear: {year}\nGenres: {genres}\nTags: {tags}"
 )
-PAIR_COLUMNS = ("pos_item", "neg_item")
 
 
 def text_expmodel_prompt(title: str, year: Any, genres: Sequence[str], tags: Sequence[str]) -> str:
@@ -84,55 +83,6 @@ def text_expmodel_target(annotation: Mapping[str, Any]) -> str:
     return json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
 
 
-def catalogue_pairs(
-    annotations: pd.DataFrame, margin: float = 0.5, max_pairs: int = 2000, seed: int = 0
-) -> pd.DataFrame:
-    """Ordered pairs (A > B) of annotated items with ``overall(A) - overall(B) >= margin``.
-
-    Without queries or sessions to pair within (docs/methods/experience.md, step 3 pairs candidates of one query), pairs
-    come from the whole annotated catalogue, oriented better-first, each unordered pair once:
-    seeded uniform draws of two distinct items, kept when their gap reaches ``margin``, until
-    ``max_pairs``; when that is half or more of all such pairs, a seeded sample of all of them
-    instead (rejection would take long to find the last ones). Fewer pairs when the catalogue
-    has fewer.
-
-    Returns:
-        ``PAIR_COLUMNS`` (``pos_item``, ``neg_item``) in draw order.
-    """
-    if not margin > 0:
-        raise ValueError(f"margin must be > 0 (0 would pair ties both ways), got {margin}")
-    if isinstance(max_pairs, bool) or not isinstance(max_pairs, int) or max_pairs < 1:
-        raise ValueError(f"max_pairs must be an int >= 1, got {max_pairs!r}")
-    ok = expmodel_data.ok_annotations(annotations).drop_duplicates("item_id")
-    ids, scores = ok["item_id"].to_numpy(), ok["overall"].to_numpy(dtype=np.float64)
-    gaps = np.abs(scores[:, None] - scores[None, :]) >= margin - 1e-9  # (I, I)
-    n_possible = int(np.triu(gaps, k=1).sum())
-    target = min(max_pairs, n_possible)
-    rng = np.random.default_rng(seed)
-    if 2 * target >= n_possible:
-        first, second = np.nonzero(np.triu(gaps, k=1))  # every pair once, i < j
-        keep = np.sort(rng.permutation(n_possible)[:target])
-        return pd.DataFrame(
-            [_oriented(ids, scores, i, j) for i, j in zip(first[keep], second[keep], strict=True)],
-            columns=list(PAIR_COLUMNS),
-        )
-    seen: set[tuple[int, int]] = set()
-    rows = []
-    while len(rows) < target:
-        i, j = rng.choice(len(ids), size=2, replace=False)
-        key = (min(i, j), max(i, j))
-        if not gaps[i, j] or key in seen:
-            continue
-        seen.add(key)
-        rows.append(_oriented(ids, scores, i, j))
-    return pd.DataFrame(rows, columns=list(PAIR_COLUMNS))
-
-
-def _oriented(ids: np.ndarray, scores: np.ndarray, i: int, j: int) -> tuple[Any, Any]:
-    """``(pos_item, neg_item)`` of items ``i`` and ``j``: the higher teacher score first."""
-    return (ids[i], ids[j]) if scores[i] > scores[j] else (ids[j], ids[i])
-
-
 def prompt_inputs(tokenizer: Any, prompts: Sequence[str]) -> dict[str, torch.Tensor]:
     """``input_ids``, ``attention_mask`` ``(B, P)`` of ``prompts`` in the chat template with the
     assistant header (as ``sft.build_sft_examples`` formats them), left-padded: the scorer pools
@@ -159,7 +109,7 @@ def train_text_expmodel_pft(
     options: expmodel_pft.PFTOptions | None = None,
     progress: bool = True,
 ) -> tuple[ExpScorer, list[dict[str, float]], float]:
-    """docs/methods/experience.md, step 3 on text: train ``scorer`` in place on ``pairs`` (``catalogue_pairs``).
+    """docs/methods/experience.md, step 3 on text: train ``scorer`` in place on ``pairs`` (``expmodel_data.catalogue_pairs``).
 
     Part of the pairs is held out as ``expmodel_pft.train_expmodel_pft`` does
     (``options.heldout_fraction`` / ``heldout_split``, ``expmodel_data.split_pairs``) and scored
@@ -195,7 +145,9 @@ def train_text_expmodel_pft(
     scorer.eval()
     heldout_accuracy = math.nan
     if not heldout_pairs.empty:
-        needed = pd.unique(heldout_pairs[list(PAIR_COLUMNS)].to_numpy().ravel())
+        needed = pd.unique(
+            heldout_pairs[list(expmodel_data.CATALOGUE_PAIR_COLUMNS)].to_numpy().ravel()
+        )
         scores = score_text_items(scorer, tokenizer, prompts, needed, 2 * training.batch_size)
         heldout_accuracy = expmodel_pft.pair_accuracy(
             *expmodel_scoring.pair_scores(heldout_pairs, scores)
@@ -241,7 +193,7 @@ def on_reference_scale(scores: np.ndarray, reference: np.ndarray) -> np.ndarray:
     """``scores`` moved affinely to the mean and standard deviation of ``reference``:
     ``mean(ref) + std(ref) (s - mean(s)) / std(s)``; the order of the scores is kept.
 
-    A reranker reads s_exp raw (``experience.reranker_training.FEATURE_NAMES``: ``exp_score``, beside the
+    A reranker reads s_exp raw (``config.reranking.FEATURE_NAMES``: ``exp_score``, beside the
     scale-free ``exp_rank_gain``), so scores of another ExpModel, on its own arbitrary PFT
     scale, must be put on the scale of those it was trained with.
 

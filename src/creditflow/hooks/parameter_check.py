@@ -31,9 +31,9 @@ class ParameterCheckHook:
     The ``--params`` overrides are checked earlier, when the context is created: before the
     pipelines are imported, MLflow opens its store or the catalog is built. A top-level name
     that is no group of the conf (``tpao.grpo.steps=2``) fails with a "did you mean", and each
-    group they name is checked whole against its schema; a ``tapo`` or ``tor`` group without
-    importing torch. Whether this machine has a policy's ``device`` (torch) is asked before
-    the first node only.
+    group they name is checked whole against its schema, without importing torch. Whether
+    this machine has a policy's ``device`` and whether page-level GRPO's strategies exist
+    (torch) are asked before the first node only.
 
     All problems of all groups come in one ConfigError, in seconds, before anything trains.
     """
@@ -47,9 +47,7 @@ class ParameterCheckHook:
         check_override_groups(overrides, _conf_groups(loader))
         # Imported here: settings.py imports this module for every kedro command (kedro
         # --help), and the schemas take pydantic models and the task worlds' name tables
-        # (pandas) to build. The tapo and tor schemas import no torch, so a misspelt
-        # comparison key fails here in seconds; a chain group's schema imports its configs'
-        # modules (torch) first.
+        # (pandas) to build. No schema imports torch, so a misspelt key fails here in seconds.
         from creditflow.pipelines.parameters import GROUPS, check_parameters  # noqa: PLC0415
 
         params = loader["parameters"]
@@ -64,12 +62,17 @@ class ParameterCheckHook:
         from creditflow.models.builders import resolve_device  # noqa: PLC0415
         from creditflow.pipelines.comparison import check_strategies  # noqa: PLC0415
         from creditflow.pipelines.parameters import check_parameters  # noqa: PLC0415
+        from creditflow.training.strategies import validate_strategies  # noqa: PLC0415
 
         def group_params(group: str) -> Mapping[str, Any] | None:
             name = f"params:{group}"
             return catalog.load(name) if name in catalog else None
 
-        check_parameters(_parameter_groups(pipeline, catalog), check_device=resolve_device)
+        check_parameters(
+            _parameter_groups(pipeline, catalog),
+            check_device=resolve_device,
+            validate_strategies=validate_strategies,
+        )
         check_strategies(pipeline, group_params)
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -30,50 +30,11 @@ import torch.nn.functional as F
 from safetensors.torch import load_model, save_model
 from torch import nn
 
+from creditflow.config.reranking import RerankerConfig
+
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 MODEL_TYPE = "pointer_reranker"
-
-
-@dataclass(frozen=True)
-class RerankerConfig:
-    """Architecture of a :class:`PointerReranker`; saved as ``config.json`` beside the weights.
-
-    n_features: ``F``, features per candidate.
-    d_model: ``D``, width of the encoder and the decoder state (divisible by ``n_heads``).
-    n_heads: attention heads of the encoder.
-    n_layers: Transformer encoder layers.
-    dim_feedforward: hidden width of the encoder's feed-forward blocks.
-    dropout: encoder dropout. 0 by default so a sampled page and its recomputed log-probs
-        describe the same distribution in train and eval mode.
-    """
-
-    n_features: int
-    d_model: int = 32
-    n_heads: int = 4
-    n_layers: int = 1
-    dim_feedforward: int = 64
-    dropout: float = 0.0
-
-    def __post_init__(self) -> None:
-        for name in ("n_features", "d_model", "n_heads", "n_layers", "dim_feedforward"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-        if self.d_model % self.n_heads:
-            raise ValueError(
-                f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})"
-            )
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
-
-    @classmethod
-    def from_dict(cls, values: dict) -> RerankerConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"unknown reranker config key(s) {unknown}; valid: {sorted(known)}")
-        return cls(**values)
 
 
 def _choosable(mask: torch.Tensor, chosen: torch.Tensor) -> torch.Tensor:

@@ -1,20 +1,32 @@
 """The schemas of the experience chain's parameter groups and of ``data_ingest``, looked up
-through :func:`creditflow.pipelines.parameters.schema_of`. Built from the configs, name tables
-and option signatures of the chain's modules, which live beside torch and pandas code: a run
-that checks one of these groups imports them (seconds) before its first node."""
+through :func:`creditflow.pipelines.parameters.schema_of`. Built from the torch-free homes of
+the chain's configs, name tables and option signatures (``config.reranking``,
+``experience.expmodel_data``, ``annotation.options``, ``annotation.ratings``, the task
+worlds): pandas, no torch or transformers, so a misspelt key of a chain group fails before
+torch loads, as one of a comparison does. Whether page-level GRPO's strategies exist (torch)
+is asked before the first node only (:class:`PageGRPO`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Annotated, Any
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, model_validator
 
-from creditflow.algorithms import GAIN_MODES
-from creditflow.annotation import ANNOTATORS
+from creditflow.annotation.options import ANNOTATOR_OPTIONS
 from creditflow.annotation.ratings import rating_annotations
 from creditflow.config.grpo import GRPOConfig
 from creditflow.config.policy import TinyQwen2_5VL, vl_policy_spec
+from creditflow.config.reranking import (
+    AB_METHODS,
+    FEATURE_NAMES,
+    GAIN_MODES,
+    PRETRAIN_TRAINING,
+    R_OLD_SOURCES,
+    RERANKERS,
+    RerankerConfig,
+    page_grpo_config,
+)
 from creditflow.config.schema import (
     Block,
     Count,
@@ -27,15 +39,11 @@ from creditflow.config.values import checked_options
 from creditflow.experience.expmodel_data import (
     EXPMODEL_TRAINING,
     SCORE_MODES,
+    PFTOptions,
+    catalogue_pairs,
     preference_pairs,
 )
-from creditflow.experience.expmodel_pft import PFTOptions
-from creditflow.experience.page_reward import R_OLD_SOURCES, page_grpo_config
-from creditflow.experience.reranker_training import FEATURE_NAMES, PRETRAIN_TRAINING
-from creditflow.experience.simulated_ab import AB_METHODS
-from creditflow.experience.text_expmodel import catalogue_pairs
 from creditflow.ingest.config import IngestConfig
-from creditflow.models.reranker import RerankerConfig
 from creditflow.pipelines.parameter_blocks import (
     SFT,
     TextPolicy,
@@ -44,7 +52,6 @@ from creditflow.pipelines.parameter_blocks import (
     policy_block,
     supervised_block,
 )
-from creditflow.pipelines.reranker_pretrain.pipeline import RERANKERS
 from creditflow.redaction import is_secret_key
 from creditflow.tasks.movielens import movielens_item_texts, movielens_sessions
 from creditflow.tasks.reranking import ClickModel, LoggingRanker
@@ -85,7 +92,7 @@ class RankingSource(Block):
 
 
 class AnnotatorChoice(Block):
-    name: one_of(ANNOTATORS, "annotator")
+    name: one_of(ANNOTATOR_OPTIONS, "annotator")
     options: dict[str, Any] | None = None
 
     @model_validator(mode="after")
@@ -99,11 +106,12 @@ class AnnotatorChoice(Block):
                 "with options.credentials instead (docs/howto/credentials.md)"
             )
         options.pop("credentials", None)  # resolved to the key by the annotation node
-        checked_options(options, ANNOTATORS[self.name], f"{self.name} annotator")
+        checked_options(options, ANNOTATOR_OPTIONS[self.name], f"{self.name} annotator")
         # The annotator's own checks (deadlines and reply cap > 0, prompt placeholders ...),
-        # now rather than in the node: building one loads and sends nothing.
+        # now rather than in the node: building one loads and sends nothing (the hf one's
+        # options stand in for it: annotation.options).
         try:
-            ANNOTATORS[self.name](**options)
+            ANNOTATOR_OPTIONS[self.name](**options)
         except (TypeError, ValueError) as error:
             raise ValueError(f"options: {error}") from error
         return self
@@ -205,6 +213,19 @@ def _check_page_grpo(values: dict[str, Any]) -> None:
     page_grpo_config(values, n_candidates=1)
 
 
+class PageGRPO(dataclass_block(GRPOConfig, check=_check_page_grpo, name="PageGRPOKeys")):
+    """``reranker_grpo.grpo``. Whether its advantage and token-weight strategies exist and take
+    their options is asked only when the validation context names a ``validate_strategies``
+    (``check_parameters`` before a run's first node: the strategies are torch modules)."""
+
+    @model_validator(mode="after")
+    def _strategies_exist(self, info: ValidationInfo) -> PageGRPO:
+        validate = (info.context or {}).get("validate_strategies")
+        if validate is not None:
+            validate(page_grpo_config(self.model_dump(exclude_unset=True), n_candidates=1))
+        return self
+
+
 class PageRewardWeights(Block):
     alpha: float
     beta: float
@@ -230,7 +251,7 @@ class RerankerGRPOParams(Block):
     reward: PageRewardWeights
     validation: ValidationSplit
     click_model: LoggedClickModelFit
-    grpo: dataclass_block(GRPOConfig, check=_check_page_grpo, name="PageGRPO")
+    grpo: PageGRPO
 
 
 class SampledPages(Block):

@@ -9,11 +9,13 @@ checks, and where a node passes options straight to a function (``preference_pai
 ``movielens_sessions``) the function's signature is the schema. The knobs themselves are
 documented in the YAML files and those configs, not here.
 
-The ``tapo`` and ``tor`` schemas (here, on :mod:`.parameter_blocks`) import no torch: a
-misspelt ``--params`` key of a comparison fails in seconds, before torch, transformers or the
-pipelines load. The other groups' schemas (:mod:`.chain_parameters`) are built from configs
-and functions that live beside torch code; :func:`schema_of` imports them only when one of
-those groups is checked.
+No schema imports torch or transformers: a misspelt ``--params`` key fails in seconds, before
+they or the pipelines load. The ``tapo``, ``tor`` and ``grpo`` schemas live here (on
+:mod:`.parameter_blocks`); the other groups' schemas (:mod:`.chain_parameters`) are built from
+the experience chain's configs and option signatures (pandas and the annotation clients'
+modules), which :func:`schema_of` imports only when one of those groups is checked. What
+needs torch is asked before the first node only: whether this machine has a policy's
+``device``, whether page-level GRPO's strategies exist.
 
 The tapo / tor strategies are checked twice over: their keys here (a strategy's overrides
 are a partial ``grpo`` block), and the merged config of every strategy a run trains by
@@ -245,7 +247,8 @@ def schema_of(group: str) -> type[Block] | None:
     if group not in CHAIN_GROUPS:
         return None
     # Imported here, only when a chain group is checked: its configs and option signatures
-    # live beside torch code, seconds to import that a tapo / tor run's check need not wait.
+    # bring pandas and the annotation clients (about a second), which a tapo / tor run's
+    # check need not wait for.
     from creditflow.pipelines.chain_parameters import CHAIN_SCHEMAS  # noqa: PLC0415
 
     return CHAIN_SCHEMAS[group]
@@ -257,7 +260,10 @@ def all_schemas() -> dict[str, type[Block]]:
 
 
 def check_parameters(
-    groups: Mapping[str, Any], *, check_device: Callable[[str], Any] | None = None
+    groups: Mapping[str, Any],
+    *,
+    check_device: Callable[[str], Any] | None = None,
+    validate_strategies: Callable[[Any], Any] | None = None,
 ) -> None:
     """Every group of ``groups`` (name -> its ``params:<name>`` dict) against its schema;
     all problems of all groups in one ConfigError. A group without a schema is an error too:
@@ -266,8 +272,11 @@ def check_parameters(
     Args:
         check_device: asks whether this machine has a policy's ``device``
             (``models.builders.resolve_device``, torch); None checks the name's form only.
+        validate_strategies: checks the advantage and token-weight strategies of a
+            ``GRPOConfig`` (``training.strategies.validate_strategies``, torch), for
+            ``reranker_grpo.grpo``; None leaves them to a later check.
     """
-    context = {"check_device": check_device}
+    context = {"check_device": check_device, "validate_strategies": validate_strategies}
     found = []
     for group, params in groups.items():
         schema = schema_of(group)

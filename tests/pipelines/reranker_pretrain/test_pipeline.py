@@ -6,9 +6,9 @@ import pytest
 import torch
 from kedro.runner import SequentialRunner
 
+from creditflow.config.reranking import FEATURE_NAMES
 from creditflow.datasets import CheckpointDirectoryDataset
 from creditflow.errors import ConfigError
-from creditflow.experience.reranker_training import FEATURE_NAMES
 from creditflow.models.reranker import PointerReranker
 from creditflow.pipelines.reranker_pretrain import create_pipeline
 from creditflow.pipelines.reranker_pretrain.pipeline import RERANKERS

@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from creditflow.annotation import build_annotator
+from creditflow.annotation.base import build_annotator
 from creditflow.annotation.credentials import resolve_annotator_options
 from creditflow.experience import expmodel_data
 from creditflow.experience.reranker_data import split_sessions

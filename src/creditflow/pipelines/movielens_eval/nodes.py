@@ -154,7 +154,7 @@ def train_movielens_expmodel_pft(
     train = expmodel_data.items_in_split(
         movielens_item_annotations, movielens_expmodel_item_split, expmodel_data.TRAIN
     )
-    pairs = text_expmodel.catalogue_pairs(train, **settings["pairs"])
+    pairs = expmodel_data.catalogue_pairs(train, **settings["pairs"])
     # from_generator shares the backbone: the copy keeps the SFT model as it was saved.
     scorer = ExpScorer.from_generator(copy.deepcopy(movielens_expmodel_sft_model))
     with torch_threads(settings["torch_threads"]):

@@ -8,13 +8,14 @@ from typing import Any
 import pandas as pd
 from matplotlib.figure import Figure
 
+from creditflow.config.reranking import page_grpo_config
 from creditflow.experience.logged_click_model import (
     click_model_from_table,
     click_model_table,
     fit_logged_click_model,
 )
 from creditflow.experience.page_grpo import run_page_grpo
-from creditflow.experience.page_reward import check_user_budget, page_grpo_config, page_reward_of
+from creditflow.experience.page_reward import check_user_budget, page_reward_of
 from creditflow.experience.reranker_data import inputs_for, session_exp_scores
 from creditflow.models.reranker import PointerReranker
 from creditflow.reporting.tables import metrics_frame, plot_reward_curves

@@ -6,6 +6,7 @@ from typing import Any
 
 import pandas as pd
 
+from creditflow.config.reranking import PRETRAIN_TRAINING
 from creditflow.experience import reranker_training
 from creditflow.experience.reranker_data import inputs_for, rankings_from_frame
 from creditflow.models.reranker import PointerReranker, build_reranker
@@ -27,9 +28,7 @@ def pretrain_reranker(
     on the training sessions, reading the inputs of setting ``kind``; returns it and the
     per-step NLL. A re-run of the same run resumes from (or loads) its checkpoint in
     ``checkpoints``."""
-    training = SupervisedConfig.from_params(
-        params["training"], **reranker_training.PRETRAIN_TRAINING
-    )
+    training = SupervisedConfig.from_params(params["training"], **PRETRAIN_TRAINING)
     features, mask = inputs_for(
         query_logs_train, catalogue_items, item_experience_scores, params, kind
     )

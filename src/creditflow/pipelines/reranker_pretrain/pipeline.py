@@ -13,11 +13,10 @@ from functools import partial, update_wrapper
 
 from kedro.pipeline import Node, Pipeline
 
+from creditflow.config.reranking import RERANKERS
 from creditflow.pipelines.reranker_pretrain import nodes
 
 PARAMS = "params:reranker_pretrain"
-# Reranker name (its model is reranker_<name>) -> its target (table reranker_targets_<target>).
-RERANKERS = {"yaug": "yaug", "click": "click", "click_exp": "click", "yaug_no_exp": "yaug"}
 
 
 def _named(func, name: str, **bound):
