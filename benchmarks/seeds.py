@@ -18,7 +18,7 @@ with the same inputs finished before), then every strategy's GRPO five times. Ea
 and its evaluation cost what they cost in a default run (README: tapo ~1:15 + 0:30 each, 3
 strategies), so on the idle 2-core reference machine expect about 30 minutes for tapo; tor
 (4,000 SFT steps, then 25 GRPO runs) took 35 minutes for 3 seeds on the shared machine at
-load 5-13 (benchmarks/README.md, "Seeds and intervals"; ``tor_pooled.py`` joins batches of
+load 5-13 (benchmarks/README.md, "Seeds and intervals"; ``pooled_seeds.py`` joins batches of
 seeds run side by side). ``--params`` takes ``kedro run``'s syntax for more overrides;
 ``--scratch DIR`` runs in a copy of the project's configuration in DIR, with the ingested
 tables the pipelines read (MGSM, TabMWP, MATH-Vision) copied there, so a trial run leaves the

@@ -1,4 +1,4 @@
-"""benchmarks/tor_pooled.py: seeds.py's tor per-seed tables of several batches (one warm start,
+"""benchmarks/pooled_seeds.py: seeds.py's tor per-seed tables of several batches (one warm start,
 different GRPO seeds) pooled, gains and differences to uniform as t intervals over seeds."""
 
 import doctest
@@ -12,11 +12,11 @@ from scipy import stats
 
 from creditflow.reporting.stats import t_interval
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "tor_pooled.py"
-spec = importlib.util.spec_from_file_location("bench_tor_pooled", SCRIPT)
-tor_pooled = importlib.util.module_from_spec(spec)
-sys.modules[spec.name] = tor_pooled
-spec.loader.exec_module(tor_pooled)
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "pooled_seeds.py"
+spec = importlib.util.spec_from_file_location("bench_pooled_seeds", SCRIPT)
+pooled_seeds = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = pooled_seeds
+spec.loader.exec_module(pooled_seeds)
 
 
 def _per_seed(accuracy: dict[str, list[float]], seeds: list[int], sft: float = 0.4):
@@ -53,7 +53,7 @@ def test_batches_pool_into_one_interval_paired_by_seed(tmp_path):
     _per_seed({"uniform": [0.41], "tor": [0.45]}, [2]).to_csv(
         tmp_path / "b_tor_per_seed.csv", index=False
     )
-    table = tor_pooled.pooled_table(tor_pooled.pooled_per_seed(tmp_path))
+    table = pooled_seeds.pooled_table(pooled_seeds.pooled_per_seed(tmp_path))
     rows = {line.split(" | ")[0].strip("| "): line for line in table.splitlines()[2:]}
     assert list(rows) == ["sft", "uniform", "tor"]  # the baseline first
     # gains over sft 0.4: uniform 0.02, 0.05, 0.01; tor 0.03, 0.04, 0.05;
@@ -71,12 +71,12 @@ def test_different_warm_starts_or_repeated_seeds_are_refused(tmp_path):
         tmp_path / "b_tor_per_seed.csv", index=False
     )
     with pytest.raises(ValueError, match="warm starts differ"):
-        tor_pooled.pooled_table(tor_pooled.pooled_per_seed(tmp_path))
+        pooled_seeds.pooled_table(pooled_seeds.pooled_per_seed(tmp_path))
     _per_seed({"uniform": [0.42]}, [0]).to_csv(tmp_path / "b_tor_per_seed.csv", index=False)
     with pytest.raises(ValueError, match=r"seeds \[0\] occur in several batches"):
-        tor_pooled.pooled_table(tor_pooled.pooled_per_seed(tmp_path))
+        pooled_seeds.pooled_table(pooled_seeds.pooled_per_seed(tmp_path))
     with pytest.raises(FileNotFoundError, match="run seeds.py --out"):
-        tor_pooled.pooled_per_seed(tmp_path / "missing")
+        pooled_seeds.pooled_per_seed(tmp_path / "missing")
 
 
 def test_the_sampled_accuracy_is_pooled_beside_the_greedy_one(tmp_path):
@@ -88,7 +88,7 @@ def test_the_sampled_accuracy_is_pooled_beside_the_greedy_one(tmp_path):
         *sampled["tor"],
     ]
     per_seed.to_csv(tmp_path / "a_tor_per_seed.csv", index=False)
-    table = tor_pooled.pooled_table(tor_pooled.pooled_per_seed(tmp_path))
+    table = pooled_seeds.pooled_table(pooled_seeds.pooled_per_seed(tmp_path))
     lines = table.splitlines()
     assert lines[0].startswith("| policy | n seeds | greedy accuracy |")
     assert "| sampled accuracy | gain over sft [95 % CI] | vs uniform [95 % CI] |" in lines[0]
@@ -99,5 +99,35 @@ def test_the_sampled_accuracy_is_pooled_beside_the_greedy_one(tmp_path):
     assert f"| 0.340 | {cell([0.02, 0.06])} | {cell([-0.01, 0.01])} |" in rows["tor"]
 
 
+def test_tapo_batches_pool_against_grpo_sum_on_both_language_sets(tmp_path):
+    for name, seeds, values in (("a", [0, 1], [0.70, 0.72]), ("b", [2], [0.71])):
+        rows = [
+            {"policy": "sft", "seed": None, "eval_reward_seen": 0.68, "eval_reward_unseen": 0.3}
+        ]
+        for policy, shift in (("grpo_sum", 0.0), ("dapo", 0.01)):
+            rows += [
+                {
+                    "policy": policy,
+                    "seed": seed,
+                    "eval_reward_seen": value + shift,
+                    "eval_reward_unseen": 0.3,
+                    "train_reward_first": 0.8,
+                    "train_reward_last": 0.9,
+                }
+                for seed, value in zip(seeds, values, strict=True)
+            ]
+        pd.DataFrame(rows).to_csv(tmp_path / f"{name}_tapo_per_seed.csv", index=False)
+    table = pooled_seeds.pooled_table(pooled_seeds.pooled_per_seed(tmp_path, "tapo"), "tapo")
+    lines = table.splitlines()
+    assert lines[0].startswith("| policy | n seeds | eval reward seen | gain over sft [95 % CI] |")
+    assert "| vs grpo_sum [95 % CI] | eval reward unseen |" in lines[0]
+    rows = {line.split(" | ")[0].strip("| "): line for line in lines[2:]}
+    assert list(rows) == ["sft", "grpo_sum", "dapo"]
+    # dapo - grpo_sum is +0.01 in every seed: a zero-width interval above 0.
+    assert "| 3 | 0.720 | " in rows["dapo"] and "+0.010 [+0.010, +0.010]" in rows["dapo"]
+    with pytest.raises(FileNotFoundError, match="_tor_per_seed.csv"):
+        pooled_seeds.pooled_per_seed(tmp_path, "tor")
+
+
 def test_doctests():
-    assert doctest.testmod(tor_pooled).failed == 0
+    assert doctest.testmod(pooled_seeds).failed == 0
