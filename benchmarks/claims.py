@@ -216,11 +216,12 @@ def main() -> None:
         nargs="+",
         metavar="GROUP=CSV",
         help="read the cards from saved per-seed tables instead of running (a seeds.py --out "
-        "<stem>_<group>_per_seed.csv holding the cards' strategies)",
+        "<stem>_<group>_per_seed.csv holding the cards' strategies; a group named again adds "
+        "a batch of seeds)",
     )
     args = parser.parse_args()
     if args.per_seed:
-        per_seed = dict(per_seed_tables(args.per_seed))
+        per_seed = joined_per_seed(per_seed_tables(args.per_seed))
         table = claim_table(list(CLAIMS), per_seed)
         seeds = ", ".join(f"{g} {int(t['seed'].nunique())} seeds" for g, t in per_seed.items())
         text = f"{seeds} (from {' '.join(args.per_seed)})\n\n{markdown(table)}\n"
@@ -266,6 +267,22 @@ def per_seed_tables(items: list[str]) -> list[tuple[str, pd.DataFrame]]:
             )
         out.append((group, pd.read_csv(path)))
     return out
+
+
+def joined_per_seed(tables: list[tuple[str, pd.DataFrame]]) -> dict[str, pd.DataFrame]:
+    """One per-seed table per group: a group named several times (batches of seeds run one
+    after the other, ``seeds.py --params <group>.grpo.seed=K``) has its tables' rows joined; a
+    (policy, seed) in two of them would count twice and is refused."""
+    joined: dict[str, pd.DataFrame] = {}
+    for group, table in tables:
+        joined[group] = pd.concat([joined[group], table]) if group in joined else table
+    for group, table in joined.items():
+        seeded = table.dropna(subset=["seed"])
+        repeated = seeded[seeded.duplicated(["policy", "seed"])]
+        if not repeated.empty:
+            pairs = sorted(set(zip(repeated["policy"], repeated["seed"].astype(int), strict=True)))
+            raise SystemExit(f"--per-seed {group}: (policy, seed) {pairs} in several tables")
+    return joined
 
 
 def write(text: str, table: pd.DataFrame, out: Path | None) -> None:

@@ -111,3 +111,14 @@ def test_a_card_whose_strategies_were_not_run_is_listed_as_not_run(claims):
     assert list(judged["difference"]) == ["shuffled - uniform (sampled_accuracy_synthetic)"]
     assert judged["verdict"].iloc[0] == "reproduced"
     assert (cards["verdict"] == claims.NOT_RUN).sum() == 3
+
+
+def test_batches_of_seeds_of_one_group_join_and_a_repeated_seed_is_refused(claims):
+    first = _per_seed({"grpo_sum": [0.5, 0.6], "shuffled": [0.4, 0.48]})
+    second = _per_seed({"grpo_sum": [0.7], "shuffled": [0.61]})
+    second["seed"] = second["seed"].map(lambda s: s if pd.isna(s) else s + 2)
+    joined = claims.joined_per_seed([("tapo", first), ("tapo", second)])
+    row = claims.claim_row(claims.CLAIMS[0], joined["tapo"])
+    assert row["n_seeds"] == 3 and row["mean"] == pytest.approx((-0.1 - 0.12 - 0.09) / 3)
+    with pytest.raises(SystemExit, match="in several tables"):
+        claims.joined_per_seed([("tapo", first), ("tapo", first)])
