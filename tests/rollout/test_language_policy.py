@@ -183,8 +183,10 @@ def test_chunked_scoring_equals_the_single_pass_logits(
     torch.testing.assert_close(logp, expected, atol=1e-6, rtol=1e-6)
     torch.testing.assert_close(entropy, topp_entropy(logits.detach()), atol=1e-6, rtol=1e-6)
     grads = torch.autograd.grad((logp * g).sum(), params)
+    # float32 gradients summed over positions in another order (chunk by chunk): seen 1.07e-6
+    # apart on an AMD EPYC, within 1e-6 elsewhere.
     for got, want in zip(grads, expected_grads, strict=True):
-        torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(got, want, atol=2e-6, rtol=1e-5)
 
 
 def test_scoring_never_projects_the_whole_batch_at_once(

@@ -10,6 +10,7 @@ changes the distribution).
 """
 
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -198,7 +199,16 @@ def test_ambient_bf16_autocast_is_respected(attn):
         assert backend.fused_weights(model, 0).dtype == torch.bfloat16
     assert backend.fused_weights(model, 0).dtype == torch.float32  # a new entry outside it
     assert float((expected - float32).abs().max()) > 0.05  # autocast does change the logits
-    torch.testing.assert_close(actual, expected, atol=1e-2, rtol=0)
+    if attn == "eager":
+        torch.testing.assert_close(actual, expected, atol=1e-2, rtol=0)
+    else:
+        # sdpa may pick another bf16 kernel for the loop's static-cache shapes than for HF's
+        # forward (which one depends on the CPU); their roundings then differ by a few bf16
+        # ulps of the logits (seen on an AMD EPYC: 2 ulps, 0.0625 at |logit| ~6).
+        ulp = 2.0 ** (math.floor(math.log2(float(expected.abs().max()))) - 7)
+        torch.testing.assert_close(actual, expected, atol=4 * ulp, rtol=0)
+    # Whatever the kernel, the loop's logits are bf16's, not float32's.
+    assert (actual - expected).abs().max() < (actual - float32).abs().max() / 2
 
 
 def test_bf16_module_runs_in_bf16():
