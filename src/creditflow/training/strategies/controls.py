@@ -44,8 +44,8 @@ from creditflow.training.strategies.base import (
 from creditflow.training.strategies.grpo import completion_advantages
 from creditflow.training.strategies.tor import (
     batch_top_fraction_mask,
-    gather_processes,
     tor_weights,
+    uniform_draw_over_processes,
 )
 
 # (which end of the entropy order, share of the valid tokens) of each entropy-selection preset.
@@ -133,7 +133,10 @@ def _tor_count_weights(
     by_tor = (tor_w.detach() != 0).cpu() & valid  # (B, T)
     counts = by_tor.sum(1)  # (B,) tokens ToR weighs in each completion
     # Drawn after ToR's tie-breaking keys, from the same generator: seeded per step.
-    keys = _uniform_keys(tuple(mask.shape), context.generator, context.accelerator)  # (B, T)
+    draw, offset, _ = uniform_draw_over_processes(
+        mask.numel(), context.generator, context.accelerator
+    )
+    keys = draw[offset : offset + mask.numel()].view(mask.shape)  # (B, T)
     selected = random_per_row(counts, valid, keys)  # (B, T) bool
     n_selected = int(selected.sum())
     return selected.to(mask.device, mask.dtype), {
@@ -158,20 +161,6 @@ def random_per_row(counts: torch.Tensor, valid: torch.Tensor, keys: torch.Tensor
     keys = keys.masked_fill(~valid, float("inf"))  # padding sorts last in its row
     rank = keys.argsort(dim=1).argsort(dim=1)  # (B, T) place of each token in its row's order
     return valid & (rank < counts[:, None])
-
-
-def _uniform_keys(
-    shape: tuple[int, int], generator: torch.Generator, accelerator: Any
-) -> torch.Tensor:
-    """``(B, T)`` uniform keys of this process's rows, cut from one draw over the positions of
-    every process (each holds the same seeded generator): the processes draw alike and each
-    takes its own stretch, so no two processes' rows share keys."""
-    n = shape[0] * shape[1]
-    sizes = gather_processes(accelerator, torch.tensor([n]))  # (R,) positions per process
-    rank = 0 if accelerator is None else accelerator.process_index
-    offset = int(sizes[:rank].sum())
-    draw = torch.rand(int(sizes.sum()), generator=generator)
-    return draw[offset : offset + n].view(shape)
 
 
 def _fraction_weights(

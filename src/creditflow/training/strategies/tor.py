@@ -60,6 +60,22 @@ def gather_processes(accelerator: Any, tensor: torch.Tensor) -> torch.Tensor:
     return accelerator.gather(tensor.to(accelerator.device)).cpu()
 
 
+def uniform_draw_over_processes(
+    n: int, generator: torch.Generator | None, accelerator: Any
+) -> tuple[torch.Tensor, int, torch.Tensor]:
+    """One uniform draw over the positions of every process's rollout rows, this process
+    holding ``n`` of them. Each process holds the same seeded generator, so all draw alike and
+    each takes its own stretch: no two processes' positions share a key.
+
+    Returns:
+        ``(draw, offset, sizes)``: the whole draw ``(total,)``, where this process's stretch
+        starts in it, and the positions per process ``(R,)``.
+    """
+    sizes = gather_processes(accelerator, torch.tensor([n]))  # (R,) positions per process
+    rank = 0 if accelerator is None else accelerator.process_index
+    return torch.rand(int(sizes.sum()), generator=generator), int(sizes[:rank].sum()), sizes
+
+
 def batch_top_fraction_mask(
     scores: torch.Tensor,
     mask: torch.Tensor,
@@ -96,13 +112,10 @@ def batch_top_fraction_mask(
     if torch.isnan(flat[valid]).any():
         raise ValueError("scores must not be NaN on valid tokens")
     n = flat.numel()
-    sizes = gather_processes(accelerator, torch.tensor([n]))  # (R,) positions per process
-    rank = 0 if accelerator is None else accelerator.process_index
-    offset, total = int(sizes[:rank].sum()), int(sizes.sum())
-
     # Tie-breaking keys: one uniform draw over the concatenated batch, turned into distinct
     # integer ranks (the order top_fraction_mask breaks ties in: smaller key first).
-    draw = torch.rand(total, generator=generator)
+    draw, offset, sizes = uniform_draw_over_processes(n, generator, accelerator)
+    total = draw.numel()
     key_rank = torch.empty(total, dtype=torch.long)
     key_rank[draw.argsort()] = torch.arange(total)
     keys = key_rank[offset : offset + n]  # (B*T,)
