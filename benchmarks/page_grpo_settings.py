@@ -1,12 +1,14 @@
 """Page-GRPO settings chosen on the validation side of the training logs: the script behind the
 tuning table of benchmarks/README.md ("Where the experience-chain defaults come from").
 
-A chain run trains one page-GRPO setting; this trains any number of them from the chain's saved
-y_aug reranker and scores each where the final A/B cannot see it. The training sessions
-(``query_logs_train``) are split by ``reranker_grpo.validation`` into a fit part and a
-validation part (``experience.logged_click_model.validation_split``, the split the fitted click
-model uses): page GRPO trains on the fit part, with R_old from the click model fitted to the fit
-part's logs, and each setting's greedy pages and its pages sampled at the training temperature
+A chain run trains one page-GRPO setting; this trains any number of them and scores each where
+the final A/B cannot see it. The training sessions (``query_logs_train``) are split by
+``reranker_grpo.validation`` into a fit part and a validation part
+(``experience.logged_click_model.validation_split``, the split the fitted click model uses).
+The y_aug reranker every setting starts from is pre-trained here, on the fit part's y_aug
+targets alone (the chain's own ``reranker_yaug`` saw the validation sessions). Page GRPO trains
+on the fit part, with R_old from the click model fitted to the fit part's logs, and each
+setting's greedy pages and its pages sampled at the training temperature
 go to the simulated users on the validation sessions (CTR, long-view and true-quality nDCG@10
 change against the logged order, paired, with standard errors). The held-out A/B sessions
 (``query_logs_heldout``) are never loaded: ``TUNING_INPUTS`` is everything this reads, and a
@@ -44,15 +46,17 @@ from creditflow.experience.simulated_ab import (
     simulated_users,
     summarise_ab,
 )
+from creditflow.pipelines.augmented_targets.nodes import build_augmented_targets
 from creditflow.pipelines.reranker_grpo.nodes import (
     fit_click_model_on_logs,
     train_reranker_page_grpo,
 )
+from creditflow.pipelines.reranker_pretrain.nodes import pretrain_reranker
 from creditflow.tasks.reranking import ClickModel
 
 ROOT = Path(__file__).resolve().parents[1]
 # Every dataset the tuning reads: the training side and what the chain built from it.
-TUNING_INPUTS = ("query_logs_train", "catalogue_items", "item_experience_scores", "reranker_yaug")
+TUNING_INPUTS = ("query_logs_train", "catalogue_items", "item_experience_scores")
 COLUMNS = [
     "ctr_change_vs_logged",
     "ctr_change_vs_logged_se",
@@ -87,6 +91,19 @@ def load_tuning_inputs(load: Any) -> dict[str, Any]:
     return {name: load(name) for name in TUNING_INPUTS}
 
 
+def pretrained_on_fit_part(
+    fit_part: pd.DataFrame,
+    items: pd.DataFrame,
+    scores: pd.DataFrame,
+    pretrain_params: Mapping[str, Any],
+) -> Any:
+    """The chain's y_aug reranker (``augmented_targets`` + ``reranker_pretrain``, its settings)
+    pre-trained on ``fit_part`` alone, so no validation session reaches a setting's start."""
+    targets = build_augmented_targets(fit_part, scores)
+    model, _ = pretrain_reranker(targets, fit_part, items, scores, None, pretrain_params, "yaug")
+    return model
+
+
 def tune(
     inputs: Mapping[str, Any],
     params: Mapping[str, Any],
@@ -102,6 +119,7 @@ def tune(
     items, scores = inputs["catalogue_items"], inputs["item_experience_scores"]
     world = ClickModel.from_params(params["annotation"]["click_model"])
     users = simulated_users(validation, items, world)
+    start = pretrained_on_fit_part(fit_part, items, scores, params["reranker_pretrain"])
     rows = []
     for setting in settings or [""]:
         grpo = overridden(grpo_defaults, setting)
@@ -110,7 +128,7 @@ def tune(
         # then a part of the fit part, never a tuning session).
         click_model, _ = fit_click_model_on_logs(fit_part, items, grpo)
         model, metrics, _ = train_reranker_page_grpo(
-            inputs["reranker_yaug"],
+            start,
             fit_part,
             items,
             scores,

@@ -1,6 +1,6 @@
 """benchmarks/page_grpo_settings.py chooses page-GRPO settings on the validation side of the
-training logs: it trains on one part of query_logs_train, scores on the other, and never loads
-the held-out A/B sessions."""
+training logs: it pre-trains and trains on one part of query_logs_train, scores on the other,
+and never loads the held-out A/B sessions."""
 
 import doctest
 import importlib.util
@@ -11,10 +11,8 @@ import pandas as pd
 import pytest
 from kedro.io import AbstractDataset, DataCatalog, DatasetError, MemoryDataset
 
-from creditflow.config.reranking import FEATURE_NAMES
 from creditflow.experience.logged_click_model import validation_split
 from creditflow.experience.reranker_data import split_sessions
-from creditflow.models.reranker import build_reranker
 from creditflow.tasks.reranking import generate_catalogue, generate_sessions
 from tests.pipelines._experience_chain import smallest_params
 
@@ -42,26 +40,35 @@ def test_doctests():
     assert doctest.testmod(page_grpo_settings).failed == 0
 
 
-def test_tuning_reads_no_heldout_session():
+def test_tuning_reads_no_heldout_session(monkeypatch):
     params = smallest_params()
     catalogue = generate_catalogue(40, seed=0, image_size=32)
     sessions = generate_sessions(catalogue, n_queries=6, n_sessions=80, list_length=6, seed=0)
     train, heldout = split_sessions(sessions, 0.25, seed=0)
     scores = pd.DataFrame({"item_id": catalogue["item_id"], "s_exp": catalogue.index / 40.0})
-    start = build_reranker(len(FEATURE_NAMES), params["reranker_pretrain"]["model"], seed=0)
     catalog = DataCatalog(
         {
             "query_logs_train": MemoryDataset(train),
             "query_logs_heldout": Untouchable(),
             "catalogue_items": MemoryDataset(catalogue),
             "item_experience_scores": MemoryDataset(scores),
-            "reranker_yaug": MemoryDataset(start, copy_mode="assign"),
         }
     )
+    pretrained_on = []
+    real_pretrain = page_grpo_settings.pretrain_reranker
+
+    def recording_pretrain(targets, sessions, *args):
+        pretrained_on.append((set(targets["session_id"]), set(sessions["session_id"])))
+        return real_pretrain(targets, sessions, *args)
+
+    monkeypatch.setattr(page_grpo_settings, "pretrain_reranker", recording_pretrain)
     inputs = page_grpo_settings.load_tuning_inputs(catalog.load)
     table = page_grpo_settings.tune(inputs, params, ["grpo.steps=1"], samples=1)
+    fit_part, validation = validation_split(train, params["reranker_grpo"]["validation"])
+    # The start reranker is pre-trained once, on the fit part's targets and sessions only.
+    assert pretrained_on == [(set(fit_part["session_id"]),) * 2]
+    assert set(fit_part["session_id"]).isdisjoint(validation["session_id"])
     # Scored on the validation part of the training logs, every one of its sessions.
-    _, validation = validation_split(train, params["reranker_grpo"]["validation"])
     assert set(validation["session_id"]) <= set(train["session_id"])
     assert set(validation["session_id"]).isdisjoint(heldout["session_id"])
     assert (table.loc[table["band"] == "all", "sessions"] == len(validation)).all()
