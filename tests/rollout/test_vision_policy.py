@@ -25,7 +25,9 @@ from creditflow.rollout import (
     VisionLanguagePolicy,
     VisualPrompt,
     as_visual_prompt,
+    vision_policy,
 )
+from creditflow.rollout.prompt_cache import PromptEncodingCache, encoded_bytes
 from creditflow.rollout.vision_policy import (
     flat_pixel_values,
     per_row_pixel_values,
@@ -368,3 +370,61 @@ def test_evaluate_vl_policy_sampled_averages_each_prompts_samples(
         seed=7,
     )
     assert again["reward/translation"].tolist() == table["reward/translation"].tolist()
+
+
+def _batch_encoding(processor, prompts) -> dict:
+    """The whole batch through the processor at once: the reference the cache must equal."""
+    visual = [as_visual_prompt(p) for p in prompts]
+    inputs = vl_prompt_inputs(processor, [p.text for p in visual], [p.image for p in visual])
+    inputs["pixel_values"] = per_row_pixel_values(inputs["pixel_values"], inputs["image_grid_thw"])
+    return inputs
+
+
+def test_cached_prompt_encodings_equal_the_processors_batch(
+    make_vl_model, vl_processor, vl_prompts, monkeypatch
+):
+    policy = _policy(make_vl_model(), vl_processor)
+    calls = []
+    real = vision_policy.vl_prompt_inputs
+    monkeypatch.setattr(
+        vision_policy, "vl_prompt_inputs", lambda *a: calls.append(len(a[1])) or real(*a)
+    )
+    # Different prompt lengths and image sizes (the wide picture has twice the patches), a
+    # repeat within the batch, then the same prompts again in another order and subset.
+    batches = [vl_prompts + vl_prompts[:1], vl_prompts[::-1], [vl_prompts[2], vl_prompts[3]]]
+    for prompts in batches:
+        cached = policy.encode_prompts(prompts)
+        reference = _batch_encoding(vl_processor, prompts)
+        assert set(cached) == set(reference)
+        for key, value in reference.items():
+            assert cached[key].dtype == value.dtype, key
+            assert torch.equal(cached[key], value), key
+    assert calls == [1, 1, 1, 1]  # each distinct prompt processed once, alone
+    # A prompt given as a PIL image and as the same PNG's bytes are two keys, one encoding.
+    png = vl_prompts[0][1]
+    as_image = (vl_prompts[0][0], decode_image(png))
+    assert torch.equal(
+        policy.encode_prompts([as_image])["pixel_values"],
+        policy.encode_prompts([vl_prompts[0]])["pixel_values"],
+    )
+
+
+def test_prompt_encoding_cache_keeps_to_its_byte_budget():
+    row = {
+        "input_ids": torch.ones(1, 4, dtype=torch.long),
+        "attention_mask": torch.ones(1, 4, dtype=torch.long),
+        "mm_token_type_ids": torch.zeros(1, 4, dtype=torch.long),
+        "pixel_values": torch.zeros(2, 8),
+        "image_grid_thw": torch.tensor([[1, 1, 2]]),
+    }
+    size = encoded_bytes(row)
+    cache = PromptEncodingCache(max_bytes=2 * size)
+    encoded = []
+    cache.rows(["a", "b"], lambda i: encoded.append(i) or dict(row))
+    cache.rows(["a"], lambda i: encoded.append(("again", i)) or dict(row))  # a: most recent
+    cache.rows(["c"], lambda i: dict(row))  # drops b, the least recently used
+    assert len(cache) == 2 and encoded == [0, 1]
+    cache.rows(["b"], lambda i: encoded.append("b again") or dict(row))
+    assert encoded[-1] == "b again"
+    # A processor output with keys of its own is not cached: the caller encodes the batch.
+    assert cache.rows(["d"], lambda i: {**row, "second_per_grid_ts": torch.ones(1)}) is None

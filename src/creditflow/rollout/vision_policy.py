@@ -39,6 +39,7 @@ from creditflow.rollout.language_policy import (
     stop_token_ids,
 )
 from creditflow.rollout.modules import output_head, output_head_inputs
+from creditflow.rollout.prompt_cache import PromptEncodingCache, left_padded_batch
 from creditflow.rollout.shared_prefix import (
     prompt_runs,
     sequence_positions,
@@ -70,6 +71,17 @@ def as_visual_prompt(prompt: Any) -> VisualPrompt:
         "a vision-language prompt is a VisualPrompt or a (text, image) pair with a PIL image "
         f"or image bytes; got {type(prompt).__name__}"
     )
+
+
+def prompt_key(prompt: Any) -> tuple:
+    """What identifies ``prompt``'s processor output (``as_visual_prompt``'s forms): its text
+    and its image's encoded bytes as given (not decoded: a kept prompt is never decoded
+    again), else the image's mode, size and pixels."""
+    if isinstance(prompt, tuple) and len(prompt) == 2 and isinstance(prompt[1], (bytes, bytearray)):
+        return (prompt[0], bytes(prompt[1]))
+    visual = as_visual_prompt(prompt)
+    image = visual.image
+    return (visual.text, image.mode, image.size, image.tobytes())
 
 
 def flat_pixel_values(pixel_rows: torch.Tensor, image_grid_thw: torch.Tensor) -> torch.Tensor:
@@ -126,6 +138,7 @@ class VisionLanguagePolicy(SamplesOwnModule):
         self.vision_ids = vision_token_ids(tokenizer)
         self.backend = backend if backend is not None else HFBackend()
         self._prompt_positions: dict[bytes, torch.Tensor] = {}  # sequence_rope_positions
+        self._encodings = PromptEncodingCache()  # encode_prompts: each prompt processed once
 
     @property
     def device(self) -> torch.device:
@@ -135,14 +148,25 @@ class VisionLanguagePolicy(SamplesOwnModule):
     def encode_prompts(self, prompts: Sequence[Any]) -> dict[str, torch.Tensor]:
         """Left-padded prompt inputs, one row per prompt: ``input_ids``, ``attention_mask``,
         ``mm_token_type_ids`` ``(B, P)``, ``pixel_values`` ``(B, N_max, D)`` (per-row blocks)
-        and ``image_grid_thw`` ``(B, 3)``."""
-        visual = [as_visual_prompt(p) for p in prompts]
-        inputs = vl_prompt_inputs(
-            self.processor, [p.text for p in visual], [p.image for p in visual]
-        )
-        inputs["pixel_values"] = per_row_pixel_values(
-            inputs["pixel_values"], inputs["image_grid_thw"]
-        )
+        and ``image_grid_thw`` ``(B, 3)``. Each distinct prompt goes through the processor
+        once, alone, and is kept (``rollout.prompt_cache``: the same tensors as one batched
+        processor call)."""
+
+        def encode_one(i: int) -> dict[str, torch.Tensor]:
+            prompt = as_visual_prompt(prompts[i])
+            return vl_prompt_inputs(self.processor, [prompt.text], [prompt.image])
+
+        rows = self._encodings.rows([prompt_key(p) for p in prompts], encode_one)
+        if rows is not None:
+            inputs = left_padded_batch(rows, self.tokenizer.pad_token_id)
+        else:  # a processor with inputs of its own: the whole batch at once, every time
+            visual = [as_visual_prompt(p) for p in prompts]
+            inputs = vl_prompt_inputs(
+                self.processor, [p.text for p in visual], [p.image for p in visual]
+            )
+            inputs["pixel_values"] = per_row_pixel_values(
+                inputs["pixel_values"], inputs["image_grid_thw"]
+            )
         return {k: v.to(self.device) for k, v in inputs.items()}
 
     def _model_prompt_inputs(self, batch_like: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

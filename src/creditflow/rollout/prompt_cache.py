@@ -1,0 +1,110 @@
+"""Processor outputs of vision-language prompts, kept per prompt so a prompt seen again is not
+processed again.
+
+A VL SFT run shows every training problem to the processor once per epoch (the default tor
+warm start: 8 epochs) and GRPO once per step it is drawn; the processor's image resizing,
+normalising and patching and its tokenising took a quarter of a tiny policy's SFT step on CPU.
+The processor is deterministic, so each prompt is encoded alone once, kept (up to a byte
+budget, least recently used out first), and a batch is its rows left-padded exactly as the
+processor pads a batch: ``input_ids`` with the pad token, ``attention_mask`` and
+``mm_token_type_ids`` with 0, and each row's image patches zero-padded to the batch's longest
+(``vision_policy.per_row_pixel_values``'s layout).
+
+Shape symbols: ``B`` prompts, ``P`` prompt tokens (left-padded), ``N`` patches of one image,
+``D`` values per patch.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
+
+import torch
+
+# The keys a Qwen2.5-VL processor returns for image prompts; a processor returning anything
+# else is not cached (its extra inputs would need their own padding rule).
+ENCODED_KEYS = frozenset(
+    {"input_ids", "attention_mask", "mm_token_type_ids", "pixel_values", "image_grid_thw"}
+)
+DEFAULT_MAX_BYTES = 512 * 2**20
+
+
+def encoded_bytes(row: dict[str, torch.Tensor]) -> int:
+    return sum(t.numel() * t.element_size() for t in row.values())
+
+
+def left_padded_batch(
+    rows: Sequence[dict[str, torch.Tensor]], pad_id: int
+) -> dict[str, torch.Tensor]:
+    """One batch from per-prompt encodings.
+
+    Args:
+        rows: ``B`` encodings of one prompt each: ``input_ids``, ``attention_mask``,
+            ``mm_token_type_ids`` ``(1, P_b)``, ``pixel_values`` ``(N_b, D)`` and
+            ``image_grid_thw`` ``(1, 3)``.
+        pad_id: the tokenizer's pad token id.
+
+    Returns:
+        ``input_ids``, ``attention_mask``, ``mm_token_type_ids`` ``(B, P)`` left-padded (P the
+        longest ``P_b``), ``pixel_values`` ``(B, N_max, D)`` zero-padded per row and
+        ``image_grid_thw`` ``(B, 3)``.
+    """
+    width = max(row["input_ids"].shape[1] for row in rows)
+    fill = {"input_ids": pad_id, "attention_mask": 0, "mm_token_type_ids": 0}
+    batch = {}
+    for key, value in fill.items():
+        out = torch.full((len(rows), width), value, dtype=rows[0][key].dtype)
+        for b, row in enumerate(rows):
+            tokens = row[key][0]
+            out[b, width - len(tokens) :] = tokens
+        batch[key] = out
+    patches = max(row["pixel_values"].shape[0] for row in rows)
+    first = rows[0]["pixel_values"]
+    pixels = torch.zeros(len(rows), patches, first.shape[-1], dtype=first.dtype)
+    for b, row in enumerate(rows):
+        pixels[b, : row["pixel_values"].shape[0]] = row["pixel_values"]
+    batch["pixel_values"] = pixels
+    batch["image_grid_thw"] = torch.cat([row["image_grid_thw"] for row in rows])
+    return batch
+
+
+class PromptEncodingCache:
+    """Per-prompt encodings by key, the least recently used dropped beyond ``max_bytes``."""
+
+    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES):
+        self.max_bytes = max_bytes
+        self._rows: OrderedDict[Hashable, dict[str, torch.Tensor]] = OrderedDict()
+        self._bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def rows(
+        self,
+        keys: Sequence[Hashable],
+        encode_one: Callable[[int], dict[str, torch.Tensor]],
+    ) -> list[dict[str, torch.Tensor]] | None:
+        """The encoding of each key, ``encode_one(i)`` (prompt ``i`` alone) for those not kept;
+        None when the processor returns keys other than ``ENCODED_KEYS`` (not cacheable)."""
+        out = []
+        for i, key in enumerate(keys):
+            row = self._rows.get(key)
+            if row is None:
+                row = encode_one(i)
+                if set(row) != ENCODED_KEYS:
+                    return None
+                self._keep(key, row)
+            else:
+                self._rows.move_to_end(key)
+            out.append(row)
+        return out
+
+    def _keep(self, key: Hashable, row: dict[str, torch.Tensor]) -> None:
+        size = encoded_bytes(row)
+        if size > self.max_bytes:
+            return
+        self._rows[key] = row
+        self._bytes += size
+        while self._bytes > self.max_bytes:
+            _, dropped = self._rows.popitem(last=False)
+            self._bytes -= encoded_bytes(dropped)
