@@ -47,13 +47,18 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 import torch
 from kedro.framework.session import KedroSession
 from kedro.framework.startup import bootstrap_project
 
-from creditflow.annotation import QUERY_COLUMN
+from creditflow.experience.controls import (
+    METRICS,
+    contrast_rows,
+    interval_columns,
+    session_differences,
+    shuffled_scores,
+)
 from creditflow.experience.reranker_data import LOGGED, serve_pages
 from creditflow.experience.simulated_ab import (
     CLICKS,
@@ -68,7 +73,6 @@ from creditflow.pipelines.reranker_grpo.nodes import (
     train_reranker_page_grpo,
 )
 from creditflow.pipelines.reranker_pretrain.nodes import pretrain_reranker
-from creditflow.reporting.stats import interval_text, minimum_detectable_effect, t_interval
 from creditflow.tasks.reranking import ClickModel
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -89,35 +93,12 @@ CONTRASTS = (
     ("yaug_pretrained", "shuffled_yaug_pretrained", "s_exp vs shuffled s_exp, y_aug alone"),
     ("page_grpo_oracle", "page_grpo", "R_old from the simulator vs from the fitted click model"),
 )
-METRICS = ("ctr_change", "long_view_change", "true_ndcg_diff")
 CHAIN_INPUTS = (
     "query_logs_train",
     "query_logs_heldout",
     "catalogue_items",
     "item_experience_scores",
 )
-
-
-def shuffled_scores(scores: pd.DataFrame, seed: int) -> pd.DataFrame:
-    """``scores`` with ``s_exp`` permuted within each query (all rows when the scores are per
-    item): the same values, no longer tied to the items.
-
-    >>> frame = pd.DataFrame({"item_id": [0, 1, 2], "s_exp": [0.1, 0.2, 0.3]})
-    >>> sorted(shuffled_scores(frame, 0)["s_exp"]) == [0.1, 0.2, 0.3]
-    True
-    """
-    rng = np.random.default_rng(seed)
-    out = scores.copy()
-    groups = (
-        out.groupby(QUERY_COLUMN).indices
-        if QUERY_COLUMN in out.columns
-        else {"": np.arange(len(out))}
-    )
-    values = out["s_exp"].to_numpy().copy()
-    for rows in groups.values():
-        values[rows] = values[rows][rng.permutation(len(rows))]
-    out["s_exp"] = values
-    return out
 
 
 def unit_values(per_session: pd.DataFrame) -> pd.DataFrame:
@@ -167,49 +148,24 @@ def summarise_units(units: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def session_differences(per_session: pd.DataFrame, a: str, b: str) -> pd.DataFrame:
-    """Per held-out session of one unit, ``a``'s value minus ``b``'s on ``METRICS``' scale:
-    clicks and long views over the logged order's mean, so the mean over sessions is exactly
-    the difference of the two rankers' changes vs the logged order; nDCG@10 as it is."""
-    frame = per_session.set_index(["ranker", "session_id"])
-    logged = frame.loc[LOGGED]
-    left, right = frame.loc[a], frame.loc[b].loc[frame.loc[a].index]
-    return pd.DataFrame(
-        {
-            "ctr_change": (left[CLICKS] - right[CLICKS]) / logged[CLICKS].mean(),
-            "long_view_change": (left[LONG_VIEWS] - right[LONG_VIEWS]) / logged[LONG_VIEWS].mean(),
-            "true_ndcg_diff": left[NDCG] - right[NDCG],
-        }
-    )
-
-
 def summarise_sessions(per_session: pd.DataFrame) -> pd.DataFrame:
     """The table of ``summarise_units`` for one unit, its intervals paired over the held-out
     sessions (one seed: they cover the evaluation's sampling of sessions, not the training
-    run's; ``creditflow.reporting.stats``): each ranker against the logged order, then the
-    contrasts."""
+    run's; ``creditflow.experience.controls``, as the chain's ``reranker_ab`` contrast rows):
+    each ranker against the logged order, then the contrasts."""
     rows = []
     for ranker in per_session["ranker"].drop_duplicates():
         if ranker != LOGGED:
-            values = session_differences(per_session, ranker, LOGGED)
+            values = session_differences(per_session, ranker, LOGGED, k=K)
             rows.append({"row": ranker, "kind": "ranker", **_intervals(values)})
-    for a, b, what in CONTRASTS:
-        if {a, b} <= set(per_session["ranker"]):
-            values = session_differences(per_session, a, b)
-            rows.append(
-                {"row": f"{a} - {b}", "kind": "contrast", "what": what, **_intervals(values)}
-            )
-    return pd.DataFrame(rows).assign(basis="sessions (1 seed)")
+    contrasts = contrast_rows(per_session, CONTRASTS, k=K)
+    contrasts = contrasts.rename(columns={"contrast": "row", "sessions": "units"})
+    table = pd.concat([pd.DataFrame(rows), contrasts.assign(kind="contrast")], ignore_index=True)
+    return table.assign(basis="sessions (1 seed)")
 
 
 def _intervals(values: pd.DataFrame) -> dict[str, Any]:
-    out: dict[str, Any] = {"units": len(values)}
-    for metric in METRICS:
-        mean, se, low, high = t_interval(values[metric].to_numpy())
-        mde = minimum_detectable_effect(se, len(values))
-        out |= {metric: mean, f"{metric}_low": low, f"{metric}_high": high, f"{metric}_mde": mde}
-        out[f"{metric}_text"] = interval_text(mean, low, high, mde)
-    return out
+    return {"units": len(values), **interval_columns(values)}
 
 
 def load_chain(project: Path) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from creditflow.experience import controls
 from creditflow.experience.reranker_data import LOGGED
 from creditflow.experience.simulated_ab import CLICKS, LONG_VIEWS
 
@@ -23,13 +24,12 @@ def test_doctests():
     assert doctest.testmod(seeds).failed == 0
 
 
-def test_shuffled_scores_permute_within_each_query():
-    scores = pd.DataFrame(
-        {"query_text": ["a", "a", "a", "b", "b"], "item_id": range(5), "s_exp": [1, 2, 3, 10, 20]}
-    )
-    out = seeds.shuffled_scores(scores, seed=0)
-    for query, part in out.groupby("query_text"):
-        assert sorted(part["s_exp"]) == sorted(scores.loc[scores["query_text"] == query, "s_exp"])
+def test_the_shuffle_and_the_session_contrasts_are_the_chains():
+    # One home: the chain's reranker_ab contrast rows and this script share them
+    # (tests/experience/test_controls.py tests them).
+    assert seeds.shuffled_scores is controls.shuffled_scores
+    assert seeds.session_differences is controls.session_differences
+    assert seeds.contrast_rows is controls.contrast_rows
 
 
 def test_unit_values_are_ratios_and_differences_against_the_logged_order():

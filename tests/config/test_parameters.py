@@ -170,6 +170,22 @@ PROBES = [
     ("reranker_grpo.validation.fraction", 1.0, r"validation.fraction: input should be less"),
     ("reranker_grpo.reward.gain_mode", "linear", r"unknown gain mode 'linear'"),
     (
+        "reranker_grpo.controls.r_old_olny",
+        {"alpha": 1.0, "beta": 0.0},
+        r"reranker_grpo.controls: unknown key `r_old_olny` \(did you mean `r_old_only`",
+    ),
+    (
+        "reranker_grpo.controls.r_old_only.beta",
+        0.1,
+        r"reranker_grpo.controls.r_old_only: beta is 0.1: .* its beta must be 0",
+    ),
+    ("reranker_grpo.controls.r_old_only.alpha", 0.0, r"r_old_only.alpha: input should be greater"),
+    (
+        "reranker_pretrain.controls.shuffled_exp.sede",
+        1,
+        r"reranker_pretrain.controls.shuffled_exp: unknown key `sede` \(did you mean `seed`",
+    ),
+    (
         "reranker_pretrain.rerankers.extra",
         {"use_exp_scores": True},
         r"rerankers \['extra'\] are not trained",

@@ -10,6 +10,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from creditflow.annotation.schema import DIMENSIONS, QUERY_COLUMN  # noqa: E402
+from creditflow.experience.controls import R_OLD_ONLY, SHUFFLED_EXP
 from creditflow.experience.expmodel_data import (
     TRAIN,
     UNSEEN,
@@ -398,6 +399,8 @@ _TRAINED_ON = {
     f"{_FEATURES}, not s_exp.",
     "yaug_pretrained": f"Imitates y_aug (clicks first, each part by s_exp); sees {_FEATURES} "
     "and s_exp.",
+    SHUFFLED_EXP: "Control: imitates y_aug built from s_exp shuffled within each query (clicks "
+    f"first, each part by the shuffled s_exp); sees {_FEATURES} and the shuffled s_exp.",
     "oracle_clicks": "Not trained: sorts by the true P(click | examined), reading the hidden "
     "truth (a reference, not a ranker).",
     "oracle_quality": "Not trained: sorts by the hidden true quality (a reference, not a ranker).",
@@ -405,16 +408,25 @@ _TRAINED_ON = {
 SAMPLED_SUFFIX = "_sampled"
 
 
-def trained_on(ranker: str, r_old: str) -> str:
+def trained_on(ranker: str, r_old: str, r_old_only_alpha: float = 1.0) -> str:
     """One sentence: which reward or target ``ranker`` (a name of the A/B table) was trained
-    on and what information it could see; page GRPO's depends on ``r_old``.
+    on and what information it could see; page GRPO's depends on ``r_old``, its ``R_OLD_ONLY``
+    control's on ``r_old_only_alpha`` too (``reranker_grpo.controls.r_old_only.alpha``).
 
     >>> trained_on("click_pretrained", "fitted_click_model")[:34]
     "Imitates the logs' click-first ord"
+    >>> trained_on("yaug_page_grpo_r_old_only", "fitted_click_model")[:76]
+    'Control: y_aug reranker, then page GRPO on R_old alone (alpha 1, beta 0: no '
     """
     if ranker.endswith(SAMPLED_SUFFIX):
         source = ranker.removesuffix(SAMPLED_SUFFIX)
         return f"{trained_on(source, r_old)[:-1]}; pages sampled at the GRPO temperature."
+    if ranker == R_OLD_ONLY:
+        return (
+            f"Control: y_aug reranker, then page GRPO on R_old alone (alpha {r_old_only_alpha:g}, "
+            f"beta 0: no experience term) with R_old {R_OLD_SEES[r_old]}; sees {_FEATURES} and "
+            "s_exp."
+        )
     if "page_grpo" in ranker:
         return (
             "y_aug reranker, then page GRPO on alpha * R_old + beta * nDCG@k(y, y^s) with R_old "

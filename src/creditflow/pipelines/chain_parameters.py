@@ -182,6 +182,14 @@ class RerankerKind(Block):
     use_exp_scores: bool
 
 
+class ShuffledExpControl(Block):
+    seed: int
+
+
+class RerankerPretrainControls(Block):
+    shuffled_exp: ShuffledExpControl
+
+
 class RerankerPretrainParams(Block):
     features: RerankerFeatures
     model: dataclass_block(
@@ -193,6 +201,7 @@ class RerankerPretrainParams(Block):
     model_seed: int
     training: supervised_block("RerankerTraining", PRETRAIN_TRAINING)
     rerankers: dict[str, RerankerKind]
+    controls: RerankerPretrainControls
 
     @model_validator(mode="after")
     def _both_rerankers(self) -> RerankerPretrainParams:
@@ -247,11 +256,33 @@ class LoggedClickModelFit(Block):
     max_iter: Count
 
 
+class ROldOnlyControl(Block):
+    """``reranker_grpo.controls.r_old_only``: the reward weights of the control trained on
+    R_old alone; a beta other than 0 would make it no control of the experience term."""
+
+    alpha: Annotated[float, Field(gt=0.0)]
+    beta: float
+
+    @model_validator(mode="after")
+    def _no_experience_term(self) -> ROldOnlyControl:
+        if self.beta != 0.0:
+            raise ValueError(
+                f"beta is {self.beta}: the r_old_only control is R_old alone, so its beta must "
+                "be 0 (the method's mix is reranker_grpo.reward)"
+            )
+        return self
+
+
+class RerankerGRPOControls(Block):
+    r_old_only: ROldOnlyControl
+
+
 class RerankerGRPOParams(Block):
     reward: PageRewardWeights
     validation: ValidationSplit
     click_model: LoggedClickModelFit
     grpo: PageGRPO
+    controls: RerankerGRPOControls
 
 
 class SampledPages(Block):

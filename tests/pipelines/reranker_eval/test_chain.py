@@ -3,6 +3,7 @@ project's catalog entries written to a temporary folder."""
 
 import pytest
 
+from creditflow.experience.controls import CONTRASTS, CONTROLLED
 from creditflow.experience.reranker_data import LOGGED, RERANKER_INPUTS
 from creditflow.pipeline_registry import DEFAULT_PIPELINES
 from creditflow.pipelines.reranker_eval.nodes import SAMPLED_PAGES
@@ -41,9 +42,14 @@ def test_chain_writes_every_artefact_through_the_catalog():
         | sources
     )
     table = catalog.load("reranker_evaluation")  # read back from CSV
-    rankers = {LOGGED, *RERANKER_INPUTS, *SAMPLED_PAGES}
+    rankers = {LOGGED, *RERANKER_INPUTS, *CONTROLLED, *SAMPLED_PAGES}
     assert set(table["ranker"]) == rankers
     assert "all" in set(table["band"])
     ab = catalog.load("reranker_ab")
-    assert set(ab["ranker"]) == rankers | {"oracle_clicks", "oracle_quality"}
+    assert set(ab.loc[ab["kind"] == "ranker", "ranker"]) == rankers | {
+        "oracle_clicks",
+        "oracle_quality",
+    }
+    contrasts = ab.loc[ab["kind"] == "contrast", "ranker"].tolist()
+    assert contrasts == [f"{a} - {b}" for a, b, _ in CONTRASTS]
     assert {"ctr", "ctr_se", "ctr_change_vs_logged", "ctr_change_vs_logged_se"} <= set(ab.columns)

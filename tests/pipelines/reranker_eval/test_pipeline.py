@@ -9,7 +9,8 @@ from kedro.runner import SequentialRunner
 from matplotlib.figure import Figure
 from scipy.stats import kendalltau
 
-from creditflow.experience.reranker_data import LOGGED, RERANKER_INPUTS
+from creditflow.experience.controls import CONTRASTS, METRICS, R_OLD_ONLY, SHUFFLED_EXP
+from creditflow.experience.reranker_data import LOGGED, serve_pages
 from creditflow.pipelines.reranker_eval import create_pipeline
 from creditflow.pipelines.reranker_eval.nodes import SAMPLED_PAGES
 from creditflow.tasks.reranking import ClickModel, candidate_response
@@ -19,7 +20,18 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.filterwarnings("ignore:register_new_resolver:UserWarning"),
 ]
-RANKERS = [LOGGED, *RERANKER_INPUTS, *SAMPLED_PAGES]
+# Each control right after the ranker it controls for.
+RANKERS = [
+    LOGGED,
+    "click_pretrained",
+    "click_exp_pretrained",
+    "yaug_no_exp_pretrained",
+    "yaug_pretrained",
+    SHUFFLED_EXP,
+    "yaug_page_grpo",
+    R_OLD_ONLY,
+    *SAMPLED_PAGES,
+]
 ORACLES = ["oracle_clicks", "oracle_quality"]
 
 
@@ -142,6 +154,7 @@ def test_ab_table_applies_the_world_click_model_to_every_page(evaluated):
         assert logged.loc[session.session_id, "clicks_per_page"] == pytest.approx(expected)
 
     table = catalog.load("reranker_ab")
+    table = table[table["kind"] == "ranker"]
     bands = [b for b in ("head", "torso", "tail") if b in set(sessions["query_frequency_band"])]
     assert table["ranker"].tolist() == [r for r in RANKERS + ORACLES for _ in range(len(bands) + 1)]
     assert table["band"].tolist() == (bands + ["all"]) * len(RANKERS + ORACLES)
@@ -156,6 +169,8 @@ def test_ab_table_applies_the_world_click_model_to_every_page(evaluated):
     # One sentence per ranker: the reward it learned from and what it could see.
     assert "fitted to the training logs" in overall.loc["yaug_page_grpo", "trained_on"]
     assert "hidden" in overall.loc["oracle_clicks", "trained_on"]
+    assert "R_old alone (alpha 1, beta 0" in overall.loc[R_OLD_ONLY, "trained_on"]
+    assert "shuffled s_exp" in overall.loc[SHUFFLED_EXP, "trained_on"]
     assert isinstance(catalog.load("reranker_ab_plot"), Figure)
     recovery = catalog.load("logged_click_model_recovery")
     assert recovery["examination_fitted"].iloc[0] == recovery["examination_true"].iloc[0] == 1.0
@@ -167,3 +182,56 @@ def test_ab_table_applies_the_world_click_model_to_every_page(evaluated):
     for row in default.itertuples(index=False):
         assert row.ctr == pytest.approx(pd_table.loc[(row.ranker, row.band), "ctr"])
     assert isinstance(catalog.load("reranker_ab_sweep_plot"), Figure)
+
+
+def test_the_controls_are_served_with_their_own_scores(evaluated):
+    _, catalog = evaluated
+    pages = catalog.load("reranker_heldout_pages")
+    ranking = pages[pages["draw"] == 0].set_index(["ranker", "session_id"])["ranking"]
+    sessions = catalog.load("query_logs_heldout")
+    params = smallest_params()
+    # The shuffled-s_exp control's pages are its greedy pages on the shuffled scores, not on
+    # the real ones (serve_pages, called here on each score table).
+    model = catalog.load("reranker_yaug_shuffled_exp")
+    served = {}
+    for scores in ("item_experience_scores_shuffled", "item_experience_scores"):
+        page = serve_pages(
+            sessions,
+            catalog.load("catalogue_items"),
+            catalog.load(scores),
+            {SHUFFLED_EXP: model},
+            {SHUFFLED_EXP: "yaug"},
+            params["reranker_pretrain"],
+        )[SHUFFLED_EXP][0]
+        served[scores] = [list(r) for r in page.tolist()]
+    chain = [list(ranking.loc[(SHUFFLED_EXP, s)]) for s in sessions["session_id"]]
+    assert chain == served["item_experience_scores_shuffled"]
+    assert chain != served["item_experience_scores"]
+
+
+def test_the_ab_table_ends_with_the_controls_contrasts_paired_over_sessions(evaluated):
+    params, catalog = evaluated
+    k = params["reranker_eval"]["ab"]["k"]
+    table = catalog.load("reranker_ab")  # read back from CSV
+    n = len(catalog.load("query_logs_heldout"))
+    contrasts = table[table["kind"] == "contrast"].set_index("ranker")
+    assert contrasts.index.tolist() == [f"{a} - {b}" for a, b, _ in CONTRASTS]
+    assert (contrasts["band"] == "all").all() and (contrasts["sessions"] == n).all()
+    assert (table["basis"] == "held-out sessions, one run").all()
+    for metric in METRICS:
+        for suffix in ("", "_se", "_low", "_high", "_mde"):
+            assert np.isfinite(contrasts[metric + suffix].astype(float)).all(), metric + suffix
+        assert (contrasts[f"{metric}_low"] <= contrasts[metric]).all()
+        assert (contrasts[metric] <= contrasts[f"{metric}_high"]).all()
+    # The mean CTR change of a contrast is the difference of its rankers' changes vs logged.
+    overall = table[(table["kind"] == "ranker") & (table["band"] == "all")].set_index("ranker")
+    for a, b, _ in CONTRASTS:
+        row = contrasts.loc[f"{a} - {b}"]
+        for metric, column in (
+            ("ctr_change", "ctr_change_vs_logged"),
+            ("long_view_change", "long_view_change_vs_logged"),
+            ("true_ndcg_diff", f"true_ndcg_at_{k}_diff_vs_logged"),
+        ):
+            expected = overall.loc[a, column] - overall.loc[b, column]
+            assert row[metric] == pytest.approx(expected, abs=1e-9), (a, metric)
+    assert "the experience term" in contrasts.iloc[0]["what"]

@@ -1,5 +1,6 @@
 """Kedro slice test of the ``reranker_grpo`` pipeline: page-level GRPO, KL, resume."""
 
+import numpy as np
 import pytest
 import torch
 from kedro.runner import SequentialRunner
@@ -55,8 +56,10 @@ def test_page_grpo_trains_from_the_yaug_reranker_and_resumes(tmp_path, capfd):
     fit = catalog.load("logged_click_model_fit")
     assert fit["split"].tolist() == ["fit", "validation"] and (fit["click_loglik"] < 0).all()
 
+    # Page GRPO and its R_old-only control share the store, one run each (their rewards differ).
+    assert len(list(tmp_path.iterdir())) == 2
+    assert [p.name for p in sorted(tmp_path.glob("*/step-*"))] == ["step-000001", "step-000002"] * 2
     # Same inputs again: the node finds the finished checkpoint and does not retrain.
-    assert [p.name for p in sorted(tmp_path.glob("*/step-*"))] == ["step-000001", "step-000002"]
     again = _catalog(pipeline, params, tmp_path)
     rerun = pipeline.only_nodes("fit_click_model_on_logs", "train_reranker_page_grpo")
     SequentialRunner().run(rerun, again)
@@ -70,3 +73,31 @@ def test_page_grpo_rejects_derived_grpo_keys(tmp_path):
     pipeline = create_pipeline().only_nodes("train_reranker_page_grpo")
     with pytest.raises(ValueError, match=r"must not set \['max_new_tokens'\]"):
         SequentialRunner().run(pipeline, _catalog(pipeline, params, tmp_path))
+
+
+def test_the_r_old_only_control_trains_on_r_old_alone(tmp_path):
+    params = smallest_params()
+    pipeline = create_pipeline().only_nodes(
+        "fit_click_model_on_logs", "train_reranker_page_grpo", "train_reranker_page_grpo_r_old_only"
+    )
+    catalog = _catalog(pipeline, params, tmp_path)
+    SequentialRunner().run(pipeline, catalog)
+    control = params["reranker_grpo"]["controls"]["r_old_only"]
+    assert (control["alpha"], control["beta"]) == (1.0, 0.0)
+    metrics = catalog.load("reranker_grpo_r_old_only_metrics")
+    assert metrics["step"].tolist() == [1, 2]
+    # The experience term is still measured but weighs 0: the page reward is R_old itself.
+    torch.testing.assert_close(
+        torch.tensor(metrics["reward/page"].to_numpy()),
+        torch.tensor(metrics["reward/r_old"].to_numpy()),
+    )
+    assert not np.allclose(metrics["reward/page"], metrics["reward/exp_ndcg"])
+    # The method, from the same start, mixes in the experience term: another run.
+    method = catalog.load("reranker_grpo_metrics")
+    beta = params["reranker_grpo"]["reward"]["beta"]
+    assert beta > 0 and not np.allclose(method["reward/page"], method["reward/r_old"])
+    trained = catalog.load("reranker_page_grpo_r_old_only").state_dict()
+    start = catalog.load("reranker_yaug").state_dict()
+    assert [k for k in start if not torch.equal(trained[k], start[k])], "GRPO changed nothing"
+    method_weights = catalog.load("reranker_page_grpo").state_dict()
+    assert not all(torch.equal(trained[k], method_weights[k]) for k in trained)

@@ -11,7 +11,7 @@ from creditflow.datasets import CheckpointDirectoryDataset
 from creditflow.errors import ConfigError
 from creditflow.models.reranker import PointerReranker
 from creditflow.pipelines.reranker_pretrain import create_pipeline
-from creditflow.pipelines.reranker_pretrain.pipeline import RERANKERS
+from creditflow.pipelines.reranker_pretrain.pipeline import RERANKERS, SHUFFLED
 from tests.pipelines._experience_chain import (
     chain_catalog,
     deep_update,
@@ -36,7 +36,8 @@ def test_every_reranker_pretrains_and_only_the_exp_ones_read_experience_scores(t
     params = smallest_params()
     pipeline = create_pipeline()
     catalog = _run(pipeline, params, tmp_path / "first")
-    assert len(list((tmp_path / "first").iterdir())) == 4  # one run per reranker
+    # One run per reranker, the shuffled-s_exp control's too (its targets and features differ).
+    assert len(list((tmp_path / "first").iterdir())) == 5
     for kind in RERANKERS:
         model = catalog.load(f"reranker_{kind}")
         assert isinstance(model, PointerReranker) and not model.training
@@ -45,13 +46,19 @@ def test_every_reranker_pretrains_and_only_the_exp_ones_read_experience_scores(t
         assert metrics["step"].tolist() == [1, 2, 3]
         assert (metrics["reranker"] == kind).all()
         assert metrics["pretrain/nll"].map(math.isfinite).all()
+    shuffled = catalog.load(f"reranker_{SHUFFLED}")
+    assert isinstance(shuffled, PointerReranker) and not shuffled.training
+    assert (catalog.load(f"reranker_pretrain_{SHUFFLED}_metrics")["reranker"] == SHUFFLED).all()
+    yaug = catalog.load("reranker_yaug").state_dict()
+    assert not all(torch.equal(yaug[k], v) for k, v in shuffled.state_dict().items())
     # The file-backed chain trained the same weights and reads them back from safetensors.
     saved = chain_catalog().load("reranker_yaug").state_dict()
     for name, value in catalog.load("reranker_yaug").state_dict().items():
         torch.testing.assert_close(saved[name], value)
 
     # Reversed scores change what the s_exp readers see (their score features; the targets
-    # are the same tables) but not the rerankers without s_exp inputs.
+    # are the same tables) but not the rerankers without s_exp inputs, nor the control, which
+    # reads the shuffled scores only.
     scores = catalog.load("item_experience_scores")
     reversed_scores = scores.assign(s_exp=-scores["s_exp"])
     other = _run(pipeline, params, tmp_path / "other", item_experience_scores=reversed_scores)
@@ -60,6 +67,7 @@ def test_every_reranker_pretrains_and_only_the_exp_ones_read_experience_scores(t
         ("yaug_no_exp", True),
         ("yaug", False),
         ("click_exp", False),
+        (SHUFFLED, True),
     ):
         before = catalog.load(f"reranker_{kind}").state_dict()
         after = other.load(f"reranker_{kind}").state_dict()

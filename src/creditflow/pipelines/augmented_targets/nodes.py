@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 
+from creditflow.experience.controls import shuffled_scores
 from creditflow.experience.reranker_data import rankings_frame, session_exp_scores
 from creditflow.experience.reranker_training import (
     augmented_targets,
@@ -30,3 +33,12 @@ def build_click_first_targets(query_logs_train: pd.DataFrame) -> pd.DataFrame:
     return rankings_frame(
         query_logs_train, click_first_order(logs.clicks.bool(), logs.logged_order)
     )
+
+
+def shuffle_experience_scores(
+    item_experience_scores: pd.DataFrame, pretrain_params: dict[str, Any]
+) -> pd.DataFrame:
+    """The shuffled-s_exp control's scores: s_exp permuted within each query, seeded by
+    ``reranker_pretrain.controls.shuffled_exp.seed`` (``experience.controls``)."""
+    seed = pretrain_params["controls"]["shuffled_exp"]["seed"]
+    return shuffled_scores(item_experience_scores, seed=seed)

@@ -8,6 +8,14 @@ from typing import Any
 import pandas as pd
 from matplotlib.figure import Figure
 
+from creditflow.experience.controls import (
+    CONTRAST,
+    R_OLD_ONLY,
+    SHUFFLED_EXP,
+    ab_log_text,
+    beside_their_methods,
+    with_contrasts,
+)
 from creditflow.experience.expmodel_pft import HELDOUT_ACCURACY
 from creditflow.experience.logged_click_model import click_model_from_table, recovery_table
 from creditflow.experience.reporting import (
@@ -51,40 +59,49 @@ SAMPLED_PAGES = {
     "yaug_pretrained_sampled": "yaug_pretrained",
     "yaug_page_grpo_sampled": "yaug_page_grpo",
 }
+# The controls (experience.controls), each read like the y_aug reranker it controls for.
+CONTROL_INPUTS = {R_OLD_ONLY: "yaug", SHUFFLED_EXP: "yaug"}
 
 
 def serve_heldout_pages(  # noqa: PLR0913 - one input per trained reranker
     query_logs_heldout: pd.DataFrame,
     catalogue_items: pd.DataFrame,
     item_experience_scores: pd.DataFrame,
+    item_experience_scores_shuffled: pd.DataFrame,
     reranker_click: PointerReranker,
     reranker_click_exp: PointerReranker,
     reranker_yaug_no_exp: PointerReranker,
     reranker_yaug: PointerReranker,
     reranker_page_grpo: PointerReranker,
+    reranker_page_grpo_r_old_only: PointerReranker,
+    reranker_yaug_shuffled_exp: PointerReranker,
     params: dict[str, Any],
     pretrain_params: dict[str, Any],
     grpo_params: dict[str, Any],
 ) -> pd.DataFrame:
     """Every ranker's pages of the held-out sessions: the logged order, each reranker's greedy
-    page, and pages of the y_aug rerankers sampled at the GRPO temperature."""
+    page (each control beside its method), and pages of the y_aug rerankers sampled at the
+    GRPO temperature. The shuffled-s_exp control reads the shuffled scores it was trained on."""
     models = named_rerankers(
         reranker_click, reranker_click_exp, reranker_yaug_no_exp, reranker_yaug, reranker_page_grpo
-    )
-    sampled = params["ab"]["sampled_pages"]
+    ) | {R_OLD_ONLY: reranker_page_grpo_r_old_only}
+    sampled, sessions = params["ab"]["sampled_pages"], (query_logs_heldout, catalogue_items)
     pages = serve_pages(
-        query_logs_heldout,
-        catalogue_items,
+        *sessions,
         item_experience_scores,
         models,
-        RERANKER_INPUTS,
+        RERANKER_INPUTS | CONTROL_INPUTS,
         pretrain_params,
         sampled=SAMPLED_PAGES,
         temperature=grpo_params["grpo"]["temperature"],
         samples=sampled["samples"],
         seed=sampled["seed"],
     )
-    return pages_frame(pages, query_logs_heldout)
+    shuffled = {SHUFFLED_EXP: reranker_yaug_shuffled_exp}
+    pages[SHUFFLED_EXP] = serve_pages(  # its LOGGED page is the same one: not taken
+        *sessions, item_experience_scores_shuffled, shuffled, CONTROL_INPUTS, pretrain_params
+    )[SHUFFLED_EXP]
+    return pages_frame(beside_their_methods(pages), query_logs_heldout)
 
 
 def evaluate_rerankers(
@@ -139,17 +156,19 @@ def summarise_reranker_ab(
     reranker_ab_sessions: pd.DataFrame, params: dict[str, Any], grpo_params: dict[str, Any]
 ) -> tuple[pd.DataFrame, Figure]:
     """The A/B table (ranker x band, paired changes vs the logged order, and per ranker one
-    sentence, ``trained_on``, on the reward it learned from and what it could see) and its
-    bar plot."""
+    sentence, ``trained_on``, on the reward it learned from and what it could see), then the
+    controls' contrast rows (``experience.controls.with_contrasts``: paired over the held-out
+    sessions), and its bar plot of the rankers."""
     if reranker_ab_sessions.empty:
         return _note_table(), _note_figure(NO_TRUTH)
     k = params["ab"]["k"]
     table = summarise_ab(reranker_ab_sessions, k=k)
-    r_old = grpo_params["reward"]["r_old"]
-    table["trained_on"] = [trained_on(ranker, r_old) for ranker in table["ranker"]]
-    shown = table.drop(columns="trained_on")
-    logger.info("simulated online A/B on held-out sessions:\n%s", shown.to_string(index=False))
-    return table, plot_metrics_by_band(table, ab_plot_columns(k))
+    r_old, alpha = grpo_params["reward"]["r_old"], grpo_params["controls"]["r_old_only"]["alpha"]
+    table["trained_on"] = [trained_on(ranker, r_old, alpha) for ranker in table["ranker"]]
+    table = with_contrasts(table, reranker_ab_sessions, k=k)
+    logger.info("simulated online A/B on held-out sessions:\n%s", ab_log_text(table))
+    rankers = table[table["kind"] != CONTRAST]
+    return table, plot_metrics_by_band(rankers, ab_plot_columns(k))
 
 
 def sweep_click_quality_weight(

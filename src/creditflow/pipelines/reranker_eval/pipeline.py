@@ -1,5 +1,6 @@
 """``reranker_eval``: logged order vs the click / y_aug rerankers (with and without s_exp
-inputs) and y_aug + page GRPO on held-out sessions by query band: the counterfactual table, the
+inputs), y_aug + page GRPO and the two controls of what s_exp adds (page GRPO on R_old alone,
+y_aug from a shuffled s_exp) on held-out sessions by query band: the counterfactual table, the
 simulated online A/B with its quality-weight sweep, and the experience model against the hidden
 true quality."""
 
@@ -20,11 +21,14 @@ def create_pipeline(**kwargs) -> Pipeline:
                     HELDOUT,
                     "catalogue_items",
                     "item_experience_scores",
+                    "item_experience_scores_shuffled",
                     "reranker_click",
                     "reranker_click_exp",
                     "reranker_yaug_no_exp",
                     "reranker_yaug",
                     "reranker_page_grpo",
+                    "reranker_page_grpo_r_old_only",
+                    "reranker_yaug_shuffled_exp",
                     "params:reranker_eval",
                     "params:reranker_pretrain",
                     "params:reranker_grpo",

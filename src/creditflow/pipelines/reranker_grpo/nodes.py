@@ -73,8 +73,45 @@ def train_reranker_page_grpo(  # noqa: PLR0913 - the model, its data, the worlds
     return model, metrics_frame(result.history), pd.DataFrame(result.samples)
 
 
-def plot_reranker_grpo_curves(reranker_grpo_metrics: pd.DataFrame) -> Figure:
+def train_reranker_page_grpo_r_old_only(  # noqa: PLR0913 - as train_reranker_page_grpo
+    reranker_yaug: PointerReranker,
+    query_logs_train: pd.DataFrame,
+    catalogue_items: pd.DataFrame,
+    item_experience_scores: pd.DataFrame,
+    logged_click_model: pd.DataFrame,
+    checkpoints: CheckpointStore,
+    params: dict[str, Any],
+    pretrain_params: dict[str, Any],
+    annotation_params: dict[str, Any],
+) -> tuple[PointerReranker, pd.DataFrame]:
+    """The control of the experience term: ``train_reranker_page_grpo`` with the reward
+    weights of ``reranker_grpo.controls.r_old_only`` (R_old alone, beta 0), everything else the
+    same. Its run has its own key in ``checkpoints`` (the key holds alpha and beta)."""
+    control = {**params, "reward": {**params["reward"], **params["controls"]["r_old_only"]}}
+    model, metrics, _ = train_reranker_page_grpo(
+        reranker_yaug,
+        query_logs_train,
+        catalogue_items,
+        item_experience_scores,
+        logged_click_model,
+        checkpoints,
+        control,
+        pretrain_params,
+        annotation_params,
+    )
+    return model, metrics
+
+
+def plot_reranker_grpo_curves(
+    reranker_grpo_metrics: pd.DataFrame, reranker_grpo_r_old_only_metrics: pd.DataFrame
+) -> Figure:
     """Page reward, its two parts, the KL to the pre-trained reranker and the pointer entropy
-    against the GRPO step."""
-    metrics = reranker_grpo_metrics.assign(run="page_grpo")
+    against the GRPO step, of page GRPO and of its R_old-only control."""
+    metrics = pd.concat(
+        [
+            reranker_grpo_metrics.assign(run="page_grpo"),
+            reranker_grpo_r_old_only_metrics.assign(run="page_grpo_r_old_only"),
+        ],
+        ignore_index=True,
+    )
     return plot_reward_curves(metrics, REWARD_COLUMNS, group="run")

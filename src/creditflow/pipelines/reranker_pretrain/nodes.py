@@ -23,11 +23,12 @@ def pretrain_reranker(
     checkpoints: CheckpointStore,
     params: dict[str, Any],
     kind: str,
+    label: str | None = None,
 ) -> tuple[PointerReranker, pd.DataFrame]:
     """A fresh reranker trained by teacher forcing to emit ``targets`` (y_aug or click-first)
     on the training sessions, reading the inputs of setting ``kind``; returns it and the
-    per-step NLL. A re-run of the same run resumes from (or loads) its checkpoint in
-    ``checkpoints``."""
+    per-step NLL, labelled ``label`` (default ``kind``). A re-run of the same run resumes from
+    (or loads) its checkpoint in ``checkpoints``."""
     training = SupervisedConfig.from_params(params["training"], **PRETRAIN_TRAINING)
     features, mask = inputs_for(
         query_logs_train, catalogue_items, item_experience_scores, params, kind
@@ -37,4 +38,4 @@ def pretrain_reranker(
     history = reranker_training.pretrain_reranker(
         model, features, mask, rankings, training=training, checkpoints=checkpoints
     )
-    return model, metrics_frame(history).assign(reranker=kind)
+    return model, metrics_frame(history).assign(reranker=label or kind)

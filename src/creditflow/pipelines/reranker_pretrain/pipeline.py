@@ -7,6 +7,11 @@ the logged click-first order, the baseline a click-log reranker imitates. The ab
 no s_exp inputs) complete the 2 x 2, so the target and the s_exp inputs are compared one at a
 time. Whether each reads s_exp is ``params:reranker_pretrain.rerankers``; every other feature
 is the same for all four.
+
+The control ``reranker_yaug_shuffled_exp`` is ``reranker_yaug`` again (setting ``yaug``), from
+s_exp shuffled within each query: its y_aug targets and its s_exp features both come from
+``item_experience_scores_shuffled`` (``augmented_targets``), so against ``reranker_yaug`` it
+measures what s_exp's order adds (``experience.controls``).
 """
 
 from functools import partial, update_wrapper
@@ -17,6 +22,7 @@ from creditflow.config.reranking import RERANKERS
 from creditflow.pipelines.reranker_pretrain import nodes
 
 PARAMS = "params:reranker_pretrain"
+SHUFFLED = "yaug_shuffled_exp"  # the control's name in its datasets
 
 
 def _named(func, name: str, **bound):
@@ -44,6 +50,21 @@ def create_pipeline(**kwargs) -> Pipeline:
                 name=f"pretrain_reranker_{kind}",
             )
             for kind, target in RERANKERS.items()
+        ]
+        + [
+            Node(
+                _named(nodes.pretrain_reranker, "pretrain_reranker", kind="yaug", label=SHUFFLED),
+                [
+                    f"reranker_targets_{SHUFFLED}",
+                    "query_logs_train",
+                    "catalogue_items",
+                    "item_experience_scores_shuffled",
+                    "reranker_pretrain_checkpoints",
+                    PARAMS,
+                ],
+                [f"reranker_{SHUFFLED}", f"reranker_pretrain_{SHUFFLED}_metrics"],
+                name=f"pretrain_reranker_{SHUFFLED}",
+            )
         ],
         tags=["reranker_pretrain", "experience"],
     )
