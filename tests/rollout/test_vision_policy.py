@@ -27,7 +27,12 @@ from creditflow.rollout import (
     as_visual_prompt,
     vision_policy,
 )
-from creditflow.rollout.prompt_cache import PromptEncodingCache, encoded_bytes
+from creditflow.rollout.prompt_cache import (
+    PromptEncodingCache,
+    encoded_bytes,
+    left_padded_batch,
+    split_rows,
+)
 from creditflow.rollout.vision_policy import (
     flat_pixel_values,
     per_row_pixel_values,
@@ -399,7 +404,7 @@ def test_cached_prompt_encodings_equal_the_processors_batch(
         for key, value in reference.items():
             assert cached[key].dtype == value.dtype, key
             assert torch.equal(cached[key], value), key
-    assert calls == [1, 1, 1, 1]  # each distinct prompt processed once, alone
+    assert calls == [4]  # the four distinct prompts in one processor call, then none
     # A prompt given as a PIL image and as the same PNG's bytes are two keys, one encoding.
     png = vl_prompts[0][1]
     as_image = (vl_prompts[0][0], decode_image(png))
@@ -409,22 +414,49 @@ def test_cached_prompt_encodings_equal_the_processors_batch(
     )
 
 
-def test_prompt_encoding_cache_keeps_to_its_byte_budget():
-    row = {
-        "input_ids": torch.ones(1, 4, dtype=torch.long),
-        "attention_mask": torch.ones(1, 4, dtype=torch.long),
-        "mm_token_type_ids": torch.zeros(1, 4, dtype=torch.long),
-        "pixel_values": torch.zeros(2, 8),
-        "image_grid_thw": torch.tensor([[1, 1, 2]]),
+def _one_prompt_batch(n: int) -> dict:
+    """A processor-like batch of ``n`` rows of 4 tokens and 2 patches each."""
+    return {
+        "input_ids": torch.ones(n, 4, dtype=torch.long),
+        "attention_mask": torch.ones(n, 4, dtype=torch.long),
+        "mm_token_type_ids": torch.zeros(n, 4, dtype=torch.long),
+        "pixel_values": torch.zeros(2 * n, 8),
+        "image_grid_thw": torch.tensor([[1, 1, 2]] * n),
     }
-    size = encoded_bytes(row)
+
+
+def test_prompt_encoding_cache_keeps_to_its_byte_budget():
+    size = encoded_bytes(split_rows(_one_prompt_batch(1))[0])
     cache = PromptEncodingCache(max_bytes=2 * size)
     encoded = []
-    cache.rows(["a", "b"], lambda i: encoded.append(i) or dict(row))
-    cache.rows(["a"], lambda i: encoded.append(("again", i)) or dict(row))  # a: most recent
-    cache.rows(["c"], lambda i: dict(row))  # drops b, the least recently used
-    assert len(cache) == 2 and encoded == [0, 1]
-    cache.rows(["b"], lambda i: encoded.append("b again") or dict(row))
-    assert encoded[-1] == "b again"
+
+    def encode(indices):
+        encoded.append(indices)
+        return _one_prompt_batch(len(indices))
+
+    cache.rows(["a", "b", "a"], encode)
+    cache.rows(["a"], encode)  # kept: a is now the most recent
+    cache.rows(["c"], encode)  # drops b, the least recently used
+    assert len(cache) == 2 and encoded == [[0, 1], [0]]
+    cache.rows(["b", "a"], encode)
+    assert encoded[-1] == [0]  # b again, a still kept
     # A processor output with keys of its own is not cached: the caller encodes the batch.
-    assert cache.rows(["d"], lambda i: {**row, "second_per_grid_ts": torch.ones(1)}) is None
+    extra = lambda indices: {**_one_prompt_batch(len(indices)), "second_per_grid_ts": None}  # noqa: E731
+    assert cache.rows(["d"], extra) is None
+
+
+def test_split_rows_inverts_left_padding():
+    batch = {
+        "input_ids": torch.tensor([[0, 0, 5, 6], [7, 8, 9, 10]]),
+        "attention_mask": torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1]]),
+        "mm_token_type_ids": torch.tensor([[0, 0, 1, 0], [0, 1, 1, 0]]),
+        "pixel_values": torch.arange(10.0).reshape(5, 2),
+        "image_grid_thw": torch.tensor([[1, 1, 2], [1, 1, 3]]),
+    }
+    rows = split_rows(batch)
+    assert rows[0]["input_ids"].tolist() == [[5, 6]]
+    assert rows[1]["pixel_values"].tolist() == [[4.0, 5.0], [6.0, 7.0], [8.0, 9.0]]
+    back = left_padded_batch(rows, pad_id=0)
+    back["pixel_values"] = flat_pixel_values(back["pixel_values"], back["image_grid_thw"])
+    for key, value in batch.items():
+        assert torch.equal(back[key], value), key

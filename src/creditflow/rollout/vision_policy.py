@@ -149,14 +149,16 @@ class VisionLanguagePolicy(SamplesOwnModule):
         """Left-padded prompt inputs, one row per prompt: ``input_ids``, ``attention_mask``,
         ``mm_token_type_ids`` ``(B, P)``, ``pixel_values`` ``(B, N_max, D)`` (per-row blocks)
         and ``image_grid_thw`` ``(B, 3)``. Each distinct prompt goes through the processor
-        once, alone, and is kept (``rollout.prompt_cache``: the same tensors as one batched
+        once (the new ones of a batch in one call) and is kept (``rollout.prompt_cache``: the same tensors as one batched
         processor call)."""
 
-        def encode_one(i: int) -> dict[str, torch.Tensor]:
-            prompt = as_visual_prompt(prompts[i])
-            return vl_prompt_inputs(self.processor, [prompt.text], [prompt.image])
+        def encode_batch(indices: list[int]) -> dict[str, torch.Tensor]:
+            visual = [as_visual_prompt(prompts[i]) for i in indices]
+            return vl_prompt_inputs(
+                self.processor, [p.text for p in visual], [p.image for p in visual]
+            )
 
-        rows = self._encodings.rows([prompt_key(p) for p in prompts], encode_one)
+        rows = self._encodings.rows([prompt_key(p) for p in prompts], encode_batch)
         if rows is not None:
             inputs = left_padded_batch(rows, self.tokenizer.pad_token_id)
         else:  # a processor with inputs of its own: the whole batch at once, every time
