@@ -60,11 +60,14 @@ def left_padded_batch(
             tokens = row[key][0]
             out[b, width - len(tokens) :] = tokens
         batch[key] = out
-    patches = max(row["pixel_values"].shape[0] for row in rows)
-    first = rows[0]["pixel_values"]
-    pixels = torch.zeros(len(rows), patches, first.shape[-1], dtype=first.dtype)
-    for b, row in enumerate(rows):
-        pixels[b, : row["pixel_values"].shape[0]] = row["pixel_values"]
+    counts = [row["pixel_values"].shape[0] for row in rows]
+    if len(set(counts)) == 1:  # pictures of one size (the tor default): nothing to pad
+        pixels = torch.stack([row["pixel_values"] for row in rows])
+    else:
+        first = rows[0]["pixel_values"]
+        pixels = torch.zeros(len(rows), max(counts), first.shape[-1], dtype=first.dtype)
+        for b, row in enumerate(rows):
+            pixels[b, : counts[b]] = row["pixel_values"]
     batch["pixel_values"] = pixels
     batch["image_grid_thw"] = torch.cat([row["image_grid_thw"] for row in rows])
     return batch

@@ -45,6 +45,8 @@ from creditflow.rollout.shared_prefix import (
     sequence_positions,
     shared_prefix_hidden,
 )
+from creditflow.rollout.vision_cache import DEFAULT_MAX_BYTES as VISION_CACHE_BYTES
+from creditflow.rollout.vision_cache import FrozenVisionFeatures
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,8 @@ def flat_pixel_values(pixel_rows: torch.Tensor, image_grid_thw: torch.Tensor) ->
         image_grid_thw: ``(B, 3)``; ``N_b = t * h * w`` of row ``b``.
     """
     counts = image_grid_thw.prod(dim=-1).tolist()
+    if all(n == pixel_rows.shape[1] for n in counts):  # no padding: the same values, no copy
+        return pixel_rows.reshape(-1, pixel_rows.shape[-1])
     return torch.cat([pixel_rows[b, :n] for b, n in enumerate(counts)], dim=0)
 
 
@@ -118,6 +122,8 @@ class VisionLanguagePolicy(SamplesOwnModule):
         sampling: generation settings; ``temperature`` also scales the recomputed logits.
         backend: ``hf`` (``model.generate``, the default and the reference) or ``lean``
             (``rollout.backends.lean_vl``); no other backend takes images.
+        vision_cache_bytes: budget of the frozen ViT's kept outputs
+            (``rollout.vision_cache``); 0 runs the ViT in every forward.
     """
 
     def __init__(
@@ -126,6 +132,7 @@ class VisionLanguagePolicy(SamplesOwnModule):
         processor,
         sampling: SamplingSettings,
         backend: HFBackend | LeanBackend | None = None,
+        vision_cache_bytes: int = VISION_CACHE_BYTES,
     ):
         tokenizer = processor.tokenizer
         self.module = model
@@ -139,6 +146,8 @@ class VisionLanguagePolicy(SamplesOwnModule):
         self.backend = backend if backend is not None else HFBackend()
         self._prompt_positions: dict[bytes, torch.Tensor] = {}  # sequence_rope_positions
         self._encodings = PromptEncodingCache()  # encode_prompts: each prompt processed once
+        # A frozen ViT runs once per picture (rollout.vision_cache); 0 bytes: every time.
+        self.vision_features = FrozenVisionFeatures(model, vision_cache_bytes)
 
     @property
     def device(self) -> torch.device:
@@ -223,11 +232,12 @@ class VisionLanguagePolicy(SamplesOwnModule):
             suppressed_ids=tuple(self.vision_ids),
         )
         try:
-            if self.decodes_lean:
-                return generate_with_images(
-                    self.backend, self.module, request, model_inputs, scores
-                )
-            return self.backend.generate(self.module, request, model_inputs)
+            with self.vision_features.installed():
+                if self.decodes_lean:
+                    return generate_with_images(
+                        self.backend, self.module, request, model_inputs, scores
+                    )
+                return self.backend.generate(self.module, request, model_inputs)
         finally:
             self.module.train(was_training)
 
@@ -309,10 +319,20 @@ class VisionLanguagePolicy(SamplesOwnModule):
         image prompts, the head applied a chunk of positions at a time. With
         ``SamplingSettings.shared_prefix`` each run of rows with one prompt and one image runs
         that prompt (and its image) once (``rollout.shared_prefix``)."""
+        with self.vision_features.installed():
+            return self._score_images(batch, with_entropy)
+
+    def _score_images(
+        self, batch: RolloutBatch, with_entropy: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         owner = rope_index_owner(self.module)
         if not self.sampling.shared_prefix or owner is None:
             prompt_inputs = self._model_prompt_inputs(self._batch_prompt_inputs(batch))
             inputs = self._forward_inputs(prompt_inputs, batch)
+            if owner is not None:  # the same integer positions, kept per prompt
+                inputs["position_ids"] = sequence_rope_positions(
+                    owner, batch, self._prompt_positions
+                )
             hidden = output_head_inputs(self.module, **inputs)[:, :-1]  # (B, T, H)
             return self._head(hidden, batch, with_entropy)
         pixel_rows, grids = batch.extras["pixel_values"], batch.extras["image_grid_thw"]
