@@ -278,6 +278,10 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
         for axis in (ax, memory):
             axis.set_xscale("log")
             axis.set_yscale("log")
+        if factor != "model":  # the measured values as the ticks (log ticks crowd 3 x 10^1 ...)
+            ticks = sorted({x_value(r) for r in rows if r["factor"] == factor})
+            ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+            ax.minorticks_off()
         ax.set_xlabel("parameters" if factor == "model" else factor)
         ax.set_ylabel("CPU s / step (solid)")
         memory.set_ylabel("peak RSS MB (dashed)")
