@@ -17,10 +17,11 @@ Shape symbols: ``B`` prompts, ``P`` prompt tokens (left-padded), ``N`` patches o
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 
 import torch
+
+from creditflow.rollout.kept import KeptByBytes
 
 # The keys a Qwen2.5-VL processor returns for image prompts; a processor returning anything
 # else is not cached (its extra inputs would need their own padding rule).
@@ -105,12 +106,14 @@ class PromptEncodingCache:
     """Per-prompt encodings by key, the least recently used dropped beyond ``max_bytes``."""
 
     def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES):
-        self.max_bytes = max_bytes
-        self._rows: OrderedDict[Hashable, dict[str, torch.Tensor]] = OrderedDict()
-        self._bytes = 0
+        self._kept: KeptByBytes[dict[str, torch.Tensor]] = KeptByBytes(max_bytes, encoded_bytes)
+
+    @property
+    def max_bytes(self) -> int:
+        return self._kept.max_bytes
 
     def __len__(self) -> int:
-        return len(self._rows)
+        return len(self._kept)
 
     def rows(
         self,
@@ -121,32 +124,9 @@ class PromptEncodingCache:
         (one processor call for them all, as uncached: a miss costs no more than before) and
         are split per prompt (``split_rows``); None when the processor returns keys other
         than ``ENCODED_KEYS`` (not cacheable)."""
-        rows: dict[Hashable, dict[str, torch.Tensor]] = {}
-        first_missing: dict[Hashable, int] = {}  # each key not kept -> its first index
-        for i, key in enumerate(keys):
-            if key in rows or key in first_missing:
-                continue
-            kept = self._rows.get(key)
-            if kept is None:
-                first_missing[key] = i
-            else:
-                rows[key] = kept
-                self._rows.move_to_end(key)
-        if first_missing:
-            encoded = encode_batch(list(first_missing.values()))
-            if set(encoded) != ENCODED_KEYS:
-                return None
-            for key, row in zip(first_missing, split_rows(encoded), strict=True):
-                rows[key] = row
-                self._keep(key, row)
-        return [rows[key] for key in keys]
 
-    def _keep(self, key: Hashable, row: dict[str, torch.Tensor]) -> None:
-        size = encoded_bytes(row)
-        if size > self.max_bytes:
-            return
-        self._rows[key] = row
-        self._bytes += size
-        while self._bytes > self.max_bytes:
-            _, dropped = self._rows.popitem(last=False)
-            self._bytes -= encoded_bytes(dropped)
+        def encode_missing(indices: list[int]) -> list[dict[str, torch.Tensor]] | None:
+            encoded = encode_batch(indices)
+            return split_rows(encoded) if set(encoded) == ENCODED_KEYS else None
+
+        return self._kept.lookup(keys, encode_missing)

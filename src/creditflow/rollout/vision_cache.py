@@ -26,13 +26,14 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
 
 import torch
 from torch.distributed.fsdp import FSDPModule
 from transformers.modeling_outputs import BaseModelOutputWithPooling
+
+from creditflow.rollout.kept import KeptByBytes
 
 # The tor default's 8,000 training pictures keep 8,000 x 64 x 32 float32 = 66 MB.
 DEFAULT_MAX_BYTES = 2**30
@@ -59,17 +60,25 @@ class FrozenVisionFeatures:
 
     def __init__(self, model: torch.nn.Module, max_bytes: int = DEFAULT_MAX_BYTES):
         self.model = model
-        self.max_bytes = max_bytes
         self.owner = vision_owner(model)
         # key -> ((N, H) states in window order, (N / u,) natural-order permutation)
-        self._states: OrderedDict[tuple, tuple[torch.Tensor, torch.Tensor]] = OrderedDict()
-        self._bytes = 0
+        self._kept: KeptByBytes[tuple[torch.Tensor, torch.Tensor]] = KeptByBytes(max_bytes, _nbytes)
         self._stamp: tuple | None = None
-        self.hits = 0
-        self.misses = 0
 
     def __len__(self) -> int:
-        return len(self._states)
+        return len(self._kept)
+
+    @property
+    def max_bytes(self) -> int:
+        return self._kept.max_bytes
+
+    @property
+    def hits(self) -> int:
+        return self._kept.hits
+
+    @property
+    def misses(self) -> int:
+        return self._kept.misses
 
     # ------------------------------------------------------------------ when it applies
     def _frozen_parameters(self) -> list[torch.nn.Parameter]:
@@ -90,8 +99,7 @@ class FrozenVisionFeatures:
         """Drop every kept state when a ViT weight changed since they were computed."""
         stamp = tuple((p.data_ptr(), p._version) for p in self._frozen_parameters())
         if stamp != self._stamp:
-            self._states.clear()
-            self._bytes = 0
+            self._kept.clear()
             self._stamp = stamp
 
     @contextlib.contextmanager
@@ -130,41 +138,16 @@ class FrozenVisionFeatures:
             )
         ]
         chunks = torch.split(pixel_values.type(visual.dtype), counts)
-        kept: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
-        missing: dict[tuple, int] = {}
-        for i, key in enumerate(keys):
-            if key in kept or key in missing:
-                continue
-            entry = self._states.get(key)
-            if entry is None:
-                missing[key] = i
-            else:
-                self._states.move_to_end(key)
-                kept[key] = entry
-        self.hits += len(kept)
-        self.misses += len(missing)
-        if missing:
-            rows = list(missing.values())
-            computed = vit_states(
-                visual, torch.cat([chunks[i] for i in rows]), image_grid_thw[rows], **kwargs
-            )
-            for key, entry in zip(missing, computed, strict=True):
-                kept[key] = entry
-                self._keep(key, entry)
-        merged = visual.merger(torch.cat([kept[key][0] for key in keys]))  # (sum N_i / u, out)
-        pieces = torch.split(merged, [n // visual.spatial_merge_size**2 for n in counts])
-        pieces = tuple(piece[kept[key][1]] for piece, key in zip(pieces, keys, strict=True))
-        return BaseModelOutputWithPooling(last_hidden_state=None, pooler_output=pieces)
 
-    def _keep(self, key: tuple, entry: tuple[torch.Tensor, torch.Tensor]) -> None:
-        size = _nbytes(entry)
-        if size > self.max_bytes:
-            return
-        self._states[key] = entry
-        self._bytes += size
-        while self._bytes > self.max_bytes:
-            _, dropped = self._states.popitem(last=False)
-            self._bytes -= _nbytes(dropped)
+        def run_vit(rows: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+            pixels = torch.cat([chunks[i] for i in rows])
+            return vit_states(visual, pixels, image_grid_thw[rows], **kwargs)
+
+        kept = self._kept.lookup(keys, run_vit)
+        merged = visual.merger(torch.cat([states for states, _ in kept]))  # (sum N_i / u, out)
+        pieces = torch.split(merged, [n // visual.spatial_merge_size**2 for n in counts])
+        pieces = tuple(piece[order] for piece, (_, order) in zip(pieces, kept, strict=True))
+        return BaseModelOutputWithPooling(last_hidden_state=None, pooler_output=pieces)
 
 
 def vit_states(
