@@ -46,13 +46,19 @@ COPY_RAW_DATA = $(if $(FROM),$(BIN)/creditflow fetch-data --from "$(FROM)")
 data: $(STAMP)
 	$(BIN)/creditflow fetch-data $(if $(FROM),--from "$(FROM)")
 
+# The suite runs on TEST_WORKERS processes (pytest-xdist; each test file on one worker, so a
+# file's tests run in order and its module fixtures are built once; timings in
+# docs/results.md). TEST_WORKERS=0 runs it in this process (a debugger, `-x` in order).
+TEST_WORKERS ?= 2
+PYTEST = $(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
+
 test: $(DEV_STAMP)
 	$(COPY_RAW_DATA)
-	$(BIN)/pytest $(ARGS)
+	$(PYTEST) $(ARGS)
 
 test-fast: $(DEV_STAMP)
 	$(COPY_RAW_DATA)
-	$(BIN)/pytest -m "not slow" $(ARGS)
+	$(PYTEST) -m "not slow" $(ARGS)
 
 lint: $(DEV_STAMP)
 	$(BIN)/ruff check src tests benchmarks
