@@ -131,3 +131,19 @@ def test_the_cache_stays_out_of_a_trained_vit_and_keeps_to_its_budget(
     with features.installed():  # the model's own method is back after each forward
         assert "get_image_features" in vars(features.owner)
     assert "get_image_features" not in vars(features.owner)
+
+
+def test_states_kept_under_bf16_autocast_are_not_served_without_it(
+    make_vl_model, vl_processor, vl_prompts
+):
+    model = freeze_vision_encoder(make_vl_model())
+    policy = _policy(model, vl_processor, cache=True)
+    batch = target_batch(policy, vl_prompts[:2], [[5, 6], [7]])
+    with torch.no_grad():
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            policy.completion_logprobs(batch)
+        assert policy.vision_features.misses == 2
+        full_precision, _ = policy.completion_logprobs(batch)
+        reference, _ = _policy(model, vl_processor, cache=False).completion_logprobs(batch)
+    assert policy.vision_features.misses == 4  # through the ViT again, in float32
+    assert torch.equal(full_precision, reference)

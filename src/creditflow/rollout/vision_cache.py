@@ -13,7 +13,7 @@ and even its weights' gradients (sums over rows) agree bit for bit.
 The model's own ``get_image_features`` is swapped in for the duration of one forward
 (``installed``); it is transformers' hook for precomputed encoder outputs' layout
 (``pooler_output``: one ``(tokens_i, hidden)`` tensor per image). An image is keyed by its
-grid and a SHA-256 of its pixel values; the kept states are dropped whenever a ViT weight
+grid, the autocast state and a SHA-256 of its pixel values; the kept states are dropped whenever a ViT weight
 changes (its tensor version moves: an optimizer step, ``load_state_dict``), and nothing is
 kept while any ViT weight requires grad, on a GPU (hashing would copy the pixels to the host
 for a ViT that is fast there) or under FSDP.
@@ -131,8 +131,12 @@ class FrozenVisionFeatures:
         """
         visual = self.owner.visual
         counts = image_grid_thw.prod(dim=-1).tolist()
+        # States computed under bf16 autocast differ from float32 ones: the autocast state is
+        # part of the key, so a policy used both ways never serves one for the other.
+        device = pixel_values.device.type
+        precision = (torch.is_autocast_enabled(device), str(torch.get_autocast_dtype(device)))
         keys = [
-            (tuple(grid), str(pixel_values.dtype), _digest(chunk))
+            (tuple(grid), str(pixel_values.dtype), precision, _digest(chunk))
             for grid, chunk in zip(
                 image_grid_thw.tolist(), torch.split(pixel_values, counts), strict=True
             )
