@@ -13,10 +13,10 @@ and even its weights' gradients (sums over rows) agree bit for bit.
 The model's own ``get_image_features`` is swapped in for the duration of one forward
 (``installed``); it is transformers' hook for precomputed encoder outputs' layout
 (``pooler_output``: one ``(tokens_i, hidden)`` tensor per image). An image is keyed by its
-grid, the autocast state and a SHA-256 of its pixel values; the kept states are dropped whenever a ViT weight
-changes (its tensor version moves: an optimizer step, ``load_state_dict``), and nothing is
-kept while any ViT weight requires grad, on a GPU (hashing would copy the pixels to the host
-for a ViT that is fast there) or under FSDP.
+grid, the autocast state and a SHA-256 of its pixel values; the kept states are dropped
+whenever a ViT weight changes (its tensor version moves: an optimizer step,
+``load_state_dict``), and nothing is kept while any ViT weight requires grad, on a GPU
+(hashing would copy the pixels to the host for a ViT that is fast there) or under FSDP.
 
 Shape symbols: ``N`` patches of an image (``t * h * w``), ``u`` patches per merged token
 (``spatial_merge_size ** 2``), ``H`` the ViT width, ``D`` values per patch.
