@@ -414,6 +414,20 @@ def test_cached_prompt_encodings_equal_the_processors_batch(
     )
 
 
+def test_a_zero_prompt_budget_encodes_every_batch_as_the_processor_does(
+    make_vl_model, vl_processor, vl_prompts
+):
+    policy = VisionLanguagePolicy(
+        make_vl_model(), vl_processor, SamplingSettings(max_new_tokens=4), prompt_cache_bytes=0
+    )
+    prompts = vl_prompts + vl_prompts[:1]
+    for _ in range(2):
+        encoded = policy.encode_prompts(prompts)
+        reference = _batch_encoding(vl_processor, prompts)
+        assert all(torch.equal(encoded[key], value) for key, value in reference.items())
+    assert len(policy._encodings) == 0
+
+
 def _one_prompt_batch(n: int) -> dict:
     """A processor-like batch of ``n`` rows of 4 tokens and 2 patches each."""
     return {

@@ -147,10 +147,16 @@ class TorEvaluation(Block):
     samples_per_problem: NonNegative = 0
 
 
+class TorKeptMiB(Block):
+    prompts: NonNegative = 3072
+    vit_states: NonNegative = 1024
+
+
 class TorParams(Block):
     seed: int
     torch_threads: Threads = None
     train_vision_encoder: bool
+    kept_mib: TorKeptMiB = TorKeptMiB()
     tasks: TorTasks
     tokenizer: TorTokenizer
     policy: VisionPolicy

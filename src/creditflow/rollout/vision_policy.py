@@ -39,6 +39,7 @@ from creditflow.rollout.language_policy import (
     stop_token_ids,
 )
 from creditflow.rollout.modules import output_head, output_head_inputs
+from creditflow.rollout.prompt_cache import DEFAULT_MAX_BYTES as PROMPT_CACHE_BYTES
 from creditflow.rollout.prompt_cache import PromptEncodingCache, left_padded_batch
 from creditflow.rollout.shared_prefix import (
     prompt_runs,
@@ -122,6 +123,8 @@ class VisionLanguagePolicy(SamplesOwnModule):
         sampling: generation settings; ``temperature`` also scales the recomputed logits.
         backend: ``hf`` (``model.generate``, the default and the reference) or ``lean``
             (``rollout.backends.lean_vl``); no other backend takes images.
+        prompt_cache_bytes: budget of the kept processor outputs (``rollout.prompt_cache``);
+            0 sends every prompt to the processor each time.
         vision_cache_bytes: budget of the frozen ViT's kept outputs
             (``rollout.vision_cache``); 0 runs the ViT in every forward.
     """
@@ -132,6 +135,7 @@ class VisionLanguagePolicy(SamplesOwnModule):
         processor,
         sampling: SamplingSettings,
         backend: HFBackend | LeanBackend | None = None,
+        prompt_cache_bytes: int = PROMPT_CACHE_BYTES,
         vision_cache_bytes: int = VISION_CACHE_BYTES,
     ):
         tokenizer = processor.tokenizer
@@ -145,7 +149,8 @@ class VisionLanguagePolicy(SamplesOwnModule):
         self.vision_ids = vision_token_ids(tokenizer)
         self.backend = backend if backend is not None else HFBackend()
         self._prompt_positions: dict[bytes, torch.Tensor] = {}  # sequence_rope_positions
-        self._encodings = PromptEncodingCache()  # encode_prompts: each prompt processed once
+        # encode_prompts: each prompt processed once (0 bytes: every time)
+        self._encodings = PromptEncodingCache(prompt_cache_bytes)
         # A frozen ViT runs once per picture (rollout.vision_cache); 0 bytes: every time.
         self.vision_features = FrozenVisionFeatures(model, vision_cache_bytes)
 
@@ -167,10 +172,12 @@ class VisionLanguagePolicy(SamplesOwnModule):
                 self.processor, [p.text for p in visual], [p.image for p in visual]
             )
 
-        rows = self._encodings.rows([prompt_key(p) for p in prompts], encode_batch)
+        rows = None
+        if self._encodings.max_bytes > 0:
+            rows = self._encodings.rows([prompt_key(p) for p in prompts], encode_batch)
         if rows is not None:
             inputs = left_padded_batch(rows, self.tokenizer.pad_token_id)
-        else:  # a processor with inputs of its own: the whole batch at once, every time
+        else:  # no budget, or a processor with inputs of its own: the whole batch, every time
             visual = [as_visual_prompt(p) for p in prompts]
             inputs = vl_prompt_inputs(
                 self.processor, [p.text for p in visual], [p.image for p in visual]

@@ -296,11 +296,13 @@ def mean_sampled_rewards(
     return scores.groupby(scores.index // k).mean().reset_index(drop=True)
 
 
-def vl_evaluation_policy(model, processor, sampling: SamplingSettings) -> VisionLanguagePolicy:
+def vl_evaluation_policy(
+    model, processor, sampling: SamplingSettings, cache_bytes: Mapping[str, int] | None = None
+) -> VisionLanguagePolicy:
     """A vision-language policy for evaluating ``model``: the default rollout backend where
-    it applies (``lean`` for Qwen2.5-VL), else ``hf``."""
+    it applies (``lean`` for Qwen2.5-VL), else ``hf``; ``cache_bytes`` as ``run_vl_grpo``'s."""
     backend = rollout_backend({"name": DEFAULT_ROLLOUT_BACKEND}, model)
-    return VisionLanguagePolicy(model, processor, sampling, backend=backend)
+    return VisionLanguagePolicy(model, processor, sampling, backend=backend, **(cache_bytes or {}))
 
 
 def evaluate_vl_policy(
@@ -313,12 +315,13 @@ def evaluate_vl_policy(
     max_new_tokens: int,
     batch_size: int = 32,
     columns: Mapping[str, Sequence[Any]] | None = None,
+    cache_bytes: Mapping[str, int] | None = None,
 ) -> pd.DataFrame:
     """Greedy completions of image ``prompts`` (anything ``as_visual_prompt`` accepts) scored
     with ``reward_names`` (``columns`` as in ``evaluate_text_policy``): one row per prompt
     with ``completion`` and ``reward/<name>``."""
     sampling = SamplingSettings(max_new_tokens=max_new_tokens)
-    policy = vl_evaluation_policy(model, processor, sampling)
+    policy = vl_evaluation_policy(model, processor, sampling, cache_bytes)
     completions: list[str] = []
     for start in tqdm(range(0, len(prompts), batch_size), desc="eval"):
         completions += policy.greedy(list(prompts[start : start + batch_size]))
@@ -340,6 +343,7 @@ def evaluate_vl_policy_sampled(
     batch_size: int = 32,
     seed: int = 0,
     columns: Mapping[str, Sequence[Any]] | None = None,
+    cache_bytes: Mapping[str, int] | None = None,
 ) -> pd.DataFrame:
     """``evaluate_text_policy_sampled`` for image ``prompts``: the mean reward of
     ``samples_per_prompt`` completions per prompt, drawn as GRPO draws its rollouts, one row
@@ -347,7 +351,7 @@ def evaluate_vl_policy_sampled(
     GRPO moves the distribution it samples from (docs/results.md "The ToR world"); this measures the
     latter."""
     sampling = SamplingSettings(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
-    policy = vl_evaluation_policy(model, processor, sampling)
+    policy = vl_evaluation_policy(model, processor, sampling, cache_bytes)
     return mean_sampled_rewards(
         policy,
         prompts,
@@ -419,14 +423,19 @@ def evaluate_vl_problems(
     temperature: float = 1.0,
     top_p: float = 1.0,
     seed: int = 0,
+    cache_bytes: Mapping[str, int] | None = None,
 ) -> pd.DataFrame:
     """``evaluate_text_problems`` for image ``prompts``: ``problems`` (one row per prompt, with
     ``prompt`` texts and ``answer``) with the greedy completion and its ``reward/<name>``
     columns; with ``samples_per_problem`` > 0 the rows where ``sampled_rows`` is True (all
     rows when None) also get ``sampled/reward/<name>``, the mean over that many completions
     sampled at ``temperature`` / ``top_p`` (``evaluate_vl_policy_sampled``, seeded by
-    ``seed``)."""
-    common = {"reward_names": reward_names, "max_new_tokens": max_new_tokens}
+    ``seed``); ``cache_bytes`` as ``vl_evaluation_policy``'s."""
+    common = {
+        "reward_names": reward_names,
+        "max_new_tokens": max_new_tokens,
+        "cache_bytes": cache_bytes,
+    }
     return _greedy_and_sampled_scores(
         problems,
         prompts,

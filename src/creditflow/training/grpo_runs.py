@@ -243,10 +243,13 @@ def language_policy(model, tokenizer, config: GRPOConfig) -> LanguagePolicy:
     return LanguagePolicy(model, tokenizer, sampling_settings(config), backend=backend)
 
 
-def vision_language_policy(model, processor, config: GRPOConfig) -> VisionLanguagePolicy:
+def vision_language_policy(
+    model, processor, config: GRPOConfig, **cache_bytes: int
+) -> VisionLanguagePolicy:
     """The policy of a vision-language model, sampling with ``lean`` (Qwen2.5-VL) or ``hf``
     as ``config.rollout`` names; a text-only backend (vLLM), or ``lean`` on a model it does
-    not support, falls back to ``hf`` with a log line."""
+    not support, falls back to ``hf`` with a log line. ``cache_bytes``:
+    ``prompt_cache_bytes`` / ``vision_cache_bytes`` of ``VisionLanguagePolicy``."""
     name = config.rollout.get("name", FALLBACK_BACKEND)
     if name not in (FALLBACK_BACKEND, "lean"):
         logger.info(
@@ -256,7 +259,9 @@ def vision_language_policy(model, processor, config: GRPOConfig) -> VisionLangua
         )
         name = FALLBACK_BACKEND
     backend = rollout_backend({**config.rollout, "name": name}, model)
-    return VisionLanguagePolicy(model, processor, sampling_settings(config), backend=backend)
+    return VisionLanguagePolicy(
+        model, processor, sampling_settings(config), backend=backend, **cache_bytes
+    )
 
 
 def _plugin_sources(config: GRPOConfig, rewards: Sequence[Reward]) -> dict[str, Any]:
@@ -386,11 +391,14 @@ def run_vl_grpo(
     reward_names: Sequence[Reward],
     checkpoints: CheckpointStore | None,
     reward_columns: Mapping[str, Sequence[Any]] | None = None,
+    cache_bytes: Mapping[str, int] | None = None,
 ) -> tuple[Any, GRPOResult]:
     """GRPO on a copy of a vision-language ``model`` (ToR when ``config.token_weights`` names
     a ``tor*`` strategy); resumes from ``checkpoints`` when a run with the same starting
     weights, prompts (texts and pixels) and config left one there. ``reward_columns``: the
-    TRL-style rewards' keyword arguments, one value per prompt (``evaluation.reward_columns``)."""
+    TRL-style rewards' keyword arguments, one value per prompt (``evaluation.reward_columns``).
+    ``cache_bytes``: the policy's cache budgets (``vision_language_policy``); they change no
+    result, so they are not part of the checkpoint key."""
     model = copy.deepcopy(model)
     visual = [as_visual_prompt(p) for p in prompts]
     if checkpoints is not None:
@@ -410,8 +418,7 @@ def run_vl_grpo(
     rewards = TextRewards(
         reward_names, references, answers, config.reward_options, columns=reward_columns
     )
-    trainer = GRPOTrainer(
-        vision_language_policy(model, processor, config), visual, rewards, config, checkpoints
-    )
+    policy = vision_language_policy(model, processor, config, **(cache_bytes or {}))
+    trainer = GRPOTrainer(policy, visual, rewards, config, checkpoints)
     result = trainer.train()
     return model.eval(), result

@@ -13,8 +13,10 @@ from matplotlib.figure import Figure
 from creditflow.datasets import CheckpointDirectoryDataset
 from creditflow.ingest import load_mathvision, load_tabmwp
 from creditflow.pipelines.comparison import configured_strategies
-from creditflow.pipelines.tor import create_pipeline
+from creditflow.pipelines.tor import create_pipeline, nodes
 from creditflow.pipelines.tor.nodes import choice_question
+from creditflow.rollout import VisionLanguagePolicy
+from creditflow.training.checkpoint import CheckpointStore
 from tests.pipelines._params import SMALLEST_TINY_DECODER, deep_update, parameter_datasets
 
 pytestmark = pytest.mark.filterwarnings("ignore:register_new_resolver:UserWarning")
@@ -232,3 +234,33 @@ def test_choice_question_lists_the_options_by_letter():
     assert choice_question("Pick", ["x", "y", "z"]) == (
         "Pick\nChoices: (A) x (B) y (C) z. Answer with the letter of the correct choice."
     )
+
+
+def test_the_cache_budgets_reach_every_policy_the_nodes_build(tor_params, monkeypatch, tmp_path):
+    """``tor.kept_mib`` in MiB becomes each VisionLanguagePolicy's byte budgets: in the SFT,
+    the GRPO run and the evaluation; a budget left out keeps the policy's default."""
+    assert nodes._cache_bytes({"kept_mib": {"prompts": 0, "vit_states": 2}}) == {
+        "prompt_cache_bytes": 0,
+        "vision_cache_bytes": 2 * 2**20,
+    }
+    assert nodes._cache_bytes({"kept_mib": {"prompts": 1}}) == {"prompt_cache_bytes": 2**20}
+    assert nodes._cache_bytes({}) == {}
+    built = []
+    original = VisionLanguagePolicy.__init__
+
+    def spy(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        built.append((self._encodings.max_bytes, self.vision_features.max_bytes))
+
+    monkeypatch.setattr(VisionLanguagePolicy, "__init__", spy)
+    params = deep_update(tor_params, {"kept_mib": {"prompts": 0, "vit_states": 3}})
+    params = deep_update(params, {"evaluation": {"tabmwp_max": 0, "mathvision_max": 0}})
+    train, held_out = nodes.build_tor_tasks(None, params)
+    processor = nodes.train_tor_tokenizer(train, params)
+    model = nodes.build_vl_policy(processor, params)
+    store = CheckpointStore(tmp_path / "ckpt")
+    model, _ = nodes.sft_warmstart_tor(model, processor, train, store, params)
+    model, *_ = nodes.train_tor_policy(model, processor, train, store, params, {"seed": 0})
+    no_real = pd.DataFrame(columns=["id", "question", "answer", "choices", "image_path"])
+    nodes.evaluate_tor_policy(model, processor, held_out, no_real, no_real, params)
+    assert len(built) >= 3 and set(built) == {(0, 3 * 2**20)}

@@ -112,6 +112,7 @@ def sft_warmstart_tor(
             _sft_targets(tor_train_tasks),
             params["sft"],
             checkpoints,
+            cache_bytes=_cache_bytes(params),
         )
     return model, metrics_frame(metrics)
 
@@ -176,6 +177,7 @@ def train_tor_policy(
             params["reward_functions"],
             checkpoints,
             reward_columns=reward_columns(tor_train_tasks, prompts),
+            cache_bytes=_cache_bytes(params),
         )
     samples, credit = pd.DataFrame(result.samples), pd.DataFrame(result.credit)
     return model, metrics_frame(result.history), samples, credit
@@ -217,6 +219,7 @@ def evaluate_tor_policy(
             temperature=sampling.get("temperature", 1.0),
             top_p=sampling.get("top_p", 1.0),
             seed=params["seed"],
+            cache_bytes=_cache_bytes(params),
         )
 
 
@@ -309,6 +312,14 @@ def _task_images(tasks: pd.DataFrame) -> list[bytes | Image.Image]:
     if "image_png" in tasks:
         return list(tasks["image_png"])
     return [_image(path) for path in tasks["image_path"]]
+
+
+def _cache_bytes(params: dict[str, Any]) -> dict[str, int]:
+    """The policy's cache budgets (``VisionLanguagePolicy``'s keyword arguments) from
+    ``tor.kept_mib`` (MiB); a budget not given keeps the policy's default."""
+    kept = params.get("kept_mib") or {}
+    names = {"prompts": "prompt_cache_bytes", "vit_states": "vision_cache_bytes"}
+    return {names[key]: int(mib * 2**20) for key, mib in kept.items() if key in names}
 
 
 def _trainable_policy(model, params: dict[str, Any]):
