@@ -200,7 +200,7 @@ def evaluate_tor_policy(
     over ``evaluation.samples_per_problem`` completions sampled as GRPO samples (temperature
     and top_p of ``tor.grpo``), from one seed (``params['seed']``) every policy shares, so
     that policies' samples share their random numbers (0: greedy only)."""
-    evaluation, sampling = params["evaluation"], params["grpo"]
+    evaluation = params["evaluation"]
     label = evaluation_label(params["tasks"]["source"], BENCHMARKS)
     problems, prompts = _evaluation_problems(
         tor_eval_tasks, label, tabmwp_problems, mathvision_problems, evaluation
@@ -214,13 +214,22 @@ def evaluate_tor_policy(
             params["reward_functions"],
             max_new_tokens=evaluation["max_new_tokens"],
             batch_size=evaluation["batch_size"],
-            samples_per_problem=evaluation.get("samples_per_problem", 0),
             sampled_rows=problems["dataset"] == label,
-            temperature=sampling.get("temperature", 1.0),
-            top_p=sampling.get("top_p", 1.0),
-            seed=params["seed"],
             cache_bytes=_cache_bytes(params),
+            **_sampling_options(params),
         )
+
+
+def _sampling_options(params: dict[str, Any]) -> dict[str, Any]:
+    """How the evaluation samples: ``evaluation.samples_per_problem`` completions a problem at
+    GRPO's temperature and top_p, from the run's seed."""
+    sampling = params["grpo"]
+    return {
+        "samples_per_problem": params["evaluation"].get("samples_per_problem", 0),
+        "temperature": sampling.get("temperature", 1.0),
+        "top_p": sampling.get("top_p", 1.0),
+        "seed": params["seed"],
+    }
 
 
 def compare_tor_strategies(
