@@ -40,7 +40,6 @@ import yaml
 from creditflow.config.supervised import SFTConfig
 from creditflow.pipelines.tor import nodes
 from creditflow.rollout import SamplingSettings, VisionLanguagePolicy, as_visual_prompt
-from creditflow.rollout.vision_cache import FrozenVisionFeatures
 from creditflow.training.evaluation import TextRewards
 from creditflow.training.grpo import GRPOTrainer
 from creditflow.training.grpo_runs import strategy_config, vision_language_policy
@@ -79,13 +78,14 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def warm_start(model, processor, tasks, params, steps: int, cache_bytes: int | None):
+def warm_start(model, processor, tasks, params, steps: int, cache_bytes: dict[str, int]):
     """The pipeline's SFT (the plain path, as ``run_vl_sft`` runs it) for ``steps`` steps on
-    a copy of ``model``; returns it and the SFT's wall and CPU seconds per step."""
+    a copy of ``model``; returns it and the SFT's wall and CPU seconds per step.
+    ``cache_bytes``: ``VisionLanguagePolicy``'s cache budgets (empty: its defaults)."""
     config = SFTConfig.from_params(dict(params["sft"], steps=steps, checkpoint_every=0))
     model = copy.deepcopy(model)
-    extra = {} if cache_bytes is None else {"vision_cache_bytes": cache_bytes}
-    policy = VisionLanguagePolicy(model, processor, SamplingSettings(shared_prefix=False), **extra)
+    sampling = SamplingSettings(shared_prefix=False)
+    policy = VisionLanguagePolicy(model, processor, sampling, **cache_bytes)
     prompts = [as_visual_prompt(p) for p in nodes._train_prompts(tasks)]
     wall, cpu = time.perf_counter(), cpu_seconds()
     train_vl_sft(policy, prompts, nodes._sft_targets(tasks), config, progress=False)
@@ -94,15 +94,13 @@ def warm_start(model, processor, tasks, params, steps: int, cache_bytes: int | N
 
 
 def run(
-    model, processor, tasks, params, name: str, seed: int, cache_bytes: int | None = None
+    model, processor, tasks, params, name: str, seed: int, cache_bytes: dict[str, int]
 ) -> list[dict[str, float]]:
     """One GRPO run of strategy ``name``: per step (first dropped) the wall time, the CPU
     time and the engine's phase timings."""
     config, _ = strategy_config(params, params["strategies"][name])
     config = dataclasses.replace(config, seed=seed)
-    policy = vision_language_policy(copy.deepcopy(model), processor, config)
-    if cache_bytes is not None:
-        policy.vision_features = FrozenVisionFeatures(policy.module, cache_bytes)
+    policy = vision_language_policy(copy.deepcopy(model), processor, config, **cache_bytes)
     rewards = TextRewards(
         params["reward_functions"],
         list(tasks["question"]),
@@ -150,17 +148,16 @@ def main() -> None:
     tasks, _ = nodes.build_tor_tasks(None, params)
     processor = nodes.train_tor_tokenizer(tasks, params)
     model = nodes._trainable_policy(nodes.build_vl_policy(processor, params), params)
-    model, sft = warm_start(
-        model, processor, tasks, params, args.sft_steps, args.vision_cache_bytes
-    )
+    cache_bytes = {}
+    if args.vision_cache_bytes is not None:
+        cache_bytes["vision_cache_bytes"] = args.vision_cache_bytes
+    model, sft = warm_start(model, processor, tasks, params, args.sft_steps, cache_bytes)
     model = nodes._trainable_policy(model, params)
     steps: dict[str, list[dict[str, float]]] = {"uniform": [], "tor": []}
     for round_ in range(args.rounds):
         order = ("uniform", "tor") if round_ % 2 == 0 else ("tor", "uniform")
         for name in order:
-            steps[name] += run(
-                model, processor, tasks, params, name, round_, args.vision_cache_bytes
-            )
+            steps[name] += run(model, processor, tasks, params, name, round_, cache_bytes)
     summary = {
         "settings": args.set,
         "vision_cache_bytes": args.vision_cache_bytes,

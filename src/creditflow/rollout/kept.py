@@ -10,10 +10,17 @@ one ViT forward), as the uncached path computes them.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Generic, TypeVar
 
+import torch
+
 Value = TypeVar("Value")
+
+
+def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
+    """The bytes the tensors' elements take (a kept value's size)."""
+    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 class KeptByBytes(Generic[Value]):

@@ -21,7 +21,7 @@ from collections.abc import Callable, Hashable, Sequence
 
 import torch
 
-from creditflow.rollout.kept import KeptByBytes
+from creditflow.rollout.kept import KeptByBytes, tensor_bytes
 
 # The keys a Qwen2.5-VL processor returns for image prompts; a processor returning anything
 # else is not cached (its extra inputs would need their own padding rule).
@@ -33,7 +33,7 @@ DEFAULT_MAX_BYTES = 3 * 2**30
 
 
 def encoded_bytes(row: dict[str, torch.Tensor]) -> int:
-    return sum(t.numel() * t.element_size() for t in row.values())
+    return tensor_bytes(row.values())
 
 
 def left_padded_batch(

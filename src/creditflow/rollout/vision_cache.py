@@ -33,7 +33,7 @@ import torch
 from torch.distributed.fsdp import FSDPModule
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 
-from creditflow.rollout.kept import KeptByBytes
+from creditflow.rollout.kept import KeptByBytes, tensor_bytes
 
 # The tor default's 8,000 training pictures keep 8,000 x 64 x 32 float32 = 66 MB.
 DEFAULT_MAX_BYTES = 2**30
@@ -62,7 +62,9 @@ class FrozenVisionFeatures:
         self.model = model
         self.owner = vision_owner(model)
         # key -> ((N, H) states in window order, (N / u,) natural-order permutation)
-        self._kept: KeptByBytes[tuple[torch.Tensor, torch.Tensor]] = KeptByBytes(max_bytes, _nbytes)
+        self._kept: KeptByBytes[tuple[torch.Tensor, torch.Tensor]] = KeptByBytes(
+            max_bytes, tensor_bytes
+        )
         self._stamp: tuple | None = None
 
     def __len__(self) -> int:
@@ -192,10 +194,6 @@ def vit_states(
         entries.append((state.clone(), local.clone()))
         first_group += groups
     return entries
-
-
-def _nbytes(entry: tuple[torch.Tensor, ...]) -> int:
-    return sum(t.numel() * t.element_size() for t in entry)
 
 
 def _digest(chunk: torch.Tensor) -> bytes:
