@@ -174,7 +174,7 @@ def test_the_catalog_keeps_every_seed_policy_and_the_per_seed_table(project_root
     policies = catalog.get(f"{group}_policies_uniform")
     assert isinstance(policies, HFModelsBySeedDataset)
     assert str(policies._filepath).endswith(f"data/06_models/{group}_policies_uniform")
-    assert type(catalog.get(f"{group}_per_seed_comparison")).__name__ == "CSVDataset"
+    assert type(catalog.get(f"{group}_per_seed_comparison")).__name__ == "AtomicCSVDataset"
 
 
 def test_each_seed_logs_its_live_steps_under_its_own_prefix():

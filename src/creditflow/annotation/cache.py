@@ -20,10 +20,10 @@ import hashlib
 import json
 import logging
 import os
-import threading
 from pathlib import Path
 
 from creditflow.annotation.schema import parse_annotation
+from creditflow.io_atomic import atomic_write_text
 
 logger = logging.getLogger(__name__)
 
@@ -70,9 +70,7 @@ class AnnotationCache:
         self.root.mkdir(parents=True, exist_ok=True)
         path = self.root / f"{key}.json"
         record = {"version": CACHE_VERSION, "model": model, "raw_text": raw_text}
-        tmp = path.with_suffix(f".{os.getpid()}-{threading.get_ident()}.tmp")
-        tmp.write_text(json.dumps(record, ensure_ascii=False), encoding="utf-8")
-        os.replace(tmp, path)
+        atomic_write_text(path, json.dumps(record, ensure_ascii=False))
 
 
 def open_cache(cache_dir: str | os.PathLike | None) -> AnnotationCache | None:

@@ -1,4 +1,5 @@
-"""Kedro catalog datasets for creditflow's heavy artifacts (models, tokenizers, checkpoints).
+"""Kedro catalog datasets for creditflow's heavy artifacts (models, tokenizers, checkpoints)
+and its reports (text, CSV and figures written whole or not at all).
 
 Used from ``conf/base/catalog.yml`` as ``type: creditflow.datasets.HFModelDataset``.
 """
@@ -10,8 +11,16 @@ from creditflow.datasets.hf_artifacts import (
     HFTokenizerDataset,
     resolve_pretrained_class,
 )
+from creditflow.datasets.reports import (
+    AtomicCSVDataset,
+    AtomicMatplotlibDataset,
+    AtomicTextDataset,
+)
 
 __all__ = [
+    "AtomicCSVDataset",
+    "AtomicMatplotlibDataset",
+    "AtomicTextDataset",
     "CheckpointDirectoryDataset",
     "HFModelDataset",
     "HFModelsBySeedDataset",

@@ -18,6 +18,7 @@ from kedro.io import AbstractVersionedDataset, CatalogProtocol
 from kedro.pipeline import Pipeline
 
 from creditflow.errors import RunInterrupted
+from creditflow.io_atomic import atomic_write_text
 from creditflow.redaction import redact, scrub
 
 if TYPE_CHECKING:
@@ -190,7 +191,12 @@ class RunManifestHook:
         catalog: CatalogProtocol,
     ) -> None:
         status = "interrupted" if isinstance(error, RunInterrupted) else "failed"
-        self.write_manifest(run_params, pipeline, catalog, status=status, error=error)
+        # Kedro re-raises the pipeline's error after this hook: a manifest that cannot be
+        # written (the same full disk, often) is logged, so that error is the one shown.
+        try:
+            self.write_manifest(run_params, pipeline, catalog, status=status, error=error)
+        except Exception:
+            logger.exception("The run manifest (%s) could not be written", status)
 
     def write_manifest(
         self,
@@ -224,8 +230,9 @@ class RunManifestHook:
         }
         path = project_path / self.manifest_dir / f"{run_id}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        # default=str: runtime parameters from the CLI may hold dates or paths.
-        path.write_text(json.dumps(manifest, indent=2, default=str) + "\n", encoding="utf-8")
+        # default=str: runtime parameters from the CLI may hold dates or paths. Whole or not at
+        # all: a full disk leaves no empty manifest.
+        atomic_write_text(path, json.dumps(manifest, indent=2, default=str) + "\n")
         logger.info("Run manifest (%s) written to %s", status, path)
         self._started_at = None
         return path
