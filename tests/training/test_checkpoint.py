@@ -3,6 +3,9 @@
 import copy
 import errno
 import gc
+import hashlib
+import json
+import logging
 import os
 import shutil
 import subprocess
@@ -16,7 +19,12 @@ from safetensors import SafetensorError
 from creditflow.errors import CheckpointsInUse, CheckpointWriteError
 from creditflow.training import CheckpointStore
 from creditflow.training import checkpoint as checkpoint_module
-from creditflow.training.checkpoint import run_store, state_fingerprint
+from creditflow.training.checkpoint import (
+    DamagedCheckpointError,
+    file_sha256,
+    run_store,
+    state_fingerprint,
+)
 from tests.training.helpers import make_trainer
 
 
@@ -144,6 +152,11 @@ def test_a_crafted_trainer_state_is_refused_and_runs_nothing(tmp_path, caplog):
     crafted = store.save(2, _module(1), {"history": []})
     marker = tmp_path / "pwned"
     torch.save({"step": 2, "payload": _RunsCode(marker)}, crafted / "trainer_state.pt")
+    with pytest.raises(DamagedCheckpointError, match="trainer_state.pt is damaged"):
+        store.load(crafted, _module(2))
+    # Whoever can write trainer_state.pt can rewrite COMPLETE's checksums too: weights_only
+    # is what refuses the payload.
+    _reseal(crafted)
     with pytest.raises(Exception, match="[Ww]eights only load failed|Unsupported global"):
         store.load(crafted, _module(2))
     assert not marker.exists(), "loading must not execute anything"
@@ -174,6 +187,134 @@ def test_a_truncated_checkpoint_falls_back_and_leaves_the_module_alone(tmp_path)
         assert torch.equal(a, b)
     (tmp_path / "step-000001" / "trainer_state.pt").write_bytes(b"")
     assert store.load_latest(_module(4)) is None  # nothing loads: start afresh
+
+
+# --- damaged contents under an intact COMPLETE ------------------------------------------------
+
+
+def _wide_module(seed: int) -> torch.nn.Module:
+    """Weights of 64*64*4 + 64*4 + 64*4 + 4 = 16,900 bytes: room for 4 KiB of damage."""
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 1))
+
+
+def _reseal(path):
+    """Record the checksums of the files as they are now, as a writer of the marker would."""
+    marker = json.loads((path / "COMPLETE").read_text())
+    marker["sha256"] = {name: file_sha256(path / name) for name in marker["sha256"]}
+    (path / "COMPLETE").write_text(json.dumps(marker))
+
+
+def _overwrite(file, offset: int, data: bytes) -> None:
+    with open(file, "r+b") as f:
+        f.seek(offset)
+        f.write(data)
+
+
+def _assert_same_weights(expected: torch.nn.Module, actual: torch.nn.Module) -> None:
+    for (name, a), b in zip(expected.named_parameters(), actual.parameters(), strict=True):
+        assert torch.equal(a, b), name
+
+
+def _two_checkpoints(tmp_path):
+    store = CheckpointStore(tmp_path, keep=3)
+    older = _wide_module(0)
+    store.save(1, older, {"history": [1.0]})
+    newest = store.save(2, _wide_module(1), {"history": [1.0, 2.0]})
+    return store, older, newest
+
+
+def test_a_checkpoint_records_the_sha256_of_each_file_and_loads_unchanged(tmp_path):
+    store = CheckpointStore(tmp_path)
+    source = _wide_module(0)
+    path = store.save(7, source, {"history": [0.5]})
+    marker = json.loads((path / "COMPLETE").read_text())
+    assert marker == {
+        "step": 7,
+        "sha256": {
+            name: hashlib.sha256((path / name).read_bytes()).hexdigest()
+            for name in ("model.safetensors", "trainer_state.pt")
+        },
+    }
+    target = _wide_module(1)
+    assert store.load_latest(target) == {"step": 7, "history": [0.5]}
+    _assert_same_weights(source, target)
+
+
+def test_zeroed_bytes_in_the_weights_fall_back_naming_the_file(tmp_path, caplog):
+    store, older, newest = _two_checkpoints(tmp_path)
+    weights = newest / "model.safetensors"
+    size = weights.stat().st_size
+    assert size > 3 * 4096
+    _overwrite(weights, size // 2 - 2048, bytes(4096))  # a lost 4 KiB page, COMPLETE intact
+    target = _wide_module(2)
+    before = [p.detach().clone() for p in target.parameters()]
+    with pytest.raises(DamagedCheckpointError, match=r"step-000002/model\.safetensors is damaged"):
+        store.load(newest, target)
+    for a, b in zip(before, target.parameters(), strict=True):
+        assert torch.equal(a, b), "a refused load must leave the module alone"
+    assert store.load_latest(target) == {"step": 1, "history": [1.0]}
+    _assert_same_weights(older, target)
+    (warning,) = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert f"{newest}/model.safetensors is damaged" in warning.getMessage()
+    assert store.latest().name == "step-000001"
+
+
+def test_flipped_bytes_in_the_trainer_state_fall_back_naming_the_file(tmp_path, caplog):
+    store, older, newest = _two_checkpoints(tmp_path)
+    state = newest / "trainer_state.pt"
+    middle = state.stat().st_size // 2
+    flipped = bytes(b ^ 0xFF for b in state.read_bytes()[middle : middle + 8])
+    _overwrite(state, middle, flipped)
+    target = _wide_module(2)
+    assert store.load_latest(target) == {"step": 1, "history": [1.0]}
+    _assert_same_weights(older, target)
+    assert f"{newest}/trainer_state.pt is damaged" in caplog.text
+
+
+def test_non_finite_weights_or_optimizer_state_fall_back_naming_the_tensor(tmp_path, caplog):
+    store = CheckpointStore(tmp_path, keep=3)
+    older = _wide_module(0)
+    store.save(1, older, {})
+    diverged = _wide_module(1)
+    with torch.no_grad():
+        diverged[1].bias[0] = float("nan")
+    # Saved as it is, so the checksums match: only the tensor check can tell.
+    nan_weights = store.save(2, diverged, {})
+    target = _wide_module(2)
+    with pytest.raises(DamagedCheckpointError, match=r"tensor '1\.bias' holds NaN or inf"):
+        store.load(nan_weights, target)
+    assert store.load_latest(target) == {"step": 1}
+    _assert_same_weights(older, target)
+    assert "step-000002/model.safetensors: tensor '1.bias' holds NaN or inf" in caplog.text
+
+    moments = {"state": {0: {"exp_avg": torch.tensor([0.0, float("inf")])}}, "param_groups": []}
+    store.save(3, _wide_module(3), {"optimizer": moments})
+    assert store.load_latest(target) == {"step": 1}
+    assert "trainer_state.pt: tensor 'optimizer.state.0.exp_avg' holds NaN or inf" in caplog.text
+
+
+def test_a_garbled_marker_falls_back_and_a_step_only_marker_loads_unverified(tmp_path, caplog):
+    store, older, newest = _two_checkpoints(tmp_path)
+    (newest / "COMPLETE").write_bytes(b"\x00" * 8)
+    target = _wide_module(2)
+    assert store.load_latest(target) == {"step": 1, "history": [1.0]}
+    assert f"{newest}/COMPLETE is not a checkpoint marker" in caplog.text
+
+    # A marker holding only the step records no checksums: nothing to verify.
+    (newest / "COMPLETE").write_text("2")
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="creditflow.training.checkpoint"):
+        assert store.load_latest(target) == {"step": 2, "history": [1.0, 2.0]}
+    assert "records no checksums" in caplog.text
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
+def test_a_missing_file_the_marker_records_falls_back(tmp_path, caplog):
+    store, older, newest = _two_checkpoints(tmp_path)
+    (newest / "trainer_state.pt").unlink()
+    assert store.latest().name == "step-000001"
+    assert f"{newest}/trainer_state.pt is missing" in caplog.text
 
 
 def test_a_second_store_on_a_locked_folder_fails_naming_the_holder(tmp_path):

@@ -4,8 +4,13 @@ Layout: ``<directory>/step-000010/{model.safetensors, trainer_state.pt, COMPLETE
 model: ``adapter_model.safetensors``, its adapter weights, instead of ``model.safetensors``). A
 checkpoint counts only once ``COMPLETE`` is written, last, after the files and the folder are
 fsynced: a run killed mid-save, or a machine that loses power, resumes from the previous one.
-A checkpoint marked complete that still fails to load (a disk that lied about its sync, a
-file edited by hand) is reported and the previous complete one is used. A save that fails (a
+``COMPLETE`` holds JSON, ``{"step": 10, "sha256": {"model.safetensors": "<hex>", ...}}``: the
+SHA-256 of every file the checkpoint holds, taken as it was written. Loading checks those
+first, then that every floating-point weight and optimizer-state tensor is finite, so a
+checkpoint marked complete that is damaged (a disk that lied about its sync, flipped or
+zeroed bytes, a file edited by hand, weights gone NaN) is reported naming the file or tensor,
+and resuming takes the previous complete one. A ``COMPLETE`` holding only the step number as
+text records no checksums: its files are loaded unverified. A save that fails (a
 full disk, which ``torch.save`` reports as ``[enforce fail at inline_container.cc:672] .
 unexpected pos 576 vs 534``) removes its half-written folder and raises
 ``CheckpointWriteError`` naming the folder, the cause, the free space and the previous
@@ -51,7 +56,11 @@ logger = logging.getLogger(__name__)
 
 _PREFIX = "step-"
 MODEL_WEIGHTS = "model.safetensors"
+TRAINER_STATE = "trainer_state.pt"
+MARKER = "COMPLETE"
 LOCK_FILE = ".lock"
+# Files are hashed a chunk at a time, so a many-GiB checkpoint never sits in memory whole.
+_HASH_CHUNK_BYTES = 1 << 20
 # A full disk as each writer reports it (measured on a full tmpfs): an OSError's errno
 # (ENOSPC; EDQUOT for a quota); safetensors' Rust I/O error ("No space left on device (os
 # error 28)"); torch.save's zip writer, which sees only a short write ("unexpected pos 576 vs
@@ -63,6 +72,12 @@ _DISK_FULL_TEXTS = (
     "unexpected pos",
     "file write failed",
 )
+
+
+class DamagedCheckpointError(ValueError):
+    """A checkpoint marked complete whose contents are not what was saved: a file whose
+    SHA-256 differs from the one ``COMPLETE`` recorded, a missing file, an unreadable
+    ``COMPLETE``, or a non-finite tensor. The message names the file or tensor."""
 
 
 class CheckpointStore:
@@ -125,17 +140,26 @@ class CheckpointStore:
         return CheckpointStore(self.directory / name, keep=self.keep)
 
     def completed(self) -> list[Path]:
+        """Checkpoint folders marked complete, oldest first. Their contents are not verified
+        here (that reads every file): ``latest``, ``load`` and ``load_latest`` do it."""
         if not self.directory.is_dir():
             return []
         return sorted(
-            p
-            for p in self.directory.glob(f"{_PREFIX}*")
-            if p.is_dir() and (p / "COMPLETE").exists()
+            p for p in self.directory.glob(f"{_PREFIX}*") if p.is_dir() and (p / MARKER).exists()
         )
 
     def latest(self) -> Path | None:
-        done = self.completed()
-        return done[-1] if done else None
+        """The newest complete checkpoint whose files match the checksums in its ``COMPLETE``,
+        with a warning naming the damaged file of each newer one; None when there is none.
+        Its tensors are checked only by ``load``."""
+        for path in reversed(self.completed()):
+            try:
+                verify_files(path)
+            except DamagedCheckpointError as error:
+                logger.warning("checkpoint %s is damaged (%s); skipping it", path, error)
+                continue
+            return path
+        return None
 
     def save(
         self,
@@ -158,13 +182,15 @@ class CheckpointStore:
                 weights_file = _save_weights(module, path)
             else:
                 weights_file = _save_gathered_weights(weights, module, path)
-            torch.save({"step": step, **state}, path / "trainer_state.pt")
+            torch.save({"step": step, **state}, path / TRAINER_STATE)
+            written = (weights_file, path / TRAINER_STATE)
             # COMPLETE may reach the disk only after what it vouches for.
-            for written in (weights_file, path / "trainer_state.pt"):
-                fsync_path(written)
+            for file in written:
+                fsync_path(file)
             fsync_path(path)
-            (path / "COMPLETE").write_text(str(step))
-            fsync_path(path / "COMPLETE")
+            marker = {"step": step, "sha256": {file.name: file_sha256(file) for file in written}}
+            (path / MARKER).write_text(json.dumps(marker, indent=1))
+            fsync_path(path / MARKER)
             fsync_path(path)
             fsync_path(self.directory)
         except (OSError, RuntimeError, SafetensorError) as error:
@@ -202,19 +228,30 @@ class CheckpointStore:
 
     def load(self, path: Path, module: torch.nn.Module) -> dict[str, Any]:
         """Load weights into ``module`` and return the saved trainer state. Both files are
-        read and checked before ``module`` is touched, so a broken checkpoint raises and
-        leaves the module as it was."""
+        read and checked (checksums, structure, finite tensors) before ``module`` is touched,
+        so a broken checkpoint raises and leaves the module as it was.
+
+        Raises:
+            DamagedCheckpointError: a file differs from its recorded checksum, or a weight or
+                optimizer-state tensor holds NaN or inf; the message names which.
+        """
+        verify_files(path)
         # weights_only: the state is tensors and plain containers (optimizer and scheduler
         # state dicts, RNG states as uint8 tensors, lists of metrics); anything else refuses.
-        state = torch.load(path / "trainer_state.pt", weights_only=True)
+        state = torch.load(path / TRAINER_STATE, weights_only=True)
+        # Only the optimizer's state: a pending rollout's tensors may hold -inf on purpose.
+        _check_finite(state.get("optimizer"), path / TRAINER_STATE, "optimizer")
         device = str(next(module.parameters()).device)
         if is_lora_model(module):
             # Read whole (a truncated file raises), keys checked, then copied in.
-            load_adapter_state_dict(module, load_file(path / ADAPTER_WEIGHTS, device=device))
+            weights = load_file(path / ADAPTER_WEIGHTS, device=device)
+            _check_finite(weights, path / ADAPTER_WEIGHTS)
+            load_adapter_state_dict(module, weights)
         else:
-            weights = str(path / MODEL_WEIGHTS)
-            load_file(weights)  # reads and checks the whole file (a truncated one raises here)
-            load_model(module, weights, device=device)
+            weights_file = path / MODEL_WEIGHTS
+            # Reads and checks the whole file (a truncated one raises here).
+            _check_finite(load_file(weights_file), weights_file)
+            load_model(module, str(weights_file), device=device)
         logger.info("resumed from checkpoint %s (step %d)", path, state["step"])
         return state
 
@@ -236,6 +273,79 @@ class CheckpointStore:
         if self.completed():
             logger.warning("no checkpoint in %s loads: starting afresh", self.directory)
         return None
+
+
+def file_sha256(path: Path) -> str:
+    """The SHA-256 (hex) of a file's bytes, read a chunk at a time."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_HASH_CHUNK_BYTES):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def recorded_checksums(path: Path) -> dict[str, str] | None:
+    """``{file name: sha256 hex}`` from checkpoint folder ``path``'s ``COMPLETE``; None for a
+    marker holding only the step number, which records none.
+
+    Raises:
+        DamagedCheckpointError: ``COMPLETE`` is neither of those (bytes lost or changed).
+    """
+    marker = path / MARKER
+    try:
+        recorded = json.loads(marker.read_bytes())
+    except ValueError as error:  # JSONDecodeError and UnicodeDecodeError both
+        raise DamagedCheckpointError(f"{marker} is not a checkpoint marker ({error})") from None
+    if isinstance(recorded, int) and not isinstance(recorded, bool):
+        return None
+    checksums = recorded.get("sha256") if isinstance(recorded, dict) else None
+    if not isinstance(checksums, dict) or not all(
+        isinstance(name, str) and isinstance(value, str) for name, value in checksums.items()
+    ):
+        raise DamagedCheckpointError(
+            f"{marker} is not a checkpoint marker (no {{file name: sha256}} under 'sha256')"
+        )
+    return checksums
+
+
+def verify_files(path: Path) -> None:
+    """Check every file that checkpoint folder ``path``'s ``COMPLETE`` records against its
+    SHA-256.
+
+    Raises:
+        DamagedCheckpointError: naming the first file that is missing or differs.
+    """
+    checksums = recorded_checksums(path)
+    if checksums is None:
+        logger.debug("checkpoint %s records no checksums: its files are not verified", path)
+        return
+    for name, expected in sorted(checksums.items()):
+        file = path / name
+        if not file.is_file():
+            raise DamagedCheckpointError(f"{file} is missing; {MARKER} records its checksum")
+        found = file_sha256(file)
+        if found != expected:
+            raise DamagedCheckpointError(
+                f"{file} is damaged: its SHA-256 is {found}, {MARKER} recorded {expected}"
+            )
+
+
+def _check_finite(value: Any, file: Path, name: str = "") -> None:
+    """Raise ``DamagedCheckpointError`` naming the first floating-point tensor in ``value``
+    (a tensor, or dicts / lists / tuples of them, as read from ``file``) that holds NaN or
+    inf; ``name`` is the dotted key path to ``value``."""
+    if isinstance(value, torch.Tensor):
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            raise DamagedCheckpointError(f"{file}: tensor {name!r} holds NaN or inf")
+        return
+    if isinstance(value, dict):
+        items = value.items()
+    elif isinstance(value, list | tuple):
+        items = enumerate(value)
+    else:
+        return
+    for key, item in items:
+        _check_finite(item, file, f"{name}.{key}" if name else str(key))
 
 
 def _save_weights(module: torch.nn.Module, path: Path) -> Path:
