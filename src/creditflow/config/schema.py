@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import re
 import types
 import typing
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -39,6 +40,44 @@ Count = Annotated[int, Field(ge=1)]  # a size or number of steps: >= 1
 NonNegative = Annotated[int, Field(ge=0)]
 Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
 OpenFraction = Annotated[float, Field(gt=0.0, lt=1.0)]
+
+
+# An echoed value is cut to this many characters (of its repr, where this module writes it): a
+# pasted 100 KB `--params` value would otherwise fill the terminal, and the CLI's highlighter
+# takes minutes over it. A validator writes the values it names itself, so in a finished line
+# any run of more characters without a space is cut too, and a line past LINE_CHARS (a long
+# value with spaces; no valid-keys list comes near it) is cut whole.
+SHOWN_CHARS = 200
+LINE_CHARS = 1000
+_LONG_RUN = re.compile(rf"\S{{{SHOWN_CHARS + 1},}}")
+
+
+def _cut(text: str, limit: int = SHOWN_CHARS) -> str:
+    if len(text) <= limit:
+        return text
+    # The space keeps a cut value a run of SHOWN_CHARS: readable() does not cut it again.
+    return f"{text[:limit]} ... ({len(text):,} characters in all)"
+
+
+def shown(value: Any) -> str:
+    """``repr(value)``, cut to :data:`SHOWN_CHARS` characters with a note of its length.
+
+    >>> shown("x" * 100_000)[-37:]
+    'xxxxx ... (100,002 characters in all)'
+    """
+    return _cut(repr(value))
+
+
+def readable(line: str) -> str:
+    r"""A message line as it should reach a terminal: invisible and control characters
+    escaped as ``repr`` writes them (a zero-width space in a key reads ``\u200b``), long
+    values cut (:data:`SHOWN_CHARS`, :data:`LINE_CHARS`).
+
+    >>> readable("unknown key `ta\u200bsks`")
+    'unknown key `ta\\u200bsks`'
+    """
+    line = "".join(c if c.isprintable() or c == "\n" else repr(c)[1:-1] for c in line)
+    return _cut(_LONG_RUN.sub(lambda run: _cut(run[0]), line), LINE_CHARS)
 
 
 def _closest(key: str, valid: Collection[str]) -> str | None:
@@ -202,10 +241,8 @@ def _describe(error: Mapping[str, Any]) -> str:
         return message
     if kind == "value_error":
         return message.removeprefix("Value error, ")
-    shown = repr(error.get("input"))
-    shown = shown if len(shown) <= 80 else shown[:77] + "..."
     kind_of = type(error.get("input")).__name__
-    return f"{message[0].lower()}{message[1:]}, got {shown} ({kind_of})"
+    return f"{message[0].lower()}{message[1:]}, got {shown(error.get('input'))} ({kind_of})"
 
 
 PROBLEMS_HEADER = "invalid parameters (fix them in conf/ or with --params):\n  "
@@ -275,7 +312,7 @@ def problems(
         else:
             lines.append(f"{_path(group, e['loc'])}: {_describe(e)}")
     lines = [_unknown_keys(group, schema, loc, keys) for loc, keys in unknown.items()] + lines
-    return list(dict.fromkeys(lines))
+    return list(dict.fromkeys(readable(line) for line in lines))
 
 
 def check_override_groups(overrides: Mapping[str, Any], groups: Collection[str]) -> None:
@@ -291,8 +328,10 @@ def check_override_groups(overrides: Mapping[str, Any], groups: Collection[str])
     unknown = [str(name) for name in overrides if name not in set(groups)]
     if unknown:
         raise ConfigError(
-            f"--params: {unknown_keys_message(unknown, groups, noun='parameter group')} (a "
-            "group is a top-level key of conf/*/parameters*.yml)"
+            readable(
+                f"--params: {unknown_keys_message(unknown, groups, noun='parameter group')} (a "
+                "group is a top-level key of conf/*/parameters*.yml)"
+            )
         )
 
 
