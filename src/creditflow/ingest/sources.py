@@ -10,7 +10,7 @@ licence and origin). What each set holds, its columns and its split: ``docs/data
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +31,16 @@ FETCH_HINT = (
 
 # The MGSM languages of the project's copy; bn, sw and te are a held-out evaluation set.
 MGSM_LANGUAGES = ("en", "de", "es", "fr", "ja", "ru", "th", "zh")
+
+
+def mgsm_files(languages: Sequence[str]) -> tuple[str, ...]:
+    """The MGSM files ``load_mgsm`` reads for ``languages``: English always (every language is
+    paired with it line by line), then each other language's.
+
+    >>> mgsm_files(["bn", "en", "sw"])
+    ('mgsm_en.tsv', 'mgsm_bn.tsv', 'mgsm_sw.tsv')
+    """
+    return ("mgsm_en.tsv", *(f"mgsm_{code}.tsv" for code in languages if code != "en"))
 
 
 @dataclass(frozen=True)
@@ -64,7 +74,7 @@ RAW_SOURCES: Mapping[str, RawSource] = {
     "mgsm": RawSource(
         folder="mgsm",
         title="MGSM",
-        files=tuple(f"mgsm_{code}.tsv" for code in MGSM_LANGUAGES),
+        files=mgsm_files(MGSM_LANGUAGES),
         image_dir=None,
         licence="CC BY 4.0",
         origin="https://github.com/google-research/url-nlp (mgsm/, commit 452a21ad)",
@@ -109,20 +119,28 @@ RAW_SOURCES: Mapping[str, RawSource] = {
 }
 
 
-def missing_files(folder: Path, key: str) -> list[str]:
-    """What of set ``key`` is missing from ``folder`` (its own folder): the absent files, and
-    ``<image_dir>/`` when that folder is absent or empty; ``[]`` when the set is complete."""
+def missing_files(folder: Path, key: str, files: Sequence[str] | None = None) -> list[str]:
+    """What of set ``key`` is missing from ``folder`` (its own folder): the absent files of
+    ``files`` (default: all of the set's), and ``<image_dir>/`` when that folder is absent or
+    empty; ``[]`` when the set is complete."""
     source = RAW_SOURCES[key]
-    missing = [name for name in source.files if not (folder / name).is_file()]
+    names = source.files if files is None else files
+    missing = [name for name in names if not (folder / name).is_file()]
     images = folder / source.image_dir if source.image_dir else None
     if images is not None and not (images.is_dir() and any(images.iterdir())):
         missing.append(f"{source.image_dir}/ (absent or empty)")
     return missing
 
 
-def missing_sets(raw_dir: Path, keys: Iterable[str] | None = None) -> dict[str, str]:
+def missing_sets(
+    raw_dir: Path,
+    keys: Iterable[str] | None = None,
+    files: Mapping[str, Sequence[str]] | None = None,
+) -> dict[str, str]:
     """Set -> what is missing of it under ``raw_dir``, for the sets ``keys`` (default: all)
-    that are not complete there."""
+    that are not complete there. ``files``: set -> the files a run reads of it, where that is
+    fewer than all (``mgsm_files`` of ``data_ingest.mgsm_languages``)."""
+    files = files or {}
     found = {}
     for key in RAW_SOURCES if keys is None else keys:
         if key not in RAW_SOURCES:
@@ -130,15 +148,20 @@ def missing_sets(raw_dir: Path, keys: Iterable[str] | None = None) -> dict[str, 
         folder = raw_dir / RAW_SOURCES[key].folder
         if not folder.is_dir():
             found[key] = f"no folder {RAW_SOURCES[key].folder}/"
-        elif missing := missing_files(folder, key):
+        elif missing := missing_files(folder, key, files.get(key)):
             found[key] = "missing " + ", ".join(missing)
     return found
 
 
-def check_raw_data(raw_dir: Path, keys: Iterable[str] | None = None) -> None:
+def check_raw_data(
+    raw_dir: Path,
+    keys: Iterable[str] | None = None,
+    files: Mapping[str, Sequence[str]] | None = None,
+) -> None:
     """RawDataMissingError naming every set of ``keys`` (default: all) that is not complete
-    under ``raw_dir``, what of it is missing, and how to fetch it."""
-    missing = missing_sets(raw_dir, keys)
+    under ``raw_dir`` (of ``files``, as :func:`missing_sets`), what of it is missing, and how
+    to fetch it."""
+    missing = missing_sets(raw_dir, keys, files)
     if missing:
         listed = "; ".join(f"{key} ({what})" for key, what in missing.items())
         raise RawDataMissingError(

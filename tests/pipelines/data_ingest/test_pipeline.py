@@ -11,6 +11,7 @@ from kedro.io import DataCatalog, MemoryDataset
 from kedro.runner import SequentialRunner
 
 from creditflow.errors import RawDataMissingError
+from creditflow.hooks.raw_data import RawDataHook
 from creditflow.ingest import check_frame, load_mathvision
 from creditflow.ingest.schemas import (
     MATH_TEXT_SCHEMA,
@@ -184,6 +185,24 @@ def test_the_raw_data_check_names_only_the_sets_the_run_reads(tmp_path: Path) ->
     (tmp_path / "tabmwp_numeric300" / "problems_shared.json").write_text("{}")
     with pytest.raises(RawDataMissingError, match=r"tabmwp \(missing tables/ \(absent or empty"):
         check_pipeline_raw_data(create_pipeline().only_nodes("ingest_tabmwp_problems"), params)
+
+
+def test_the_raw_data_check_asks_only_for_the_configured_mgsm_languages(tmp_path: Path) -> None:
+    """`mgsm_languages: [en, bn, sw, te]` with only those files: the check passes and the node
+    ingests them; without one of them the check names that file, not the default languages."""
+    folder = tmp_path / "mgsm"
+    folder.mkdir()
+    for code in ("en", "bn", "sw", "te"):
+        (folder / f"mgsm_{code}.tsv").write_text(f"{code} one\t1\n{code} two\t2\n", "utf-8")
+    params = {"raw_data_dir": str(tmp_path), "mgsm_languages": ["en", "bn", "sw", "te"]}
+    mgsm = create_pipeline().only_nodes("ingest_mgsm_problems")
+    catalog = DataCatalog({"params:data_ingest": MemoryDataset(params)})
+    RawDataHook().before_pipeline_run(mgsm, catalog)
+    problems = _run(mgsm, params)["mgsm_problems"]
+    assert problems["language"].tolist() == ["en", "en", "bn", "bn", "sw", "sw", "te", "te"]
+    (folder / "mgsm_te.tsv").unlink()
+    with pytest.raises(RawDataMissingError, match=r"mgsm \(missing mgsm_te.tsv\)\. Fetch"):
+        RawDataHook().before_pipeline_run(mgsm, catalog)
 
 
 def test_the_default_run_needs_no_raw_data_set() -> None:

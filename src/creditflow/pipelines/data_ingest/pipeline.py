@@ -9,7 +9,7 @@ from typing import Any
 from kedro.pipeline import Node, Pipeline
 
 from creditflow.ingest import IngestConfig
-from creditflow.ingest.sources import check_raw_data
+from creditflow.ingest.sources import check_raw_data, mgsm_files
 from creditflow.pipelines.data_ingest import nodes
 
 PARAMS = "params:data_ingest"
@@ -27,11 +27,14 @@ NODE_SOURCES = {
 
 def check_pipeline_raw_data(pipeline: Pipeline, params: Mapping[str, Any]) -> None:
     """RawDataMissingError, before any node runs, when a raw data set the ingest nodes of
-    ``pipeline`` read is not complete under ``params``' raw_data_dir; the message names the
-    sets and says how to fetch them (``hooks.raw_data.RawDataHook`` calls this)."""
+    ``pipeline`` read is not complete under ``params``' raw_data_dir (MGSM: the files of
+    ``mgsm_languages`` only); the message names the sets and says how to fetch them
+    (``hooks.raw_data.RawDataHook`` calls this)."""
     keys = sorted({NODE_SOURCES[node.name] for node in pipeline.nodes if node.name in NODE_SOURCES})
     if keys:
-        check_raw_data(IngestConfig.from_params(params).raw_data_dir, keys)
+        config = IngestConfig.from_params(params)
+        files = {"mgsm": mgsm_files(config.mgsm_languages)}
+        check_raw_data(config.raw_data_dir, keys, files)
 
 
 def create_pipeline(**kwargs) -> Pipeline:
