@@ -68,6 +68,8 @@ DEFERRED_IMPORTS = {
     ("creditflow.pipelines.parameters", "creditflow.pipelines.chain_parameters"),
     # Likewise for the raw data check: the ingest loaders pull in pandas.
     ("creditflow.hooks.raw_data", "creditflow.pipelines.data_ingest.pipeline"),
+    # ... and for the task sources' CSV header check.
+    ("creditflow.hooks.task_source", "creditflow.ingest.source_rows"),
 }
 
 

@@ -17,8 +17,8 @@ from creditflow.errors import ConfigError, MissingInputsError
 
 class TaskSourceHook:
     """Registers each comparison's task source under its fixed input name (module docstring);
-    fails a run that reads a source that is unknown, or versioned and never saved, before its
-    first node."""
+    fails a run that reads a source that is unknown, versioned and never saved, or a CSV file
+    whose header repeats a column name, before its first node."""
 
     def __init__(self) -> None:
         self._problems: dict[str, str] = {}  # input name -> what is wrong with its source
@@ -52,6 +52,11 @@ class TaskSourceHook:
         problems = [problem for name, problem in self._problems.items() if name in inputs]
         if problems:
             raise ConfigError("\n".join(problems))
+        # Imported here: settings.py imports this module for every kedro command (kedro
+        # --help, kedro viz), and the source checks pull in pandas; by the time a run starts
+        # its pipelines have imported it.
+        from creditflow.ingest.source_rows import check_csv_header  # noqa: PLC0415
+
         for name, source in self._sources.items():
             dataset = catalog.get(name) if name in inputs else None
             if not isinstance(dataset, AbstractVersionedDataset):
@@ -64,3 +69,4 @@ class TaskSourceHook:
                     "pipeline that saves it first (`kedro run --pipelines data_ingest` for the "
                     "ingested tables)"
                 ) from error
+            check_csv_header(dataset, source)

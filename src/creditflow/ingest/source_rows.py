@@ -29,12 +29,17 @@ Hostile cells are refused, never repaired, so that what trains is what the file 
   (``gold_answer``): ``NaN``, ``inf``, a spreadsheet formula, ``1/0``; ``\\boxed{NaN}`` would
   otherwise be "right".
 
+A CSV file whose header names a column twice is refused before the first node
+(:func:`check_csv_header`): pandas would load the repeat as ``<column>.1`` and the schema would
+read the first alone.
+
 The same problem ``id`` with different answers in different languages is allowed (each row
 is scored against its own answer) but logged as a warning naming the ids.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import numbers
@@ -46,6 +51,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from kedro_datasets.pandas import CSVDataset
 
 from creditflow.errors import TaskSourceError
 from creditflow.ingest.schemas import (
@@ -54,7 +60,7 @@ from creditflow.ingest.schemas import (
     VISUAL_SCHEMA,
     TableSchema,
 )
-from creditflow.ingest.validation import canonical_number, image_problem
+from creditflow.ingest.validation import canonical_number, image_problem, repeated_names
 from creditflow.rewards.reasoning import MAX_ANSWER_CHARS, gold_answer
 
 logger = logging.getLogger(__name__)
@@ -279,6 +285,59 @@ def as_frame(data: Any, dataset: str) -> pd.DataFrame:
         f"loads as a {type(data).__name__}, not a table",
         "use a dataset type that loads a pandas DataFrame or a Hugging Face Dataset",
     )
+
+
+# read_csv arguments that shape the columns or rows of the table rather than how the file's text
+# is read: the header row is read without them, as plain text.
+_TABLE_ARGS = (
+    "header",
+    "names",
+    "index_col",
+    "usecols",
+    "dtype",
+    "converters",
+    "parse_dates",
+    "date_format",
+    "nrows",
+    "skipfooter",
+    "chunksize",
+    "iterator",
+    "keep_default_na",
+    "na_values",
+)
+
+
+def check_csv_header(source: Any, dataset: str) -> None:
+    """TaskSourceError naming the file and the column when ``source`` (the catalog's
+    ``dataset``) is a ``pandas.CSVDataset`` whose header names a column more than once.
+
+    pandas loads a repeat of ``answer`` as ``answer.1``, so the schema would read the first
+    ``answer`` and drop the other without a word. The loaded frame cannot tell a repeat from a
+    column really named ``answer.1``, so the header row itself is read: through a copy of the
+    dataset, with its own path, version, storage options and text arguments (separator,
+    encoding, compression, skipped rows), as plain text with no header.
+    """
+    if not isinstance(source, CSVDataset) or not source.exists():
+        return  # an absent file is the load's own error to report
+    load_args = source._load_args
+    if load_args.get("header", "infer") not in ("infer", 0) or load_args.get("names") is not None:
+        return  # the file has no header row of its own
+    first_row = copy.copy(source)
+    first_row._load_args = {
+        **{key: value for key, value in load_args.items() if key not in _TABLE_ARGS},
+        **{"header": None, "nrows": 1, "dtype": str, "keep_default_na": False},
+    }
+    header = first_row.load()
+    repeated = repeated_names(header.iloc[0].tolist()) if len(header) else []
+    if repeated:
+        raise TaskSourceError(
+            dataset,
+            f"{source._get_load_path()}: the header names column(s) {repeated} more than once "
+            f"(pandas would load the repeat as `{repeated[0]}.1`, and only the first would be "
+            "read)",
+            "rename or remove the repeated column(s) in the file's header",
+            column=repeated[0],
+        )
 
 
 def checked_frame(data: Any, dataset: str, schema: TableSchema, optional: Any) -> pd.DataFrame:

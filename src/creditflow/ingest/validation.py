@@ -176,6 +176,21 @@ def read_tsv(path: Path) -> list[tuple[SourceLine, list[str]]]:
     return [(SourceLine(path, reader.line_num), row) for row in reader]
 
 
+def repeated_names(header: Sequence[str]) -> list[str]:
+    """The names ``header`` holds more than once, in the order they first repeat.
+
+    >>> repeated_names(["id", "answer", "question", "answer", "id"])
+    ['answer', 'id']
+    """
+    seen: set[str] = set()
+    repeated: list[str] = []
+    for name in header:
+        if name in seen and name not in repeated:
+            repeated.append(name)
+        seen.add(name)
+    return repeated
+
+
 def read_csv(path: Path, required: Sequence[str]) -> tuple[list[int], dict[str, list[str]]]:
     """A headed RFC-4180 CSV file as string columns, with each row's line number.
 
@@ -186,6 +201,12 @@ def read_csv(path: Path, required: Sequence[str]) -> tuple[list[int], dict[str, 
     # many into an index column, and skipping blank lines would shift line numbers.
     reader = csv.reader(io.StringIO(read_text(path), newline=""))
     header = next(reader, [])
+    # Which of two same-named columns holds the data is anyone's guess: refuse, never pick one.
+    if repeated := repeated_names(header):
+        raise SourceLine(path, 1).error(
+            f"the header names column(s) {repeated} more than once",
+            "rename or remove the repeated column(s): only one column of a name can be read",
+        )
     missing = [name for name in required if name not in header]
     if missing:
         raise SourceLine(path, 1).error(
