@@ -269,6 +269,7 @@ def test_the_bottom_layers_import_no_torch_and_only_what_they_may():
             "importlib",  # config.plugins: a strategy or reward named by import path
             "importlib.metadata",  # ... or by entry point
             "inspect",
+            "math",  # config.values: a float parameter must be finite
             "numbers",
             "os",
             "pathlib",

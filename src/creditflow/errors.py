@@ -84,3 +84,9 @@ class RunInterrupted(Exception):
 
 class WorkerError(RuntimeError):
     """The call raised in the child, or the child died (a crash, a kill, a C stack overflow)."""
+
+
+class NonFiniteTrainingError(FloatingPointError):
+    """A loss, gradient norm or weight turned NaN or infinite while training; the message
+    names the step, the run (its strategies), what went non-finite and the newest checkpoint,
+    which was written before it and stays the newest (a non-finite policy is never saved)."""

@@ -25,6 +25,7 @@ from creditflow.errors import ConfigError
 from creditflow.pipeline_registry import register_pipelines
 from creditflow.pipelines.chain_parameters import CHAIN_SCHEMAS
 from creditflow.pipelines.parameters import CHAIN_GROUPS, GROUPS, all_schemas, check_parameters
+from creditflow.training.grpo_runs import check_comparison_params
 from creditflow.training.strategies import validate_strategies
 from tests.kedro_project import NodeCounter, copy_project
 
@@ -79,6 +80,10 @@ PROBES = [
     ("tapo.grpo.steps", "abc", r"tapo.grpo.steps: input should be a valid integer, got 'abc'"),
     ("tapo.grpo.group_size", 2.5, r"tapo.grpo.group_size: .*integer, got 2.5 \(float\)"),
     ("tapo.grpo.beta", True, r"tapo.grpo.beta: input should be a valid number, got True"),
+    # YAML's `.inf` and `.nan` are floats to the loader: refused wherever they are written.
+    ("tapo.grpo.beta", float("inf"), r"tapo.grpo.beta: input should be a finite number"),
+    ("tapo.sft.learning_rate", float("nan"), r"tapo.sft.learning_rate: .*finite number"),
+    ("tapo.strategies.tapo.beta", float("inf"), r"tapo.strategies.tapo.beta: .*finite number"),
     ("tapo.policy.tiny.hiden_size", 8, r"tapo.policy.tiny: unknown key `hiden_size` \(did you"),
     ("tapo.tasks.languages", ["en", "xx"], r"tapo.tasks.languages.1: unknown language 'xx'"),
     ("tapo.tasks.variant", "hard", r"tapo.tasks.variant: unknown variant 'hard'; valid: conflict"),
@@ -207,6 +212,13 @@ def test_each_broken_parameter_is_named_with_what_is_wrong(conf_params, key, val
     params = _set(conf_params, key, value)
     with pytest.raises(ConfigError, match=message):
         check_parameters({group: params[group]})
+
+
+@pytest.mark.parametrize("alpha", [True, float("inf")])
+def test_a_strategy_option_is_typed_as_strictly_as_a_grpo_field(conf_params, alpha):
+    params = _set(conf_params, "tapo.strategies.tapo.advantage", {"name": "tapo", "alpha": alpha})
+    with pytest.raises(ConfigError, match=r"advantage.alpha must be in \[0, 1\], got"):
+        check_comparison_params("tapo", params["tapo"], ["tapo"])
 
 
 def test_the_openai_annotators_bounds_pass_when_in_range(conf_params):

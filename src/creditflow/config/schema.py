@@ -113,7 +113,9 @@ class Block(BaseModel):
     ``conf/local`` file, ``--params``) fails saying where it moved instead of as unknown.
     """
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    # allow_inf_nan: YAML's `.inf` / `.nan` are floats to the loader, and an infinite beta or
+    # learning rate trains a NaN policy without a word.
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
     RENAMED: ClassVar[Mapping[str, str]] = {}
     # The typed config or function whose docstring documents the fields of a block built from
     # it (dataclass_block, signature_block); None for a block written by hand, whose fields

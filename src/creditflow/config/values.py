@@ -4,6 +4,7 @@ checked against a function's signature, and keys that moved. Standard library on
 from __future__ import annotations
 
 import inspect
+import math
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
@@ -39,6 +40,9 @@ def typed_value(name: str, value: Any, hint: Any) -> Any:
         if origin in (list, Sequence) and isinstance(value, list | tuple):
             return value
     if float in allowed and type(value) in (int, float):
+        if not math.isfinite(value):
+            # An infinite beta or learning rate trains a NaN policy without a word.
+            raise ConfigError(f"`{name}` must be a finite number, got {value!r}")
         return float(value)
     if type(value) in allowed:
         return value

@@ -52,6 +52,13 @@ from creditflow.tracking import StepCallback, active_step_logger
 from creditflow.training.checkpoint import CheckpointStore
 from creditflow.training.credit import credit_recorder
 from creditflow.training.dapo import fill_batch, shape_batch
+from creditflow.training.finite import (
+    NonFiniteValue,
+    check_finite_scalars,
+    check_finite_weights,
+    checkpoint_due,
+    non_finite_error,
+)
 from creditflow.training.fsdp import (
     FULL_OPTIMIZER_LAYOUT,
     full_state_dicts,
@@ -304,25 +311,30 @@ class GRPOTrainer:
                 "checkpoint already at step %d of %d: nothing to train", self.start_step, c.steps
             )
             return self.result
+        run = f"{self.desc}[{c.advantage['name']}/{c.token_weights['name']}]"
         bar = tqdm(
             range(self.start_step, c.steps),
             initial=self.start_step,
             total=c.steps,
-            desc=f"{self.desc}[{c.advantage['name']}/{c.token_weights['name']}]",
+            desc=run,
             disable=not (self.progress and self.is_main_process),
         )
         with sampling_ahead(self, self._pending_rollout):  # max_staleness: sets self.ahead
             for step in bar:
-                metrics = self.step(step)
+                done = step + 1
+                saves = checkpoint_due(done, c.steps, c.checkpoint_every)
+                try:
+                    metrics = self.step(step)
+                    if saves:  # the last step included: the policy handed on must be finite
+                        check_finite_weights(self.policy.module)
+                except NonFiniteValue as problem:
+                    raise non_finite_error(problem, done, run, self.checkpoints) from None
                 self.result.history.append(metrics)
                 self._report([metrics])
                 bar.set_postfix(
                     reward=f"{metrics['reward/total']:.3f}", kl=f"{metrics['actor/kl']:.3g}"
                 )
-                done = step + 1
-                if self.checkpoints is not None and (
-                    done == c.steps or (c.checkpoint_every and done % c.checkpoint_every == 0)
-                ):
+                if self.checkpoints is not None and saves:
                     self.save(done)
         return self.result
 
@@ -594,10 +606,12 @@ class GRPOTrainer:
             )
             if isinstance(grad_norm, DTensor):  # FSDP2: the norm of every shard's gradients
                 grad_norm = grad_norm.full_tensor()
+        # Before the step: a non-finite gradient would write NaN into every weight.
+        check_finite_scalars({"actor/loss": metrics["actor/loss"], "actor/grad_norm": grad_norm})
         self.optimizer.step()
         self.policy.weights_updated()  # an engine with its own weights reloads before sampling
         self.scheduler.step()
-        # The keys in the order they always had: loss, grad_norm, entropy, policy_loss's.
+        # Loss and gradient norm first, then the entropy and policy_loss's metrics.
         loss_value = metrics.pop("actor/loss")
         return {"actor/loss": loss_value, "actor/grad_norm": float(grad_norm), **metrics}
 

@@ -28,6 +28,13 @@ from transformers import get_constant_schedule_with_warmup, get_cosine_schedule_
 from creditflow.config.supervised import SupervisedConfig
 from creditflow.tracking import StepCallback, active_step_logger
 from creditflow.training.checkpoint import CheckpointStore
+from creditflow.training.finite import (
+    NonFiniteValue,
+    check_finite_scalar,
+    check_finite_weights,
+    checkpoint_due,
+    non_finite_error,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -185,16 +192,18 @@ class SupervisedTrainer:
             disable=not self.progress,
         )
         for step in bar:
-            metrics = self.step()
-            self.history.append(
-                {"step": step + 1, **metrics, "lr": self.scheduler.get_last_lr()[0]}
-            )
+            done = step + 1
+            saves = checkpoint_due(done, c.steps, c.checkpoint_every)
+            try:
+                metrics = self.step()
+                if saves:  # the last step included: the module handed on must be finite
+                    check_finite_weights(self.module)
+            except NonFiniteValue as problem:
+                raise non_finite_error(problem, done, self.desc, self.checkpoints) from None
+            self.history.append({"step": done, **metrics, "lr": self.scheduler.get_last_lr()[0]})
             self._report(self.history[-1:])
             bar.set_postfix({k: f"{v:.4g}" for k, v in metrics.items()}, refresh=False)
-            done = step + 1
-            if self.checkpoints is not None and (
-                done == c.steps or (c.checkpoint_every and done % c.checkpoint_every == 0)
-            ):
+            if self.checkpoints is not None and saves:
                 self.save(done)
         return self.history
 
@@ -207,9 +216,12 @@ class SupervisedTrainer:
         """One optimizer step on the sampler's next batch; returns the caller's metrics."""
         loss, metrics = self.loss_fn(self.batch_fn(self.sampler.next_batch()))
         self.optimizer.zero_grad(set_to_none=True)
+        check_finite_scalar("loss", loss)
         loss.backward()
         if self.config.max_grad_norm is not None:
-            torch.nn.utils.clip_grad_norm_(self.parameters, self.config.max_grad_norm)
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.parameters, self.config.max_grad_norm)
+            # Before the step: a non-finite gradient would write NaN into every weight.
+            check_finite_scalar("grad_norm", grad_norm)
         self.optimizer.step()
         self.scheduler.step()
         return metrics

@@ -13,11 +13,15 @@ Masks are 1 where a token counts.
 from __future__ import annotations
 
 import difflib
+import types
+import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.fields import FieldInfo
 
 from creditflow.config.grpo import GRPOConfig
 from creditflow.errors import ConfigError
@@ -115,33 +119,111 @@ class TokenWeightStrategy:
         return self if self.variant is None else self.variant(spec)
 
 
-def reject_unknown_options(spec: Spec, allowed: set[str]) -> None:
-    """ConfigError naming the options of ``spec`` outside ``allowed`` (``name`` included)."""
-    extra = sorted(set(spec) - allowed)
-    if extra:
-        options = sorted(allowed - {"name"}) or "no options"
-        guesses = {key: difflib.get_close_matches(key, allowed - {"name"}, n=1) for key in extra}
-        hint = "; ".join(f"did you mean {g[0]!r} for {k!r}?" for k, g in guesses.items() if g)
+class StrategyOptions(BaseModel):
+    """The options of a strategy spec, typed: each strategy declares its own subclass, whose
+    fields (type, default, range, description) are the one description of its options. Strict
+    as the parameter blocks are: YAML's ``true`` is no number, ``.inf`` no finite one, and an
+    unknown key fails with the closest valid one."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
+    name: str = Field(description="the strategy's name in its table (or an import path)")
+
+
+def parse_options(
+    spec: Spec, options: type[StrategyOptions], label: str, fixed: Mapping[str, Any] | None = None
+) -> StrategyOptions:
+    """``spec`` parsed as ``options``, or a ConfigError naming every bad key of it.
+
+    Args:
+        label: how the parameters name the spec (``advantage``, ``token_weights``).
+        fixed: options the strategy's name already sets (an ablation's), refused in the spec.
+    """
+    fixed = dict(fixed or {})
+    taken = sorted(set(spec) & set(fixed))
+    if taken:
+        allowed = sorted(set(options.model_fields) - set(fixed) - {"name"})
         raise ConfigError(
-            f"strategy {spec['name']!r} takes {options}, got unknown {extra}"
-            + (f" ({hint})" if hint else "")
+            f"{label} {spec['name']!r} takes {allowed}; got unknown {taken} ({taken} fixed by "
+            f"the {spec['name']!r} ablation)"
         )
+    try:
+        return options.model_validate({**dict(spec), **fixed})
+    except ValidationError as error:
+        raise ConfigError(_options_problems(spec, options, label, error)) from None
+
+
+def _options_problems(
+    spec: Spec, options: type[StrategyOptions], label: str, error: ValidationError
+) -> str:
+    valid = set(options.model_fields) - {"name"}
+    unknown = sorted(str(e["loc"][0]) for e in error.errors() if e["type"] == "extra_forbidden")
+    lines = []
+    if unknown:
+        guesses = {key: difflib.get_close_matches(key, valid, n=1) for key in unknown}
+        hint = "; ".join(f"did you mean {g[0]!r} for {k!r}?" for k, g in guesses.items() if g)
+        lines.append(
+            f"strategy {spec['name']!r} takes {sorted(valid) or 'no options'}, got unknown "
+            f"{unknown}" + (f" ({hint})" if hint else "")
+        )
+    for e in error.errors():
+        if e["type"] == "extra_forbidden":
+            continue
+        key = ".".join(str(part) for part in e["loc"])
+        field = options.model_fields.get(str(e["loc"][0]))
+        wanted = _field_wording(field) if field is not None else e["msg"]
+        shown = repr(e.get("input"))[:80]
+        lines.append(f"{label}.{key} must be {wanted}, got {shown}")
+    return "; ".join(lines)
+
+
+def _field_wording(field: FieldInfo) -> str:
+    """``a number in [0, 1]``, ``a number >= 0``, ``true or false``, ``one of ['sum', ...]``."""
+    hint = field.annotation
+    members = [a for a in typing.get_args(hint) if a is not type(None)]
+    if typing.get_origin(hint) in (typing.Union, types.UnionType) and len(members) == 1:
+        hint = members[0]
+    if hint is bool:
+        return "true or false"
+    if typing.get_origin(hint) is typing.Literal:
+        return f"one of {list(typing.get_args(hint))}"
+    bounds = {
+        kind: f"{getattr(m, kind):g}"
+        for m in field.metadata
+        for kind in ("ge", "gt", "le", "lt")
+        if getattr(m, kind, None) is not None
+    }
+    low = ("[", bounds["ge"]) if "ge" in bounds else ("(", bounds["gt"]) if "gt" in bounds else None
+    high = (
+        (bounds["le"], "]") if "le" in bounds else (bounds["lt"], ")") if "lt" in bounds else None
+    )
+    if low and high:
+        return f"in {low[0]}{low[1]}, {high[0]}{high[1]}"
+    if low:
+        return f"{'>=' if low[0] == '[' else '>'} {low[1]}"
+    if high:
+        return f"{'<=' if high[1] == ']' else '<'} {high[0]}"
+    return "an integer" if hint is int else "a finite number" if hint is float else "a string"
 
 
 def no_options(spec: Spec, config: GRPOConfig) -> None:
-    reject_unknown_options(spec, {"name"})
+    """The validation of a strategy that takes no options beyond its name."""
+    parse_options(spec, StrategyOptions, "strategy")
+
+
+class GroupScaleOptions(StrategyOptions):
+    """The options of an advantage that z-scores rewards within each group."""
+
+    scale_by_std: bool = Field(
+        True,
+        description="divide each group's centred rewards by their std (GRPO); false leaves "
+        "them centred only (Dr. GRPO)",
+    )
 
 
 def spec_scale_by_std(spec: Spec) -> bool:
     """Whether an advantage spec divides each group's centred rewards by their std: GRPO's
     default, unless the spec says ``scale_by_std: false`` (Dr. GRPO)."""
     return spec.get("scale_by_std", True)
-
-
-def check_scale_by_std(spec: Spec) -> None:
-    scale = spec_scale_by_std(spec)
-    if not isinstance(scale, bool):
-        raise ConfigError(f"advantage.scale_by_std must be true or false, got {scale!r}")
 
 
 def weighted_reward(rewards: dict[str, torch.Tensor], weights: dict[str, float]) -> torch.Tensor:

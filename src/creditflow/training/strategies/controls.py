@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from pydantic import Field, field_validator
 
 from creditflow.algorithms import masked_mean, shuffle_group_advantages
 from creditflow.config.grpo import GRPOConfig
@@ -33,13 +34,14 @@ from creditflow.errors import ConfigError
 from creditflow.rollout.batch import RolloutBatch
 from creditflow.training.strategies.base import (
     AdvantageStrategy,
+    GroupScaleOptions,
     Metrics,
     Spec,
+    StrategyOptions,
     TokenWeightStrategy,
     WeightContext,
-    check_scale_by_std,
     no_options,
-    reject_unknown_options,
+    parse_options,
 )
 from creditflow.training.strategies.grpo import completion_advantages
 from creditflow.training.strategies.tor import (
@@ -82,8 +84,7 @@ def shuffled_advantages(
 
 
 def validate_shuffled(spec: Spec, config: GRPOConfig) -> None:
-    reject_unknown_options(spec, {"name", "scale_by_std"})
-    check_scale_by_std(spec)
+    parse_options(spec, GroupScaleOptions, "advantage")
     if config.prompts_per_step < 2:
         raise ConfigError(
             f"advantage 'shuffled_advantages' moves advantages between groups and needs "
@@ -184,15 +185,25 @@ def _fraction_weights(
     return selected.to(mask.dtype), {"control/selected_frac": (selected.sum() / n_valid).item()}
 
 
+class RandomTokensOptions(StrategyOptions):
+    fraction: float | None = Field(
+        None,
+        ge=0.0,
+        le=1.0,
+        description="share of the valid tokens drawn at random; unset: as many as ToR selects",
+    )
+
+    @field_validator("fraction", mode="before")
+    @classmethod
+    def _set_means_a_number(cls, value: Any) -> Any:
+        # A written `fraction: null` is a typo more likely than a wish for ToR's count.
+        if value is None:
+            raise ValueError("fraction must be a number")
+        return value
+
+
 def validate_random(spec: Spec, config: GRPOConfig) -> None:
-    reject_unknown_options(spec, {"name", "fraction"})
-    if "fraction" not in spec:
-        return
-    fraction = spec["fraction"]
-    if isinstance(fraction, bool) or not isinstance(fraction, int | float):
-        raise ConfigError(f"token_weights.fraction must be a number in [0, 1], got {fraction!r}")
-    if not 0.0 <= float(fraction) <= 1.0:
-        raise ConfigError(f"token_weights.fraction must be in [0, 1], got {fraction}")
+    parse_options(spec, RandomTokensOptions, "token_weights")
 
 
 # ---------------------------------------------------------------- entropy selection

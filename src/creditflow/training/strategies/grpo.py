@@ -12,13 +12,13 @@ from creditflow.config.grpo import GRPOConfig
 from creditflow.rollout.batch import RolloutBatch
 from creditflow.training.strategies.base import (
     AdvantageStrategy,
+    GroupScaleOptions,
     Metrics,
     Spec,
     TokenWeightStrategy,
     WeightContext,
-    check_scale_by_std,
     no_options,
-    reject_unknown_options,
+    parse_options,
     spec_scale_by_std,
     weighted_reward,
 )
@@ -48,8 +48,7 @@ def completion_advantages(
 
 
 def validate_grpo(spec: Spec, config: GRPOConfig) -> None:
-    reject_unknown_options(spec, {"name", "scale_by_std"})
-    check_scale_by_std(spec)
+    parse_options(spec, GroupScaleOptions, "advantage")
 
 
 def uniform_weights(

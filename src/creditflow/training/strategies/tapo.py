@@ -16,19 +16,19 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from pydantic import Field
 
 from creditflow.algorithms import segment_token_advantages, sign_conflict_rate, tapo_advantages
 from creditflow.config.grpo import GRPOConfig
-from creditflow.errors import ConfigError
 from creditflow.rewards import translation_segment_end
 from creditflow.rollout.batch import RolloutBatch
 from creditflow.training.strategies.base import (
     AdvantageStrategy,
+    GroupScaleOptions,
     Metrics,
     RewardMetric,
     Spec,
-    check_scale_by_std,
-    reject_unknown_options,
+    parse_options,
     spec_scale_by_std,
 )
 
@@ -80,28 +80,33 @@ def translation_segment_ids(
 
 
 # ---------------------------------------------------------------- the advantage strategy
-TAPO_OPTIONS = {"name", "alpha", "translation_reward", "reasoning_reward", "scale_by_std"}
+class TapoOptions(GroupScaleOptions):
+    alpha: float = Field(
+        0.5, ge=0.0, le=1.0, description="weight of A_trans on the translation tokens"
+    )
+    translation_reward: str = Field(
+        "translation", description="the reward whose advantage is A_trans"
+    )
+    reasoning_reward: str = Field("reasoning", description="the reward whose advantage is A_reason")
+
+
+def tapo_options(spec: Spec) -> TapoOptions:
+    return parse_options(spec, TapoOptions, "advantage")
 
 
 def tapo_reward_names(spec: Spec) -> tuple[str, str]:
     """(translation reward, reasoning reward) a TAPO spec reads."""
-    return (
-        spec.get("translation_reward", "translation"),
-        spec.get("reasoning_reward", "reasoning"),
-    )
+    options = tapo_options(spec)
+    return options.translation_reward, options.reasoning_reward
 
 
 def tapo_alpha(spec: Spec) -> float:
-    """The weight of A_trans on translation tokens (docs/methods/tapo.md); 0.5 unless set."""
-    return spec.get("alpha", 0.5)
+    """The weight of A_trans on translation tokens (docs/methods/tapo.md)."""
+    return tapo_options(spec).alpha
 
 
 def validate_tapo(spec: Spec, config: GRPOConfig) -> None:
-    reject_unknown_options(spec, TAPO_OPTIONS)
-    check_scale_by_std(spec)
-    alpha = tapo_alpha(spec)
-    if not 0.0 <= float(alpha) <= 1.0:
-        raise ConfigError(f"advantage.alpha must be in [0, 1], got {alpha}")
+    tapo_options(spec)
 
 
 def tapo_token_advantages(

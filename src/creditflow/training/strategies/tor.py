@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
+from typing import Any, Literal
 
 import torch
+from pydantic import Field
 
 from creditflow.algorithms import (
     OVERLAP_MODES,
@@ -32,18 +33,36 @@ from creditflow.algorithms import (
 from creditflow.config.grpo import GRPOConfig
 from creditflow.errors import ConfigError
 from creditflow.rollout.batch import RolloutBatch
-from creditflow.training.strategies.base import Metrics, Spec, TokenWeightStrategy, WeightContext
+from creditflow.training.strategies.base import (
+    Metrics,
+    Spec,
+    StrategyOptions,
+    TokenWeightStrategy,
+    WeightContext,
+    parse_options,
+)
 
-# Paper defaults (docs/methods/tor.md); ``top_p`` is the rollout's entropy_top_p and is checked,
-# not defaulted, here.
-TOR_DEFAULTS: dict[str, Any] = {
-    "alpha_r": 0.3,
-    "alpha_p": 0.3,
-    "gamma_r": 1.0,
-    "gamma_p": 0.5,
-    "overlap": "sum",
-}
-TOR_OPTIONS = (*TOR_DEFAULTS, "top_p")
+
+class TorOptions(StrategyOptions):
+    """ToR's options, at the paper's defaults (docs/methods/tor.md)."""
+
+    alpha_r: float = Field(0.3, ge=0.0, le=1.0, description="share of tokens in T_r (entropy)")
+    alpha_p: float = Field(
+        0.3, ge=0.0, le=1.0, description="share of tokens in T_p (image sensitivity)"
+    )
+    gamma_r: float = Field(1.0, ge=0.0, description="weight of a T_r token")
+    gamma_p: float = Field(0.5, ge=0.0, description="weight of a T_p token")
+    overlap: Literal[OVERLAP_MODES] = Field(  # type: ignore[valid-type]
+        "sum", description="weight of a token in both sets: sum of both, or gamma_r only"
+    )
+    top_p: float | None = Field(
+        None,
+        gt=0.0,
+        le=1.0,
+        description="the entropy's top-p; checked, not set, here: it must equal entropy_top_p",
+    )
+
+
 # Ablations by name: each fixes some options (they may not be set again in the config).
 TOR_PRESETS: dict[str, dict[str, Any]] = {
     "tor": {},
@@ -185,44 +204,23 @@ def batch_tor_token_weights(
 # ---------------------------------------------------------------- the token-weight strategy
 def tor_options(spec: Spec) -> dict[str, Any]:
     """The full option set of a ``tor*`` spec: paper defaults, then the preset, then the spec."""
-    options = {**TOR_DEFAULTS, **TOR_PRESETS[spec["name"]]}
-    options.update({k: v for k, v in spec.items() if k in TOR_DEFAULTS})
-    return options
+    return _parsed(spec).model_dump(exclude={"name", "top_p"})
+
+
+def _parsed(spec: Spec) -> TorOptions:
+    return parse_options(spec, TorOptions, "token_weights", TOR_PRESETS[spec["name"]])
 
 
 def validate_tor(spec: Spec, config: GRPOConfig) -> None:
     """Check a ``tor*`` token-weight spec before any model is built."""
-    name = spec["name"]
-    allowed = set(TOR_OPTIONS) - set(TOR_PRESETS[name])
-    unknown = sorted(set(spec) - allowed - {"name"})
-    if unknown:
-        fixed = sorted(set(unknown) & set(TOR_PRESETS[name]))
-        hint = f" ({fixed} fixed by the {name!r} ablation)" if fixed else ""
+    top_p = _parsed(spec).top_p
+    # The entropy is computed during the rollout, from the same forward as old_logp, with the
+    # config's entropy_top_p; a second top_p would silently be ignored.
+    if top_p is not None and not math.isclose(top_p, config.entropy_top_p):
         raise ConfigError(
-            f"token_weights {name!r} takes {sorted(allowed)}; got unknown {unknown}{hint}"
+            f"token_weights.top_p ({top_p}) must equal entropy_top_p "
+            f"({config.entropy_top_p}), the top-p the rollout's entropy uses; set both alike"
         )
-    options = tor_options(spec)
-    for key in ("alpha_r", "alpha_p"):
-        if not 0.0 <= float(options[key]) <= 1.0:
-            raise ConfigError(f"token_weights.{key} must be in [0, 1], got {options[key]}")
-    for key in ("gamma_r", "gamma_p"):
-        if not float(options[key]) >= 0.0:
-            raise ConfigError(f"token_weights.{key} must be >= 0, got {options[key]}")
-    if options["overlap"] not in OVERLAP_MODES:
-        raise ConfigError(
-            f"token_weights.overlap must be one of {list(OVERLAP_MODES)}, got {options['overlap']!r}"
-        )
-    if "top_p" in spec:
-        top_p = spec["top_p"]
-        if not 0.0 < float(top_p) <= 1.0:
-            raise ConfigError(f"token_weights.top_p must be in (0, 1], got {top_p}")
-        # The entropy is computed during the rollout, from the same forward as old_logp, with
-        # the config's entropy_top_p; a second top_p would silently be ignored.
-        if not math.isclose(float(top_p), config.entropy_top_p):
-            raise ConfigError(
-                f"token_weights.top_p ({top_p}) must equal entropy_top_p "
-                f"({config.entropy_top_p}), the top-p the rollout's entropy uses; set both alike"
-            )
 
 
 def tor_weights(
