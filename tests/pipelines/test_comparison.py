@@ -137,3 +137,21 @@ def test_a_broken_strategy_config_fails_before_the_first_node(
     catalog = DataCatalog({f"params:{group}": MemoryDataset(params)})
     with pytest.raises(ConfigError, match=message):
         ParameterCheckHook().before_pipeline_run(module.create_pipeline(), catalog)
+
+
+def test_a_strategy_needing_the_image_pass_runs_only_where_the_policy_has_one(project_root):
+    # The tor pipeline's train nodes say their policy is vision-language (a tag the parameter
+    # check reads); the tapo pipeline's text policy has no no-image pass for ToR to call.
+    from creditflow.pipelines.comparison import IMAGE_PASS_TAG  # noqa: PLC0415
+
+    assert all(
+        IMAGE_PASS_TAG in n.tags
+        for n in tor.create_pipeline().nodes
+        if n.name.endswith("_policy") and n.name.split(".")[-1].startswith("train_")
+    )
+    assert not any(IMAGE_PASS_TAG in n.tags for n in tapo.create_pipeline().nodes)
+    params = _project_params(project_root, "tapo")
+    params["strategies"]["tapo"]["token_weights"] = {"name": "tor"}
+    catalog = DataCatalog({"params:tapo": MemoryDataset(params)})
+    with pytest.raises(ConfigError, match=r"tapo.strategies.tapo .*the tapo pipeline's policy"):
+        ParameterCheckHook().before_pipeline_run(tapo.create_pipeline(), catalog)

@@ -242,7 +242,7 @@ def test_random_tokens_without_a_fraction_need_a_policy_with_an_image_pass(
     }
     with pytest.raises(ConfigError, match="tapo.strategies.random.*tapo pipeline's policy"):
         check_comparison_params("tapo", params)
-    check_comparison_params("tor", params)  # the tor pipeline's policy has the pass
+    check_comparison_params("tor", params, has_image_pass=True)  # a vision-language policy
     params["strategies"]["random"]["token_weights"]["fraction"] = 0.46
     check_comparison_params("tapo", params)
 

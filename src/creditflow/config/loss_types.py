@@ -9,8 +9,8 @@ A preset has two kinds of settings:
 - *defaults* (``clip_low``, ``clip_high``, ``cispo_max_ratio``): the papers' values, used
   where the knob is unset (null); an explicit value wins.
 
-Without a loss type every unset knob takes the engine's default (``ENGINE_DEFAULTS``), which
-is exactly what the knobs meant before loss types existed. Standard library only.
+Without a loss type every unset knob takes the engine's default (``ENGINE_DEFAULTS``): the
+clipped token-level GRPO loss. Standard library only.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ LOSS_TYPES: dict[str, LossType] = {
 
 DEFINING = ("agg", "importance_level", "surrogate")
 DEFAULTED = ("clip_low", "clip_high", "cispo_max_ratio")
-# What an unset knob means without a loss type (the engine's defaults before loss types).
+# What an unset knob means without a loss type: the clipped token-level GRPO loss.
 ENGINE_DEFAULTS: dict[str, Any] = {
     "agg": "seq-mean-token-mean",
     "importance_level": "token",

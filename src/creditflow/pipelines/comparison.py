@@ -57,6 +57,9 @@ logger = logging.getLogger(__name__)
 RESULTS_PREFIX, METRICS_PREFIX, CREDIT_PREFIX = "results/", "metrics/", "credit/"
 STRATEGY_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # a namespace and a dataset-name part
 WARM_START = "sft"  # the label of the warm start's row and datasets, not a strategy name
+# The tag of a train node whose policy has a no-image pass: the parameter check reads it, so
+# the engine never needs to know which pipeline trains a vision-language policy.
+IMAGE_PASS_TAG = "policy_with_image_pass"
 
 
 def project_root() -> Path:
@@ -198,8 +201,11 @@ def strategy_template(
     evaluate: Callable,
     train_inputs: Sequence[str],
     evaluation_inputs: Sequence[str],
+    image_pass: bool = False,
 ) -> Pipeline:
     """Train one strategy from the warm start once per seed, then evaluate each seed's policy.
+    ``image_pass``: the policy it trains has a no-image pass (a vision-language policy), said
+    by the train node's ``IMAGE_PASS_TAG``.
 
     ``train(*train_inputs, checkpoints, params, strategy) -> (policies, metrics, samples,
     credit)``,
@@ -215,6 +221,7 @@ def strategy_template(
                 [*train_inputs, "checkpoints", params, "params:strategy"],
                 ["policies", "metrics", "samples", "credit"],
                 name=f"train_{group}_policy",
+                tags=[IMAGE_PASS_TAG] if image_pass else None,
             ),
             Node(
                 evaluate,
@@ -234,9 +241,11 @@ def comparison_pipeline(
     compare: Callable,
     train_inputs: Sequence[str],
     evaluation_inputs: Sequence[str],
+    image_pass: bool = False,
 ) -> Pipeline:
     """``strategy_template`` once per strategy, namespaced by the strategy's name, then the
-    comparison node.
+    comparison node. ``image_pass``: the trained policy has a no-image pass (vision-language),
+    so strategies that call it (ToR's perception score) may be listed.
 
     Every strategy reads ``train_inputs`` and ``evaluation_inputs`` (the warm start, the
     tasks, ...) under their own names, ``params:<group>``, and ``params:strategy`` mapped to
@@ -248,7 +257,9 @@ def comparison_pipeline(
     ``render_token_credit`` of every strategy's ``<group>_credit_<name>`` table ->
     ``(<group>_token_credit_html, <group>_token_credit_plot)``.
     """
-    template = strategy_template(group, train, evaluate, train_inputs, evaluation_inputs)
+    template = strategy_template(
+        group, train, evaluate, train_inputs, evaluation_inputs, image_pass
+    )
     shared = {d: d for d in template.inputs() if not d.startswith("params:") and d != "checkpoints"}
 
     def named(dataset: str, name: str) -> str:
@@ -348,10 +359,13 @@ def check_strategies(
     """
     trained: dict[str, set[str]] = {}  # group -> strategies whose nodes the run includes
     compared: dict[str, list[str]] = {}  # group -> strategies its comparison node reads
+    image_pass: set[str] = set()  # groups whose policy has a no-image pass
     for node in pipeline.nodes:
         for dataset in node.inputs:
             if match := re.fullmatch(r"params:(\w+)\.strategies\.(\w+)", dataset):
                 trained.setdefault(match.group(1), set()).add(match.group(2))
+                if IMAGE_PASS_TAG in node.tags:
+                    image_pass.add(match.group(1))
         if match := re.fullmatch(r"compare_(\w+)_strategies", node.name):
             prefix = f"{match.group(1)}_results_"
             compared[match.group(1)] = [
@@ -361,6 +375,8 @@ def check_strategies(
         if not (params := group_params(group)):
             continue
         if group in trained:
-            check_comparison_params(group, dict(params), sorted(trained[group]))
+            check_comparison_params(
+                group, dict(params), sorted(trained[group]), has_image_pass=group in image_pass
+            )
         if group in compared:
             _check_built(params.get("strategies") or {}, compared[group])

@@ -193,18 +193,17 @@ def check_distributed(distributed: dict[str, Any] | None, config: GRPOConfig) ->
     return distributed
 
 
-# The comparisons whose policy is vision-language (``run_vl_grpo``); the others' policies are
-# text-only, with no no-image pass for a strategy to call.
-VISION_LANGUAGE_COMPARISONS = frozenset({"tor"})
-
-
 def check_comparison_params(
-    group: str, params: dict[str, Any], strategies: Sequence[str] | None = None
+    group: str,
+    params: dict[str, Any],
+    strategies: Sequence[str] | None = None,
+    has_image_pass: bool = False,
 ) -> None:
-    """Every config a tapo / tor comparison will build, built now: the SFT warm start's and
-    the GRPO config of each of ``strategies`` (default: all of ``params['strategies']``), so a
-    typo fails before the first node (not after SFT); a token-weight strategy that needs the
-    no-image pass fails in a comparison of a text-only policy (``check_image_pass``).
+    """Every config a comparison will build, built now: the SFT warm start's and the GRPO
+    config of each of ``strategies`` (default: all of ``params['strategies']``), so a typo
+    fails before the first node (not after SFT); a token-weight strategy that needs the
+    no-image pass fails unless the comparison's policy has one (``has_image_pass``, a
+    vision-language policy; ``check_image_pass``). ``group`` names the parameters in messages.
 
     Raises:
         ConfigError: naming the group, the strategy and the key.
@@ -217,9 +216,7 @@ def check_comparison_params(
     for name in [n for n in configured if strategies is None or n in set(strategies)]:
         try:
             config, _ = strategy_config(params, configured[name])
-            check_image_pass(
-                config, group in VISION_LANGUAGE_COMPARISONS, f"the {group} pipeline's policy"
-            )
+            check_image_pass(config, has_image_pass, f"the {group} pipeline's policy")
         except ConfigError as error:
             raise ConfigError(f"{group}.strategies.{name} (over {group}.grpo): {error}") from error
 

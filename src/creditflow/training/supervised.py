@@ -8,8 +8,8 @@ the learning-rate schedule, the seeded epoch sampler, gradient clipping, the per
 (``step`` and ``lr`` added to the caller's metrics), a progress bar, and resumable checkpoints in
 a ``CheckpointStore`` (the same store and layout as GRPO's).
 
-One step, in this order (the text and VL SFT loops' order, kept so their results stay
-bit-identical): ``batch_fn`` -> ``loss_fn`` -> ``zero_grad(set_to_none=True)`` -> ``backward``
+One step, in this order (a run's results depend on it, so resumed and fresh runs agree bit
+for bit): ``batch_fn`` -> ``loss_fn`` -> ``zero_grad(set_to_none=True)`` -> ``backward``
 -> ``clip_grad_norm_`` (unless ``max_grad_norm`` is None) -> ``optimizer.step`` ->
 ``scheduler.step``. After it, the step's history row goes to the step callback (by default the
 MLflow run of the Kedro node, ``tracking.active_step_logger``), so curves show while it trains.

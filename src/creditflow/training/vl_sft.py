@@ -164,11 +164,9 @@ def run_vl_sft(
         tokenizer_digest(processor.tokenizer),
         processor.image_processor.to_dict(),  # image size and patching decide the pixels
     )
-    # SFT takes the plain path (shared_prefix off; its rows never share a prompt anyway): the
-    # fast path's float rounding differs, and 4,000 steps amplify that into another warm start
-    # (measured: 0.653 / 0.565 greedy / sampled instead of the 0.530 / 0.443 every published
-    # tor table starts from, and uniform GRPO then lost sampled accuracy); this way the warm
-    # start stays the published one.
+    # SFT takes the plain forward: its rows never share a prompt, so the shared-prefix path
+    # (a group's prompt encoded once, its completions run on that cache) has nothing to share
+    # and would only split each row's forward in two.
     policy = VisionLanguagePolicy(
         model, processor, SamplingSettings(shared_prefix=False), **(cache_bytes or {})
     )

@@ -87,5 +87,6 @@ def create_pipeline(strategies: Sequence[str] | None = None, **kwargs) -> Pipeli
         nodes.compare_tor_strategies,
         train_inputs=["tor_sft_policy", "tor_processor", "tor_train_tasks"],
         evaluation_inputs=EVALUATION_INPUTS,
+        image_pass=True,  # a vision-language policy: ToR's perception score has its pass
     )
     return Pipeline([setup, comparison], tags=["tor"])
