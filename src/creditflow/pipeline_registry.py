@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from kedro.framework.project import find_pipelines
+import difflib
+import importlib.resources
+
+import click
+from kedro.framework.project import find_pipelines, pipelines
 from kedro.pipeline import Pipeline
 
 # What a bare `kedro run` runs: the experience-model chain of docs/methods/experience.md, from the synthetic
@@ -31,8 +35,39 @@ def register_pipelines() -> dict[str, Pipeline]:
     copies) on every run. A run whose inputs were never saved fails before its first node
     saying which pipeline makes them (``hooks.pinned_versions.PinnedVersionsHook``).
     """
-    pipelines = find_pipelines(raise_errors=True)
-    pipelines["__default__"] = sum(
-        (pipelines[name] for name in DEFAULT_PIPELINES if name in pipelines), Pipeline([])
+    # The names `kedro run --pipelines` asked for (Kedro keeps them there for find_pipelines).
+    check_requested_pipelines(getattr(pipelines, "_requested_pipelines", None))
+    found = find_pipelines(raise_errors=True)
+    found["__default__"] = sum(
+        (found[name] for name in DEFAULT_PIPELINES if name in found), Pipeline([])
     )
-    return pipelines
+    return found
+
+
+class UnknownPipelineError(click.UsageError):
+    """A pipeline name that is no folder of ``creditflow.pipelines``. A usage error, so the CLI
+    prints its message in a few lines instead of a traceback through Kedro's loader."""
+
+
+def pipeline_names() -> list[str]:
+    """The project's pipelines: the folders of ``creditflow.pipelines`` (what Kedro finds)."""
+    package = importlib.resources.files("creditflow.pipelines")
+    return sorted(
+        p.name for p in package.iterdir() if p.is_dir() and not p.name.startswith(("_", "."))
+    )
+
+
+def check_requested_pipelines(requested: list[str] | None) -> None:
+    """UnknownPipelineError naming each requested pipeline that does not exist, the closest
+    one and the valid ones (``kedro run --pipelines tpao``)."""
+    valid = pipeline_names()
+    unknown = [name for name in requested or [] if name not in {*valid, "__default__"}]
+    if not unknown:
+        return
+    parts = []
+    for name in unknown:
+        guess = difflib.get_close_matches(name, valid, n=1, cutoff=0.5)
+        parts.append(f"`{name}`" + (f" (did you mean `{guess[0]}`?)" if guess else ""))
+    raise UnknownPipelineError(
+        f"unknown pipeline {', '.join(parts)}; valid pipelines: {', '.join(valid)}"
+    )
