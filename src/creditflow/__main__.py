@@ -21,6 +21,15 @@ from creditflow.ingest.fetch import fetch_raw_data
 from creditflow.ingest.sources import RAW_SOURCES
 
 COPY_ENV = "CREDITFLOW_DATA_COPY"
+# `creditflow --help` shows `kedro run`'s options; the one command of its own goes first.
+COMMANDS_HELP = """creditflow: the project's commands.
+
+  creditflow fetch-data [--from DIR] [--to DIR] [--source NAME]
+      Put the raw data sets (MGSM, GSM8K, MATH-Vision, TabMWP, MovieLens) where data_ingest
+      reads them (creditflow fetch-data --help).
+  creditflow [OPTIONS]
+      kedro run with these options (creditflow --pipelines tapo); they follow.
+"""
 
 
 def _raw_data_dir() -> Path:
@@ -82,6 +91,8 @@ def main(*args, **kwargs) -> Any:
     argv = list(args[0]) if args else sys.argv[1:]
     if argv[:1] == ["fetch-data"]:
         return fetch_data.main(argv[1:], prog_name="creditflow fetch-data", **kwargs)
+    if argv[:1] in (["--help"], ["-h"]):
+        click.echo(COMMANDS_HELP)
     run = find_run_command(package_name)
     return run(*args, **kwargs)
 

@@ -7,6 +7,18 @@ import os
 # MLflow reports usage to its developers unless told not to; nothing of a run leaves the machine
 # (docs/reproducibility.md). Set here, before kedro-mlflow imports MLflow, which reads it then.
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+# The defaults `make run` sets, for a `kedro run` typed in the activated venv too; a variable
+# already set wins (HF_HUB_OFFLINE=0 to download a model by its Hugging Face id). Set here,
+# before any pipeline imports torch or huggingface_hub, which read them at import.
+# The tiny models train several times faster on one thread than with intra-op threads
+# spinning on a shared CPU (docs/results.md); a GPU run is unaffected.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+# Models, tokenizers and datasets from local paths or the cache: no hub lookups.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("KEDRO_DISABLE_TELEMETRY", "1")
 
 # Instantiated project hooks (docs/reproducibility.md): a JSON manifest per run in
 # data/08_reporting/run_manifests/, MLflow tracking (kedro-mlflow, configured in
