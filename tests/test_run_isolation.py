@@ -136,17 +136,42 @@ def test_a_session_run_is_not_fooled_by_another_runs_newer_catalogue(
 
 
 @pytest.mark.filterwarnings("ignore:register_new_resolver:UserWarning")
-def test_tor_reads_the_ingested_tables_and_says_how_to_make_them_when_missing(
+def _project_catalog(project_root: Path, tmp_path: Path, monkeypatch):
+    copy_project(project_root, tmp_path, monkeypatch)
+    session = KedroSession.create(project_path=tmp_path)
+    return session, session.load_context().catalog
+
+
+def test_a_fresh_clone_evaluates_tor_without_the_real_sets_and_says_how_to_add_them(
+    project_root: Path, tmp_path: Path, monkeypatch, caplog
+):
+    from creditflow.ingest.schemas import VISUAL_SCHEMA  # noqa: PLC0415
+    from creditflow.pipelines import tor  # noqa: PLC0415
+
+    session, catalog = _project_catalog(project_root, tmp_path, monkeypatch)
+    with session, caplog.at_level("WARNING"):
+        PinnedVersionsHook().before_pipeline_run(tor.create_pipeline(), catalog)
+    for name in ("mathvision_problems", "tabmwp_problems"):
+        table = catalog.load(name)
+        assert table.empty and list(table.columns) == VISUAL_SCHEMA.names
+        assert f"{name} has no saved version: the evaluation skips its rows" in caplog.text
+    assert "kedro run --pipelines data_ingest" in caplog.text
+
+
+def test_a_real_set_read_to_train_on_is_required_and_says_how_to_make_it(
     project_root: Path, tmp_path: Path, monkeypatch
 ):
-    copy_project(project_root, tmp_path, monkeypatch)
+    session, catalog = _project_catalog(project_root, tmp_path, monkeypatch)
     counter = NodeCounter()
-    with KedroSession.create(project_path=tmp_path) as session:
-        session._hook_manager.register(counter)
-        with pytest.raises(MissingInputsError) as error:
-            session.run(pipeline_names=["tor"])
+    pipeline = Pipeline(
+        [
+            node(len, "tabmwp_problems", "n_rows", name="build_tor_tasks"),
+            node(len, "mathvision_problems", "n_eval", name="evaluate_tor_policy"),
+        ]
+    )
+    with session, pytest.raises(MissingInputsError) as error:
+        PinnedVersionsHook().before_pipeline_run(pipeline, catalog)
     assert str(error.value).splitlines()[1:] == [
-        "  mathvision_problems: run `kedro run --pipelines data_ingest` first",
-        "  tabmwp_problems: run `kedro run --pipelines data_ingest` first",
+        "  tabmwp_problems: run `kedro run --pipelines data_ingest` first"
     ]
     assert counter.started == []

@@ -6,18 +6,15 @@ from __future__ import annotations
 import importlib
 import logging
 import pkgutil
-from typing import TYPE_CHECKING
 
 from kedro.framework.hooks import hook_impl
-from kedro.io import AbstractVersionedDataset, CatalogProtocol
+from kedro.io import AbstractVersionedDataset, CatalogProtocol, MemoryDataset
 from kedro.io.core import VersionNotFoundError
 from kedro.pipeline import Pipeline
 
 import creditflow.pipelines as package
 from creditflow.errors import MissingInputsError
-
-if TYPE_CHECKING:
-    pass
+from creditflow.ingest.schemas import TASK_TABLE_SCHEMAS, empty_frame
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +57,7 @@ class PinnedVersionsHook:
                     never_saved.append(name)
                     continue
                 dataset._version = version._replace(load=pinned[name])
+        never_saved = [n for n in never_saved if not _skip_evaluation_rows(n, pipeline, catalog)]
         if never_saved:
             raise MissingInputsError(_missing_inputs_message(never_saved))
         if pinned:
@@ -67,6 +65,28 @@ class PinnedVersionsHook:
                 "inputs pinned for this run: %s",
                 ", ".join(f"{name}@{version}" for name, version in pinned.items()),
             )
+
+
+def _skip_evaluation_rows(name: str, pipeline: Pipeline, catalog: CatalogProtocol) -> bool:
+    """Whether a never-saved input is an optional real-data set that the run reads only to
+    evaluate on (catalog ``metadata: {optional: true, task_schema: ...}``, read by
+    ``evaluate_*`` nodes only); then it is replaced by an empty table of its schema, so a fresh
+    clone runs tapo and tor on their synthetic worlds, and one line says how to add the rows."""
+    metadata = getattr(catalog.get(name), "metadata", None) or {}
+    readers = [node.name.rpartition(".")[2] for node in pipeline.nodes if name in node.inputs]
+    schema = TASK_TABLE_SCHEMAS.get(metadata.get("task_schema"))
+    if not (metadata.get("optional") and schema and readers):
+        return False
+    if not all(reader.startswith("evaluate_") for reader in readers):
+        return False
+    catalog[name] = MemoryDataset(empty_frame(schema), copy_mode="assign")
+    logger.warning(
+        "%s has no saved version: the evaluation skips its rows. To add them: `creditflow "
+        "fetch-data --from <copy>` (or without --from, to download), then `kedro run "
+        "--pipelines data_ingest`",
+        name,
+    )
+    return True
 
 
 def _every_pipeline() -> dict[str, Pipeline]:

@@ -170,7 +170,7 @@ MOVIELENS_TAGS_SCHEMA = TableSchema(
     name="movielens_tags",
     doc="Free-text tags users gave movies (item text for the text-only ExpModel), in tags.csv "
     "order. A tag is an interaction too: readers that hold ratings back drop the same "
-    "(user_id, item_id) tags (creditflow.tasks.movielens.without_held_back).",
+    "(user_id, item_id) tags (creditflow.chain.world.movielens.without_held_back).",
     columns=(
         Column("user_id", "int64", "MovieLens userId of the tagger"),
         Column("item_id", "int64", "MovieLens movieId; always present in movielens_items"),
@@ -181,7 +181,7 @@ MOVIELENS_TAGS_SCHEMA = TableSchema(
 )
 
 # --- a user's catalogue and logs for the experience chain -----------------
-# Read as task sources (annotation.source.items / .impressions; creditflow.ingest.ranking_sources
+# Read as task sources (annotation.source.items / .impressions; creditflow.chain.world.sources
 # turns them into catalogue_items and query_logs_{train,heldout}). The key columns are required;
 # the *_OPTIONAL ones may be left out (or left blank per row) and get the default they name.
 
@@ -255,6 +255,23 @@ RANKING_IMPRESSIONS_OPTIONAL = (
         "1 when not given",
     ),
 )
+
+
+# The schemas a catalog entry's ``metadata: {task_schema: ...}`` can name for a real-data
+# evaluation set.
+TASK_TABLE_SCHEMAS = {schema.name: schema for schema in (MATH_TEXT_SCHEMA, VISUAL_SCHEMA)}
+
+
+def empty_frame(schema: TableSchema) -> pd.DataFrame:
+    """A table of ``schema``'s columns and no rows.
+
+    >>> list(empty_frame(VISUAL_SCHEMA).columns)
+    ['id', 'image_path', 'question', 'answer', 'choices']
+    """
+    kinds = {"str": "object", "list[str]": "object", "prompt": "object"}
+    return pd.DataFrame(
+        {c.name: pd.Series(dtype=kinds.get(c.dtype, c.dtype)) for c in schema.columns}
+    )
 
 
 def conform_frame(frame: pd.DataFrame, schema: TableSchema) -> pd.DataFrame:
