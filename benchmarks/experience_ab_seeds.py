@@ -52,28 +52,28 @@ import torch
 from kedro.framework.session import KedroSession
 from kedro.framework.startup import bootstrap_project
 
-from creditflow.experience.controls import (
+from creditflow.chain.ab_test.controls import (
     METRICS,
     contrast_rows,
     interval_columns,
     session_differences,
     shuffled_scores,
 )
-from creditflow.experience.reranker_data import LOGGED, serve_pages
-from creditflow.experience.simulated_ab import (
+from creditflow.chain.ab_test.simulated_ab import (
     CLICKS,
     LONG_VIEWS,
     ab_session_metrics,
     simulated_users,
     true_ndcg_column,
 )
+from creditflow.chain.reranker.data import LOGGED, serve_pages
+from creditflow.chain.world.catalogue import ClickModel
 from creditflow.pipelines.augmented_targets.nodes import build_augmented_targets
 from creditflow.pipelines.reranker_grpo.nodes import (
     fit_click_model_on_logs,
     train_reranker_page_grpo,
 )
 from creditflow.pipelines.reranker_pretrain.nodes import pretrain_reranker
-from creditflow.tasks.reranking import ClickModel
 
 ROOT = Path(__file__).resolve().parents[1]
 K = 10
@@ -151,7 +151,7 @@ def summarise_units(units: pd.DataFrame) -> pd.DataFrame:
 def summarise_sessions(per_session: pd.DataFrame) -> pd.DataFrame:
     """The table of ``summarise_units`` for one unit, its intervals paired over the held-out
     sessions (one seed: they cover the evaluation's sampling of sessions, not the training
-    run's; ``creditflow.experience.controls``, as the chain's ``reranker_ab`` contrast rows):
+    run's; ``creditflow.chain.ab_test.controls``, as the chain's ``reranker_ab`` contrast rows):
     each ranker against the logged order, then the contrasts."""
     rows = []
     for ranker in per_session["ranker"].drop_duplicates():

@@ -4,7 +4,7 @@ tuning table of benchmarks/README.md ("Where the experience-chain defaults come 
 A chain run trains one page-GRPO setting; this trains any number of them and scores each where
 the final A/B cannot see it. The training sessions (``query_logs_train``) are split by
 ``reranker_grpo.validation`` into a fit part and a validation part
-(``experience.logged_click_model.validation_split``, the split the fitted click model uses).
+(``chain.clicks.logged.validation_split``, the split the fitted click model uses).
 The y_aug reranker every setting starts from is pre-trained here, on the fit part's y_aug
 targets alone (the chain's own ``reranker_yaug`` saw the validation sessions). Page GRPO trains
 on the fit part, with R_old from the click model fitted to the fit part's logs, and each
@@ -39,20 +39,20 @@ import yaml
 from kedro.framework.session import KedroSession
 from kedro.framework.startup import bootstrap_project
 
-from creditflow.experience.logged_click_model import validation_split
-from creditflow.experience.reranker_data import LOGGED, serve_pages
-from creditflow.experience.simulated_ab import (
+from creditflow.chain.ab_test.simulated_ab import (
     ab_session_metrics,
     simulated_users,
     summarise_ab,
 )
+from creditflow.chain.clicks.logged import validation_split
+from creditflow.chain.reranker.data import LOGGED, serve_pages
+from creditflow.chain.world.catalogue import ClickModel
 from creditflow.pipelines.augmented_targets.nodes import build_augmented_targets
 from creditflow.pipelines.reranker_grpo.nodes import (
     fit_click_model_on_logs,
     train_reranker_page_grpo,
 )
 from creditflow.pipelines.reranker_pretrain.nodes import pretrain_reranker
-from creditflow.tasks.reranking import ClickModel
 
 ROOT = Path(__file__).resolve().parents[1]
 # Every dataset the tuning reads: the training side and what the chain built from it.

@@ -38,7 +38,8 @@ LAYERS: list[tuple[str, set[str]]] = [
     ),
     ("rollout", {"rollout"}),  # the engine's sampling side
     ("engine", {"training"}),  # GRPO, supervised training, strategies, checkpoints
-    ("chain", {"annotation", "experience", "datasets"}),  # the experience chain, on the engine
+    # the experience chain (creditflow.chain), on the engine; the catalog's artifact datasets
+    ("chain", {"chain", "datasets"}),
     # the Python entry points outside Kedro, over the engine; the contract checks of strategies
     # and rewards for tests
     ("api", {"api", "testing"}),
@@ -50,8 +51,38 @@ PEER_IMPORTS = {
     # a task source's rows are checked against the task world's columns, and its gold
     # answers as the reasoning reward reads them
     "ingest": {"tasks", "rewards"},
-    "experience": {"annotation"},  # the ExpModel learns the annotations (never the reverse)
 }
+# The chain's sub-packages, bottom first, held the same way: one imports those of the ranks below
+# its own and its peers in the same rank. The ExpModel learns the annotations (never the
+# reverse); the page reward reads the click model fitted to the logs, and that fit reads the
+# reranker's session features, so ``reranker`` and ``clicks`` share a rank (the module-level
+# circle check still holds between them).
+CHAIN_LAYERS: list[set[str]] = [
+    {"__init__", "config"},
+    {"world"},
+    {"annotation"},
+    {"expmodel"},
+    {"reranker", "clicks"},
+    {"ab_test"},
+]
+# The chain has one home, creditflow.chain: no module of these names (a chain module's name in
+# the engine's packages) may exist beside it.
+CHAIN_MODULES_ELSEWHERE = {
+    "creditflow.annotation",
+    "creditflow.experience",
+    "creditflow.algorithms.click_model",
+    "creditflow.algorithms.feedback",
+    "creditflow.algorithms.ranking",
+    "creditflow.config.reranking",
+    "creditflow.ingest.ranking_sources",
+    "creditflow.models.reranker",
+    "creditflow.models.scorer",
+    "creditflow.tasks.movielens",
+    "creditflow.tasks.reranking",
+}
+# The chain's modules that the parameter check reads before torch loads; like config/, they
+# import only the standard library, pydantic and the bottom layers.
+CHAIN_BOTTOM = {"creditflow.chain", "creditflow.chain.config"}
 # Function-level imports of creditflow modules hide arrows from a reader; the only ones allowed
 # are these, each with its reason. (Third-party imports inside functions need a comment saying
 # why: optional extras such as vllm or peft, or heavy modules only some calls need.)
@@ -238,13 +269,81 @@ def test_every_package_is_in_a_layer_and_imports_only_below_it():
 
 
 def test_the_layer_check_reports_an_upward_import():
-    graph = {"creditflow.training.grpo": {"creditflow.experience.page_reward"}}
+    graph = {"creditflow.training.grpo": {"creditflow.chain.reranker.page_reward"}}
     assert _layer_violations(graph) == [
-        "creditflow.training.grpo -> creditflow.experience.page_reward"
+        "creditflow.training.grpo -> creditflow.chain.reranker.page_reward"
     ]
-    assert _layer_violations({"creditflow.annotation.x": {"creditflow.experience.y"}}) == [
-        "creditflow.annotation.x -> creditflow.experience.y"
+
+
+def _chain_part(module: str) -> str:
+    """``creditflow.chain.reranker.model`` -> ``reranker``; ``creditflow.chain`` -> ``__init__``."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 else "__init__"
+
+
+def _chain_rank(part: str) -> int:
+    for rank, members in enumerate(CHAIN_LAYERS):
+        if part in members:
+            return rank
+    raise AssertionError(f"creditflow.chain.{part} is in no rank of CHAIN_LAYERS: add it")
+
+
+def _chain_violations(graph: dict[str, set[str]]) -> list[str]:
+    """``importer -> imported`` edges between the chain's sub-packages against CHAIN_LAYERS."""
+    bad = []
+    for importer, imported_set in graph.items():
+        if _top(importer) != "chain":
+            continue
+        for imported in imported_set:
+            if _top(imported) != "chain":
+                continue
+            a, b = _chain_part(importer), _chain_part(imported)
+            if a != b and _chain_rank(b) > _chain_rank(a):
+                bad.append(f"{importer} -> {imported}")
+    return sorted(bad)
+
+
+def test_the_chain_sub_packages_import_only_below_them():
+    modules, imports = _project_imports()
+    for name in modules:
+        if _top(name) == "chain":
+            _chain_rank(_chain_part(name))
+    assert _chain_violations(_project_graph(imports, modules)) == []
+
+
+def test_the_chain_check_reports_an_upward_import():
+    graph = {"creditflow.chain.annotation.schema": {"creditflow.chain.expmodel.data"}}
+    assert _chain_violations(graph) == [
+        "creditflow.chain.annotation.schema -> creditflow.chain.expmodel.data"
     ]
+    peers = {"creditflow.chain.clicks.logged": {"creditflow.chain.reranker.data"}}
+    assert _chain_violations(peers) == []
+
+
+def test_the_chain_lives_only_under_creditflow_chain():
+    """No module outside ``creditflow/chain/`` holds chain code: the chain's old homes are gone,
+    and below the chain (the engine and what it builds on) nothing is named after it."""
+    modules = _modules()
+    elsewhere = {
+        name
+        for name in modules
+        if any(name == old or name.startswith(f"{old}.") for old in CHAIN_MODULES_ELSEWHERE)
+    }
+    assert elsewhere == set()
+    below = {
+        str(path.relative_to(PACKAGE))
+        for name, path in modules.items()
+        if _layer_of(_top(name)) < _layer_of("chain")
+        and re.search(r"(^|[._])(experience|annotation|expmodel|reranker|click_model)", name)
+    }
+    assert below == set()
+    pairwise = {
+        str(path.relative_to(PACKAGE))
+        for name, path in modules.items()
+        if _top(name) != "chain"
+        and re.search(r"^def pairwise_preference_loss\b", path.read_text(encoding="utf-8"), re.M)
+    }
+    assert pairwise == set()
 
 
 def test_the_bottom_layers_import_no_torch_and_only_what_they_may():
@@ -284,7 +383,7 @@ def test_the_bottom_layers_import_no_torch_and_only_what_they_may():
     }
     bad = []
     for imp in imports:
-        top = _top(imp.importer)
+        top = "config" if imp.importer in CHAIN_BOTTOM else _top(imp.importer)
         if top in allowed and not (
             imp.imported in allowed[top] or imp.imported.startswith("creditflow.config")
         ):

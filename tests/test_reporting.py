@@ -11,15 +11,15 @@ from hypothesis import strategies as st
 from matplotlib.figure import Figure
 from scipy.stats import kendalltau
 
-from creditflow.annotation.schema import DIMENSIONS
-from creditflow.experience.expmodel_data import split_items
-from creditflow.experience.reporting import (
+from creditflow.chain.ab_test.reporting import (
     EXPERIENCE_TARGETS,
     evaluate_experience_scores,
     kendall_tau,
     plot_metrics_by_band,
     summarise_rankers_by_band,
 )
+from creditflow.chain.annotation.schema import DIMENSIONS
+from creditflow.chain.expmodel.data import split_items
 from creditflow.reporting.stats import PROBLEMS_BASIS, SEEDS_BASIS, t_interval
 from creditflow.reporting.tables import (
     metrics_frame,

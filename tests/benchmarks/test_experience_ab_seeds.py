@@ -9,9 +9,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from creditflow.experience import controls
-from creditflow.experience.reranker_data import LOGGED
-from creditflow.experience.simulated_ab import CLICKS, LONG_VIEWS
+from creditflow.chain.ab_test import controls
+from creditflow.chain.ab_test.simulated_ab import CLICKS, LONG_VIEWS
+from creditflow.chain.reranker.data import LOGGED
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "experience_ab_seeds.py"
 spec = importlib.util.spec_from_file_location("bench_experience_ab_seeds", SCRIPT)
@@ -26,7 +26,7 @@ def test_doctests():
 
 def test_the_shuffle_and_the_session_contrasts_are_the_chains():
     # One home: the chain's reranker_ab contrast rows and this script share them
-    # (tests/experience/test_controls.py tests them).
+    # (tests/chain/ab_test/test_controls.py tests them).
     assert seeds.shuffled_scores is controls.shuffled_scores
     assert seeds.session_differences is controls.session_differences
     assert seeds.contrast_rows is controls.contrast_rows

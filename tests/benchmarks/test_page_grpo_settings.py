@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 from kedro.io import AbstractDataset, DataCatalog, DatasetError, MemoryDataset
 
-from creditflow.experience.logged_click_model import validation_split
-from creditflow.experience.reranker_data import split_sessions
-from creditflow.tasks.reranking import generate_catalogue, generate_sessions
+from creditflow.chain.clicks.logged import validation_split
+from creditflow.chain.reranker.data import split_sessions
+from creditflow.chain.world.catalogue import generate_catalogue, generate_sessions
 from tests.pipelines._experience_chain import smallest_params
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "page_grpo_settings.py"

@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from creditflow.algorithms import segment_token_advantages, tapo_advantages
-from creditflow.experience.page_reward import LoggedClicks, PageReward
+from creditflow.chain.reranker.page_reward import LoggedClicks, PageReward
 from creditflow.rollout import RolloutBatch
 from creditflow.testing import CLOSE, OPEN, PAD, ToyPolicy, toy_batch, toy_rewards
 from creditflow.training import ADVANTAGE_STRATEGIES, TOKEN_WEIGHT_STRATEGIES, GRPOConfig

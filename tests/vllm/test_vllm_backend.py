@@ -22,9 +22,9 @@ from dataclasses import replace
 import pytest
 import torch
 
+from creditflow.chain.reranker.model import PointerReranker, RerankerConfig
 from creditflow.errors import ConfigError
 from creditflow.models import build_tiny_qwen2
-from creditflow.models.reranker import PointerReranker, RerankerConfig
 from creditflow.rollout import LanguagePolicy, SamplingSettings
 from creditflow.rollout.backends import (
     FINISH_LENGTH,

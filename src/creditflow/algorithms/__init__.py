@@ -1,8 +1,8 @@
 """Pure tensor algorithms of creditflow: advantages, ToR token weights, losses, DAPO's
-overlong penalty and group filter, ranking.
+overlong penalty and group filter.
 
 No Kedro, no I/O: tensors in, a tensor or ``(tensor, metrics)`` out. Shape symbols:
-``B`` sequences, ``G`` group size, ``T`` tokens, ``V`` vocabulary, ``L`` candidates.
+``B`` sequences, ``G`` group size, ``T`` tokens, ``V`` vocabulary.
 """
 
 from creditflow.algorithms._masked import masked_mean
@@ -22,17 +22,9 @@ from creditflow.algorithms.losses import (
     SURROGATES,
     kl_penalty,
     micro_batch_share,
-    pairwise_preference_loss,
     policy_loss,
     sampler_mismatch,
     truncated_importance_weights,
-)
-from creditflow.algorithms.ranking import (
-    GAIN_MODES,
-    augmented_target,
-    ndcg_at_k,
-    page_reward,
-    rank_gains,
 )
 from creditflow.algorithms.tor import (
     OVERLAP_MODES,
@@ -47,24 +39,18 @@ from creditflow.algorithms.tor import (
 
 __all__ = [
     "AGGREGATIONS",
-    "GAIN_MODES",
     "IMPORTANCE_LEVELS",
     "KL_ESTIMATORS",
     "OVERLAP_MODES",
     "SURROGATES",
-    "augmented_target",
     "constant_groups",
     "group_zscore",
     "kl_penalty",
     "masked_mean",
     "micro_batch_share",
-    "ndcg_at_k",
     "overlong_penalty",
     "num_selected",
-    "page_reward",
-    "pairwise_preference_loss",
     "policy_loss",
-    "rank_gains",
     "sampler_mismatch",
     "segment_token_advantages",
     "shuffle_group_advantages",

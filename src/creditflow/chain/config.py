@@ -2,8 +2,8 @@
 (:class:`RerankerConfig`), the four rerankers ``reranker_pretrain`` trains and their training
 settings, page-level GRPO's reward sources and config, and the simulated A/B's methods. The
 parameter check reads them before torch loads (``hooks.parameter_check``); the reranker
-engine (``models.reranker``, ``experience.reranker_training``, ``experience.page_reward``,
-``experience.simulated_ab``) imports them from here. Standard library only.
+engine (``chain.reranker.model``, ``chain.reranker.training``, ``chain.reranker.page_reward``,
+``chain.ab_test.simulated_ab``) imports them from here. Standard library only.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from creditflow.errors import ConfigError
 
 # --- pre-training (docs/methods/experience.md, step 4) -------------------------------------------
 
-# Columns of the last axis of ``experience.reranker_training.session_features``; each is 0 on
+# Columns of the last axis of ``chain.reranker.training.session_features``; each is 0 on
 # padding.
 FEATURE_NAMES = (
     "exp_score",  # s_exp of the candidate (0 when no scores are given)
@@ -46,7 +46,7 @@ RERANKERS = {"yaug": "yaug", "click": "click", "click_exp": "click", "yaug_no_ex
 
 @dataclass(frozen=True)
 class RerankerConfig:
-    """Architecture of a :class:`~creditflow.models.reranker.PointerReranker`; saved as
+    """Architecture of a :class:`~creditflow.chain.reranker.model.PointerReranker`; saved as
     ``config.json`` beside the weights.
 
     n_features: ``F``, features per candidate.
@@ -88,10 +88,10 @@ class RerankerConfig:
 
 # --- page-level GRPO (docs/methods/experience.md, step 5) ----------------------------------------
 
-# The gains of the ideal order y^s (``algorithms.ranking.rank_gains``).
+# The gains of the ideal order y^s (``chain.reranker.ranking.rank_gains``).
 GAIN_MODES = ("rank", "minmax")
 # Where R_old, the business objective of a sampled page, comes from (``reranker_grpo.reward.r_old``;
-# ``experience.page_reward`` says what each is).
+# ``chain.reranker.page_reward`` says what each is).
 FITTED, ORACLE_EXPECTED, ONLINE_SAMPLED, LOGGED_CLICKS = (
     "fitted_click_model",
     "oracle_expected",
@@ -125,7 +125,7 @@ def page_grpo_config(grpo_params: Mapping[str, Any], n_candidates: int) -> GRPOC
     )
 
 
-# --- the simulated A/B (``experience.simulated_ab``) --------------------------------------------
+# --- the simulated A/B (``chain.ab_test.simulated_ab``) --------------------------------------------
 
 # "exact": the expected clicks and long views of a page, summed over positions; "monte_carlo":
 # the same with common-random-number draws (the exact path's parity check).

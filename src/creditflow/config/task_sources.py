@@ -19,7 +19,7 @@ A source must declare its schema in its catalog entry, ``metadata: {task_schema:
 ``{task_schema: ranking_items}`` or
 ``{task_schema: ranking_impressions}`` (annotation): that is how a name is known to be a task dataset
 before anything loads, and how an unknown name's error lists the ones there are. The rows are
-checked against the schema when the node loads them (:mod:`creditflow.ingest.source_rows`, :mod:`creditflow.ingest.ranking_sources`).
+checked against the schema when the node loads them (:mod:`creditflow.ingest.source_rows`, :mod:`creditflow.chain.world.sources`).
 
 A bad source fails only runs that read it, before their first node: the hook records the
 problem when the catalog is created and raises it from ``before_pipeline_run``.

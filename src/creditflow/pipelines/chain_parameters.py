@@ -1,7 +1,7 @@
 """The schemas of the experience chain's parameter groups and of ``data_ingest``, looked up
 through :func:`creditflow.pipelines.parameters.schema_of`. Built from the torch-free homes of
-the chain's configs, name tables and option signatures (``config.reranking``,
-``experience.expmodel_data``, ``annotation.options``, ``annotation.ratings``, the task
+the chain's configs, name tables and option signatures (``chain.config``,
+``chain.expmodel.data``, ``annotation.options``, ``annotation.ratings``, the task
 worlds): pandas, no torch or transformers, so a misspelt key of a chain group fails before
 torch loads, as one of a comparison does. Whether page-level GRPO's strategies exist (torch)
 is asked before the first node only (:class:`PageGRPO`)."""
@@ -13,11 +13,9 @@ from typing import Annotated, Any
 
 from pydantic import Field, ValidationInfo, model_validator
 
-from creditflow.annotation.options import ANNOTATOR_OPTIONS
-from creditflow.annotation.ratings import rating_annotations
-from creditflow.config.grpo import GRPOConfig
-from creditflow.config.policy import TinyQwen2_5VL, vl_policy_spec
-from creditflow.config.reranking import (
+from creditflow.chain.annotation.options import ANNOTATOR_OPTIONS
+from creditflow.chain.annotation.ratings import rating_annotations
+from creditflow.chain.config import (
     AB_METHODS,
     FEATURE_NAMES,
     GAIN_MODES,
@@ -27,6 +25,17 @@ from creditflow.config.reranking import (
     RerankerConfig,
     page_grpo_config,
 )
+from creditflow.chain.expmodel.data import (
+    EXPMODEL_TRAINING,
+    SCORE_MODES,
+    PFTOptions,
+    catalogue_pairs,
+    preference_pairs,
+)
+from creditflow.chain.world.catalogue import ClickModel, LoggingRanker
+from creditflow.chain.world.movielens import movielens_item_texts, movielens_sessions
+from creditflow.config.grpo import GRPOConfig
+from creditflow.config.policy import TinyQwen2_5VL, vl_policy_spec
 from creditflow.config.schema import (
     Block,
     Count,
@@ -36,13 +45,6 @@ from creditflow.config.schema import (
 )
 from creditflow.config.task_sources import SYNTHETIC
 from creditflow.config.values import checked_options
-from creditflow.experience.expmodel_data import (
-    EXPMODEL_TRAINING,
-    SCORE_MODES,
-    PFTOptions,
-    catalogue_pairs,
-    preference_pairs,
-)
 from creditflow.ingest.config import IngestConfig
 from creditflow.pipelines.parameter_blocks import (
     SFT,
@@ -53,8 +55,6 @@ from creditflow.pipelines.parameter_blocks import (
     supervised_block,
 )
 from creditflow.redaction import is_secret_key
-from creditflow.tasks.movielens import movielens_item_texts, movielens_sessions
-from creditflow.tasks.reranking import ClickModel, LoggingRanker
 
 
 class CatalogueItems(Block):
@@ -142,7 +142,7 @@ class ExpmodelTokenizer(Block):
 
 
 ExpmodelTraining = supervised_block("ExpmodelTraining", EXPMODEL_TRAINING)
-# The experience model trains all its weights or a chosen few (creditflow.experience), and no
+# The experience model trains all its weights or a chosen few (creditflow.chain), and no
 # node moves it off the CPU the catalog loads it on: no lora or device here.
 ExpmodelModel = policy_block(
     "ExpmodelModel", TinyQwen2_5VL, vl_policy_spec, without=("device", "lora")
@@ -314,7 +314,7 @@ class MovielensTokenizer(Block):
 
 
 class MovielensExpmodel(Block):
-    """The text-only ExpModel of ``movielens_eval`` (experience.text_expmodel)."""
+    """The text-only ExpModel of ``movielens_eval`` (chain.expmodel.text)."""
 
     torch_threads: Threads = None
     item_text: signature_block(movielens_item_texts, taken=("items", "tags"), name="ItemText")

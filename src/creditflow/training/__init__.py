@@ -1,6 +1,6 @@
 """The GRPO engine: config, credit-assignment strategies, the training loop, the supervised
 trainer (SFT, VL SFT), evaluation, launches and checkpoints. It names no method of the
-experience chain and never imports it (``creditflow.experience`` builds on it)."""
+experience chain and never imports it (``creditflow.chain`` builds on it)."""
 
 from creditflow.config.grpo import GRPOConfig
 from creditflow.training.checkpoint import CheckpointStore

@@ -1,4 +1,4 @@
-"""creditflow.experience.controls: the shuffled-s_exp scores, the session-paired contrasts of
+"""creditflow.chain.ab_test.controls: the shuffled-s_exp scores, the session-paired contrasts of
 the A/B table and where the controls sit in it."""
 
 import doctest
@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from creditflow.experience import controls
-from creditflow.experience.controls import (
+from creditflow.chain.ab_test import controls
+from creditflow.chain.ab_test.controls import (
     CONTRAST,
     CONTRASTS,
     R_OLD_ONLY,
@@ -22,9 +22,9 @@ from creditflow.experience.controls import (
     shuffled_scores,
     with_contrasts,
 )
-from creditflow.experience.reporting import trained_on
-from creditflow.experience.reranker_data import LOGGED
-from creditflow.experience.simulated_ab import CLICKS, LONG_VIEWS, summarise_ab
+from creditflow.chain.ab_test.reporting import trained_on
+from creditflow.chain.ab_test.simulated_ab import CLICKS, LONG_VIEWS, summarise_ab
+from creditflow.chain.reranker.data import LOGGED
 
 NDCG = "true_ndcg_at_10"
 

@@ -1,4 +1,4 @@
-"""The simulated online A/B (experience.simulated_ab): a three-candidate session by hand, exact vs
+"""The simulated online A/B (chain.ab_test.simulated_ab): a three-candidate session by hand, exact vs
 Monte Carlo parity, the paired standard error against a loop, and the break-even search."""
 
 import math
@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 import torch
 
-from creditflow.experience.simulated_ab import (
+from creditflow.chain.ab_test.simulated_ab import (
     SimulatedUsers,
     ab_session_metrics,
     break_even,
@@ -18,7 +18,7 @@ from creditflow.experience.simulated_ab import (
     summarise_ab,
     sweep_click_model,
 )
-from creditflow.tasks.reranking import ClickModel, generate_catalogue, generate_sessions
+from creditflow.chain.world.catalogue import ClickModel, generate_catalogue, generate_sessions
 
 LOG2_3 = math.log2(3)
 

@@ -3,7 +3,7 @@
 import pandas as pd
 import pytest
 
-from creditflow.tasks.reranking import generate_catalogue
+from creditflow.chain.world.catalogue import generate_catalogue
 
 
 @pytest.fixture(scope="session")

@@ -5,10 +5,10 @@ import typing
 
 import pytest
 
-from creditflow.annotation import HeuristicAnnotator, OpenAIAnnotator
-from creditflow.annotation.base import ANNOTATORS, Annotator, build_annotator
-from creditflow.annotation.hf_backend import HFAnnotator
-from creditflow.annotation.options import ANNOTATOR_OPTIONS, HFOptions
+from creditflow.chain.annotation import HeuristicAnnotator, OpenAIAnnotator
+from creditflow.chain.annotation.base import ANNOTATORS, Annotator, build_annotator
+from creditflow.chain.annotation.hf_backend import HFAnnotator
+from creditflow.chain.annotation.options import ANNOTATOR_OPTIONS, HFOptions
 
 
 def test_registry_builds_each_annotator():

@@ -7,7 +7,7 @@ import pytest
 from kedro.io import DataCatalog, MemoryDataset
 from kedro.runner import SequentialRunner
 
-from creditflow.annotation.credentials import resolve_annotator_options
+from creditflow.chain.annotation.credentials import resolve_annotator_options
 from creditflow.errors import ConfigError
 from creditflow.pipelines.annotation import create_pipeline
 

@@ -9,7 +9,7 @@ import pytest
 from PIL import Image, ImageFilter
 from scipy.stats import kendalltau
 
-from creditflow.annotation.heuristic import (
+from creditflow.chain.annotation.heuristic import (
     HeuristicAnnotator,
     colourfulness,
     glyph_share,
@@ -18,8 +18,8 @@ from creditflow.annotation.heuristic import (
     measure_title,
     noise_std,
 )
-from creditflow.annotation.schema import ANNOTATION_COLUMNS, DIMENSIONS, parse_annotation
-from creditflow.tasks.reranking import (
+from creditflow.chain.annotation.schema import ANNOTATION_COLUMNS, DIMENSIONS, parse_annotation
+from creditflow.chain.world.catalogue import (
     CATEGORY_COLOURS,
     CATEGORY_VOCABULARY,
     DESCRIPTOR_WORDS,

@@ -6,15 +6,15 @@ import pytest
 import torch
 from transformers import GenerationConfig
 
-from creditflow.annotation import (
+from creditflow.chain.annotation import (
     ANNOTATION_COLUMNS,
     DIMENSIONS,
     HeuristicAnnotator,
     parse_annotation,
 )
-from creditflow.annotation.base import ANNOTATORS, build_annotator
-from creditflow.annotation.cache import DEFAULT_CACHE_DIR
-from creditflow.annotation.hf_backend import HFAnnotator
+from creditflow.chain.annotation.base import ANNOTATORS, build_annotator
+from creditflow.chain.annotation.cache import DEFAULT_CACHE_DIR
+from creditflow.chain.annotation.hf_backend import HFAnnotator
 from creditflow.models import (
     build_tiny_processor,
     build_tiny_qwen2_5_vl,

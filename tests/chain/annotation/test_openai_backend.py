@@ -18,9 +18,13 @@ import pytest
 from kedro.framework.session import KedroSession
 from mlflow.tracking import MlflowClient
 
-from creditflow.annotation.cache import DEFAULT_CACHE_DIR
-from creditflow.annotation.openai_backend import SCHEMA_NAME, OpenAIAnnotator
-from creditflow.annotation.schema import ANNOTATION_COLUMNS, DIMENSIONS, annotation_json_schema
+from creditflow.chain.annotation.cache import DEFAULT_CACHE_DIR
+from creditflow.chain.annotation.openai_backend import SCHEMA_NAME, OpenAIAnnotator
+from creditflow.chain.annotation.schema import (
+    ANNOTATION_COLUMNS,
+    DIMENSIONS,
+    annotation_json_schema,
+)
 from creditflow.hooks.run_manifest import MANIFEST_DIR
 from tests.kedro_project import copy_project
 

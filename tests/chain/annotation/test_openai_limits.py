@@ -13,10 +13,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from creditflow.annotation import retry_policy
-from creditflow.annotation.openai_backend import DEFAULT_MAX_REPLY_BYTES, OpenAIAnnotator
-from creditflow.annotation.retry_policy import retry_wait
-from tests.annotation.test_openai_backend import GOOD, GOOD_TEXT, items_for
+from creditflow.chain.annotation import retry_policy
+from creditflow.chain.annotation.openai_backend import DEFAULT_MAX_REPLY_BYTES, OpenAIAnnotator
+from creditflow.chain.annotation.retry_policy import retry_wait
+from tests.chain.annotation.test_openai_backend import GOOD, GOOD_TEXT, items_for
 
 GIVE_UP_S = 20.0  # a hostile server stops misbehaving after this long
 BOUND_S = 8.0  # generous wall-clock bound on a 1-2 s deadline (the machine is shared)

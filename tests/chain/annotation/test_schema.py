@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from creditflow.annotation.schema import (
+from creditflow.chain.annotation.schema import (
     ANNOTATION_COLUMNS,
     DIMENSIONS,
     ITEM_COLUMNS,

@@ -1,4 +1,4 @@
-"""Simulated page feedback (algorithms.feedback): a hand-computed page, exact vs sampled parity
+"""Simulated page feedback (chain.clicks.feedback): a hand-computed page, exact vs sampled parity
 and the best page by the rearrangement inequality."""
 
 import itertools
@@ -6,7 +6,7 @@ import itertools
 import pytest
 import torch
 
-from creditflow.algorithms.feedback import (
+from creditflow.chain.clicks.feedback import (
     best_page_value,
     expected_page_feedback,
     sample_page_feedback,

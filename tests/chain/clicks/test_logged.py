@@ -6,27 +6,27 @@ import pandas as pd
 import pytest
 import torch
 
-from creditflow.algorithms.click_model import (
-    click_log_likelihood,
-    fit_position_based_click_model,
-)
-from creditflow.config.grpo import GRPOConfig
-from creditflow.errors import ConfigError
-from creditflow.experience.logged_click_model import (
+from creditflow.chain.clicks.logged import (
     click_model_from_table,
     click_model_table,
     fit_logged_click_model,
     recovery_table,
     validation_split,
 )
-from creditflow.experience.page_reward import (
+from creditflow.chain.clicks.position_based import (
+    click_log_likelihood,
+    fit_position_based_click_model,
+)
+from creditflow.chain.reranker.page_reward import (
     FittedClickFeedback,
     SimulatedFeedback,
     check_user_budget,
     page_reward_of,
 )
-from creditflow.experience.reranker_policy import format_ranking
-from creditflow.tasks.reranking import ClickModel, generate_catalogue, generate_sessions
+from creditflow.chain.reranker.policy import format_ranking
+from creditflow.chain.world.catalogue import ClickModel, generate_catalogue, generate_sessions
+from creditflow.config.grpo import GRPOConfig
+from creditflow.errors import ConfigError
 
 L = 8
 PARAMS = {"validation": {"fraction": 0.25, "seed": 0}, "click_model": {"l2": 1e-3, "max_iter": 100}}

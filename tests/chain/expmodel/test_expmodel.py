@@ -9,9 +9,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from creditflow.annotation import HeuristicAnnotator, parse_annotation
-from creditflow.errors import ConfigError
-from creditflow.experience.expmodel_data import (
+from creditflow.chain.annotation import HeuristicAnnotator, parse_annotation
+from creditflow.chain.expmodel.data import (
     EXPMODEL_TRAINING,
     HELDOUT_SPLITS,
     MAX_TARGET_ANALYSIS_CHARS,
@@ -25,17 +24,18 @@ from creditflow.experience.expmodel_data import (
     split_ids,
     split_items,
 )
-from creditflow.experience.expmodel_pft import PFTOptions, pair_accuracy, train_expmodel_pft
-from creditflow.experience.expmodel_scoring import score_items
-from creditflow.experience.expmodel_sft import (
+from creditflow.chain.expmodel.pft import PFTOptions, pair_accuracy, train_expmodel_pft
+from creditflow.chain.expmodel.scorer import ExpScorer
+from creditflow.chain.expmodel.scoring import score_items
+from creditflow.chain.expmodel.sft import (
     collate_expmodel_sft,
     expmodel_sft_examples,
     expmodel_sft_loss,
     train_expmodel_sft,
 )
+from creditflow.chain.world.catalogue import generate_catalogue, generate_sessions
+from creditflow.errors import ConfigError
 from creditflow.models import build_tiny_processor, build_tiny_qwen2_5_vl, train_vl_tokenizer
-from creditflow.models.scorer import ExpScorer
-from creditflow.tasks.reranking import generate_catalogue, generate_sessions
 from creditflow.training.sft import IGNORE_INDEX
 from creditflow.training.supervised import SupervisedConfig
 

@@ -7,10 +7,15 @@ import pandas as pd
 import pytest
 import torch
 
-from creditflow.annotation import DIMENSIONS, QUERY_COLUMN, HeuristicAnnotator
-from creditflow.annotation.heuristic import query_topic
-from creditflow.annotation.schema import query_prompt
-from creditflow.experience.expmodel_data import (
+from creditflow.chain.ab_test.reporting import (
+    evaluate_experience_scores,
+    mean_query_tau,
+    query_truth,
+)
+from creditflow.chain.annotation import DIMENSIONS, QUERY_COLUMN, HeuristicAnnotator
+from creditflow.chain.annotation.heuristic import query_topic
+from creditflow.chain.annotation.schema import query_prompt
+from creditflow.chain.expmodel.data import (
     PAIR_COLUMNS,
     check_score_mode,
     expmodel_prompt,
@@ -19,18 +24,13 @@ from creditflow.experience.expmodel_data import (
     query_candidates,
     split_items,
 )
-from creditflow.experience.expmodel_scoring import pair_scores, score_items
-from creditflow.experience.expmodel_sft import expmodel_prompts, expmodel_sft_examples
-from creditflow.experience.reporting import (
-    evaluate_experience_scores,
-    mean_query_tau,
-    query_truth,
-)
-from creditflow.experience.reranker_data import session_exp_scores
+from creditflow.chain.expmodel.scorer import ExpScorer
+from creditflow.chain.expmodel.scoring import pair_scores, score_items
+from creditflow.chain.expmodel.sft import expmodel_prompts, expmodel_sft_examples
+from creditflow.chain.reranker.data import session_exp_scores
+from creditflow.chain.world.catalogue import CATEGORY_VOCABULARY, generate_catalogue
 from creditflow.models import build_tiny_processor, build_tiny_qwen2_5_vl, train_vl_tokenizer
-from creditflow.models.scorer import ExpScorer
-from creditflow.tasks.reranking import CATEGORY_VOCABULARY, generate_catalogue
-from tests.experience.test_expmodel import IMAGE_SIZE, TINY_VL
+from tests.chain.expmodel.test_expmodel import IMAGE_SIZE, TINY_VL
 
 # --- the prompt ---------------------------------------------------------------------------------
 

@@ -7,6 +7,8 @@ import pytest
 import torch
 from PIL import Image
 
+from creditflow.chain.expmodel.scorer import CONFIG_FILE, ExpScorer, last_token_index
+from creditflow.chain.world.catalogue import generate_catalogue
 from creditflow.models import (
     build_tiny_processor,
     build_tiny_qwen2,
@@ -14,8 +16,6 @@ from creditflow.models import (
     train_vl_tokenizer,
     vl_prompt_inputs,
 )
-from creditflow.models.scorer import CONFIG_FILE, ExpScorer, last_token_index
-from creditflow.tasks.reranking import generate_catalogue
 
 TINY_VL = {
     "hidden_size": 32,

@@ -1,4 +1,4 @@
-"""The text-only ExpModel (experience.text_expmodel): prompt encoding, catalogue pairs, the scale
+"""The text-only ExpModel (chain.expmodel.text): prompt encoding, catalogue pairs, the scale
 match, a tiny SFT + PFT run, and the paired s_exp effect table."""
 
 import json
@@ -8,10 +8,12 @@ import pandas as pd
 import pytest
 import torch
 
-from creditflow.experience import expmodel_data, expmodel_pft, text_expmodel
-from creditflow.experience.reporting import paired_gains_by_band, teacher_agreement
+from creditflow.chain.ab_test.reporting import paired_gains_by_band, teacher_agreement
+from creditflow.chain.expmodel import data as expmodel_data
+from creditflow.chain.expmodel import pft as expmodel_pft
+from creditflow.chain.expmodel import text as text_expmodel
+from creditflow.chain.expmodel.scorer import ExpScorer
 from creditflow.models import build_tiny_qwen2, train_bpe_tokenizer
-from creditflow.models.scorer import ExpScorer
 from creditflow.training.sft import run_sft
 from creditflow.training.supervised import SupervisedConfig
 

@@ -1,4 +1,4 @@
-"""The reranker chain's tables <-> padded tensors (``experience.reranker_data``), the seeded
+"""The reranker chain's tables <-> padded tensors (``chain.reranker.data``), the seeded
 reranker builder and greedy decoding; also ``checked_options``, which the preference-pair and
 MovieLens-session nodes use."""
 
@@ -8,9 +8,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from creditflow.config.reranking import FEATURE_NAMES
-from creditflow.config.values import checked_options
-from creditflow.experience.reranker_data import (
+from creditflow.chain.config import FEATURE_NAMES
+from creditflow.chain.reranker.data import (
     LOGGED,
     evaluate_pages,
     inputs_for,
@@ -23,10 +22,11 @@ from creditflow.experience.reranker_data import (
     session_exp_scores,
     split_sessions,
 )
-from creditflow.experience.reranker_policy import greedy_rankings
-from creditflow.experience.reranker_training import session_features
-from creditflow.models.reranker import build_reranker
-from creditflow.tasks.reranking import generate_catalogue, generate_sessions
+from creditflow.chain.reranker.model import build_reranker
+from creditflow.chain.reranker.policy import greedy_rankings
+from creditflow.chain.reranker.training import session_features
+from creditflow.chain.world.catalogue import generate_catalogue, generate_sessions
+from creditflow.config.values import checked_options
 
 
 @pytest.fixture(scope="module")

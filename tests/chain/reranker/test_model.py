@@ -9,13 +9,13 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from creditflow.datasets import HFModelDataset
-from creditflow.models.reranker import (
+from creditflow.chain.reranker.model import (
     PointerReranker,
     RerankerConfig,
     pointer_entropy,
     step_mask,
 )
+from creditflow.datasets import HFModelDataset
 
 F_ = 5  # features per candidate in these tests
 
@@ -198,7 +198,7 @@ def test_catalog_can_version_the_reranker(tmp_path):
     model = _model(seed=5)
     dataset = HFModelDataset(
         filepath=str(tmp_path / "reranker"),
-        model_class="creditflow.models.reranker.PointerReranker",
+        model_class="creditflow.chain.reranker.model.PointerReranker",
         version=Version(None, None),
     )
     dataset.save(model)

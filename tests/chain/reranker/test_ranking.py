@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 from sklearn.metrics import ndcg_score
 from torch.testing import assert_close
 
-from creditflow.algorithms import augmented_target, ndcg_at_k, page_reward, rank_gains
+from creditflow.chain.reranker.ranking import augmented_target, ndcg_at_k, page_reward, rank_gains
 
 LOG2_3 = math.log2(3)
 

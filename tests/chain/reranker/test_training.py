@@ -7,20 +7,21 @@ import pandas as pd
 import pytest
 import torch
 
-from creditflow.algorithms import page_reward
-from creditflow.config.reranking import FEATURE_NAMES, PRETRAIN_TRAINING
-from creditflow.experience.page_reward import (
+from creditflow.chain.config import FEATURE_NAMES, PRETRAIN_TRAINING
+from creditflow.chain.reranker.model import PointerReranker, RerankerConfig
+from creditflow.chain.reranker.page_reward import (
     LoggedClicks,
     PageReward,
     SimulatedFeedback,
     page_reward_of,
 )
-from creditflow.experience.reranker_policy import (
+from creditflow.chain.reranker.policy import (
     RerankerPolicy,
     format_ranking,
     parse_rankings,
 )
-from creditflow.experience.reranker_training import (
+from creditflow.chain.reranker.ranking import page_reward
+from creditflow.chain.reranker.training import (
     augmented_targets,
     click_first_order,
     evaluate_rankings,
@@ -31,15 +32,14 @@ from creditflow.experience.reranker_training import (
     teacher_forcing_nll,
     title_signals,
 )
-from creditflow.models.reranker import PointerReranker, RerankerConfig
-from creditflow.rollout import Policy
-from creditflow.tasks.reranking import (
+from creditflow.chain.world.catalogue import (
     CATEGORY_VOCABULARY,
     HIDDEN_COLUMNS,
     ClickModel,
     generate_catalogue,
     generate_sessions,
 )
+from creditflow.rollout import Policy
 from creditflow.training import CheckpointStore, GRPOConfig, GRPOTrainer
 from creditflow.training.supervised import SupervisedConfig
 
@@ -227,7 +227,7 @@ def test_pretraining_keeps_its_optimizer_and_resumes_from_checkpoints(
 
     calls = []
     monkeypatch.setattr(
-        "creditflow.experience.reranker_training.teacher_forcing_nll", lambda *a: calls.append(a)
+        "creditflow.chain.reranker.training.teacher_forcing_nll", lambda *a: calls.append(a)
     )
     loaded = _reranker()  # the same starting weights: the same run
     again = pretrain_reranker(loaded, feats, mask, targets, training=training, checkpoints=store)

@@ -8,7 +8,7 @@ import pytest
 from PIL import Image
 from scipy.stats import spearmanr
 
-from creditflow.tasks.reranking import (
+from creditflow.chain.world.catalogue import (
     CATALOGUE_COLUMNS,
     CATEGORY_VOCABULARY,
     FILLER_WORDS,

@@ -8,15 +8,15 @@ import pandas as pd
 import pytest
 import torch
 
-from creditflow.config.reranking import FEATURE_NAMES
-from creditflow.experience.reranker_training import (
+from creditflow.chain.config import FEATURE_NAMES
+from creditflow.chain.reranker.training import (
     evaluate_rankings,
     logged_sessions,
     session_features,
 )
+from creditflow.chain.world.catalogue import SESSION_COLUMNS, generate_catalogue, generate_sessions
+from creditflow.chain.world.movielens import ITEM_TABLE_COLUMNS, movielens_sessions
 from creditflow.ingest import load_movielens
-from creditflow.tasks.movielens import ITEM_TABLE_COLUMNS, movielens_sessions
-from creditflow.tasks.reranking import SESSION_COLUMNS, generate_catalogue, generate_sessions
 
 L, HISTORY, NEGATIVES = 12, 8, 5
 N_RATED = L - NEGATIVES

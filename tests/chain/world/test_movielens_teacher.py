@@ -5,17 +5,17 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from creditflow.annotation.ratings import RATING_ANNOTATION_COLUMNS, rating_annotations
-from creditflow.ingest import load_movielens, load_movielens_tags
-from creditflow.pipelines.movielens_eval.nodes import (
-    annotate_movielens_items,
-    build_movielens_item_texts,
-)
-from creditflow.tasks.movielens import (
+from creditflow.chain.annotation.ratings import RATING_ANNOTATION_COLUMNS, rating_annotations
+from creditflow.chain.world.movielens import (
     held_back_pairs,
     movielens_item_texts,
     movielens_sessions,
     without_held_back,
+)
+from creditflow.ingest import load_movielens, load_movielens_tags
+from creditflow.pipelines.movielens_eval.nodes import (
+    annotate_movielens_items,
+    build_movielens_item_texts,
 )
 
 PARAMS = {"expmodel": {"item_text": {"max_tags": 3}, "teacher": {"min_ratings": 3}}}

@@ -15,12 +15,12 @@ import pytest
 from kedro.framework.session import KedroSession
 from PIL import Image
 
+from creditflow.chain.reranker.training import evaluate_rankings
+from creditflow.chain.world.catalogue import SESSION_COLUMNS, ClickModel, candidate_response
+from creditflow.chain.world.sources import ranking_items, ranking_sessions
 from creditflow.errors import TaskSourceError
-from creditflow.experience.reranker_training import evaluate_rankings
-from creditflow.ingest.ranking_sources import ranking_items, ranking_sessions
 from creditflow.pipelines.chain_parameters import RankingSource
 from creditflow.pipelines.reranker_eval import nodes as eval_nodes
-from creditflow.tasks.reranking import SESSION_COLUMNS, ClickModel, candidate_response
 from tests.kedro_project import NodeCounter, copy_project
 
 pytestmark = pytest.mark.filterwarnings("ignore:register_new_resolver:UserWarning")
@@ -304,7 +304,7 @@ def test_the_whole_chain_runs_on_files_without_true_quality(tmp_path, monkeypatc
     from kedro.io import MemoryDataset  # noqa: PLC0415
     from kedro.runner import SequentialRunner  # noqa: PLC0415
 
-    from creditflow.tasks.reranking import generate_catalogue, generate_sessions  # noqa: PLC0415
+    from creditflow.chain.world.catalogue import generate_catalogue, generate_sessions  # noqa: PLC0415
     from tests.pipelines._experience_chain import (  # noqa: PLC0415
         chain_pipeline,
         file_catalog,

@@ -4,9 +4,9 @@ import pandas as pd
 import pytest
 from kedro.runner import SequentialRunner
 
-from creditflow.annotation import ANNOTATION_COLUMNS
+from creditflow.chain.annotation import ANNOTATION_COLUMNS
+from creditflow.chain.world.catalogue import HIDDEN_COLUMNS, SESSION_COLUMNS
 from creditflow.pipelines.annotation import create_pipeline
-from creditflow.tasks.reranking import HIDDEN_COLUMNS, SESSION_COLUMNS
 from tests.pipelines._experience_chain import (
     as_lists,
     chain_catalog,

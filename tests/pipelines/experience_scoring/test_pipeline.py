@@ -5,8 +5,8 @@ import pandas as pd
 import pytest
 from kedro.runner import SequentialRunner
 
+from creditflow.chain.world.catalogue import HIDDEN_COLUMNS
 from creditflow.pipelines.experience_scoring import create_pipeline
-from creditflow.tasks.reranking import HIDDEN_COLUMNS
 from tests.pipelines._experience_chain import (
     chain_catalog,
     deep_update,

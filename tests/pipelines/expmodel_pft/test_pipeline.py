@@ -6,9 +6,9 @@ import pytest
 import torch
 from kedro.runner import SequentialRunner
 
+from creditflow.chain.expmodel.scorer import ExpScorer
 from creditflow.datasets import CheckpointDirectoryDataset
 from creditflow.errors import ConfigError
-from creditflow.models.scorer import ExpScorer
 from creditflow.pipelines.expmodel_pft import create_pipeline
 from tests.pipelines._experience_chain import (
     chain_catalog,

@@ -6,8 +6,8 @@ import importlib
 import pytest
 from kedro.runner import SequentialRunner
 
+from creditflow.chain.expmodel import data as expmodel_data
 from creditflow.datasets import CheckpointDirectoryDataset
-from creditflow.experience import expmodel_data
 from creditflow.pipelines import expmodel_pft, expmodel_sft
 from tests.pipelines._experience_chain import chain_catalog, slice_catalog, smallest_params
 
@@ -18,9 +18,11 @@ pytestmark = [
 
 
 def _recording(monkeypatch, name: str, seen: dict) -> None:
-    """Replace ``creditflow.experience.<stage>.<name>`` (``train_expmodel_sft`` /
-    ``train_expmodel_pft``) by a wrapper that keeps its arguments, then trains."""
-    stage = importlib.import_module(f"creditflow.experience.{name.removeprefix('train_')}")
+    """Replace ``creditflow.chain.expmodel.<stage>.<name>`` (``sft.train_expmodel_sft`` /
+    ``pft.train_expmodel_pft``) by a wrapper that keeps its arguments, then trains."""
+    stage = importlib.import_module(
+        f"creditflow.chain.expmodel.{name.removeprefix('train_expmodel_')}"
+    )
     original = getattr(stage, name)
 
     def wrapper(*args, **kwargs):

@@ -7,9 +7,9 @@ import torch
 from kedro.runner import SequentialRunner
 from PIL import Image
 
+from creditflow.chain.expmodel.data import expmodel_prompt
 from creditflow.datasets import CheckpointDirectoryDataset
 from creditflow.errors import ConfigError
-from creditflow.experience.expmodel_data import expmodel_prompt
 from creditflow.models import vl_prompt_inputs
 from creditflow.pipelines.expmodel_sft import create_pipeline
 from tests.pipelines._experience_chain import (

@@ -4,7 +4,7 @@ import pytest
 from kedro.runner import SequentialRunner
 from matplotlib.figure import Figure
 
-from creditflow.experience.reranker_data import LOGGED
+from creditflow.chain.reranker.data import LOGGED
 from creditflow.ingest import load_movielens, load_movielens_tags
 from creditflow.pipelines.movielens_eval import create_pipeline
 from creditflow.pipelines.movielens_eval.nodes import MOVIELENS_RERANKERS, ZERO_SCORES

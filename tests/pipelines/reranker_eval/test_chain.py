@@ -3,8 +3,8 @@ project's catalog entries written to a temporary folder."""
 
 import pytest
 
-from creditflow.experience.controls import CONTRASTS, CONTROLLED
-from creditflow.experience.reranker_data import LOGGED, RERANKER_INPUTS
+from creditflow.chain.ab_test.controls import CONTRASTS, CONTROLLED
+from creditflow.chain.reranker.data import LOGGED, RERANKER_INPUTS
 from creditflow.pipeline_registry import DEFAULT_PIPELINES
 from creditflow.pipelines.reranker_eval.nodes import SAMPLED_PAGES
 from tests.pipelines._experience_chain import CHAIN, chain_catalog, chain_pipeline

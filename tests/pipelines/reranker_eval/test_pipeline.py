@@ -9,11 +9,11 @@ from kedro.runner import SequentialRunner
 from matplotlib.figure import Figure
 from scipy.stats import kendalltau
 
-from creditflow.experience.controls import CONTRASTS, METRICS, R_OLD_ONLY, SHUFFLED_EXP
-from creditflow.experience.reranker_data import LOGGED, serve_pages
+from creditflow.chain.ab_test.controls import CONTRASTS, METRICS, R_OLD_ONLY, SHUFFLED_EXP
+from creditflow.chain.reranker.data import LOGGED, serve_pages
+from creditflow.chain.world.catalogue import ClickModel, candidate_response
 from creditflow.pipelines.reranker_eval import create_pipeline
 from creditflow.pipelines.reranker_eval.nodes import SAMPLED_PAGES
-from creditflow.tasks.reranking import ClickModel, candidate_response
 from tests.pipelines._experience_chain import slice_catalog, smallest_params
 
 pytestmark = [

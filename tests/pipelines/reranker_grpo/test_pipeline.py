@@ -6,8 +6,8 @@ import torch
 from kedro.runner import SequentialRunner
 from matplotlib.figure import Figure
 
+from creditflow.chain.reranker.policy import parse_rankings
 from creditflow.datasets import CheckpointDirectoryDataset
-from creditflow.experience.reranker_policy import parse_rankings
 from creditflow.pipelines.reranker_grpo import create_pipeline
 from tests.pipelines._experience_chain import deep_update, slice_catalog, smallest_params
 

@@ -6,10 +6,10 @@ import pytest
 import torch
 from kedro.runner import SequentialRunner
 
-from creditflow.config.reranking import FEATURE_NAMES
+from creditflow.chain.config import FEATURE_NAMES
+from creditflow.chain.reranker.model import PointerReranker
 from creditflow.datasets import CheckpointDirectoryDataset
 from creditflow.errors import ConfigError
-from creditflow.models.reranker import PointerReranker
 from creditflow.pipelines.reranker_pretrain import create_pipeline
 from creditflow.pipelines.reranker_pretrain.pipeline import RERANKERS, SHUFFLED
 from tests.pipelines._experience_chain import (

@@ -30,9 +30,9 @@ from typing import Any, TypeVar
 import numpy as np
 import pandas as pd
 
-from creditflow.annotation import QUERY_COLUMN
-from creditflow.experience.reranker_data import LOGGED
-from creditflow.experience.simulated_ab import CLICKS, LONG_VIEWS, true_ndcg_column
+from creditflow.chain.ab_test.simulated_ab import CLICKS, LONG_VIEWS, true_ndcg_column
+from creditflow.chain.annotation import QUERY_COLUMN
+from creditflow.chain.reranker.data import LOGGED
 from creditflow.reporting.stats import interval_text, minimum_detectable_effect, t_interval
 
 R_OLD_ONLY = "yaug_page_grpo_r_old_only"

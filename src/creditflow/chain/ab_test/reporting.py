@@ -9,9 +9,9 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from creditflow.annotation.schema import DIMENSIONS, QUERY_COLUMN  # noqa: E402
-from creditflow.experience.controls import R_OLD_ONLY, SHUFFLED_EXP
-from creditflow.experience.expmodel_data import (
+from creditflow.chain.ab_test.controls import R_OLD_ONLY, SHUFFLED_EXP
+from creditflow.chain.annotation.schema import DIMENSIONS, QUERY_COLUMN  # noqa: E402
+from creditflow.chain.expmodel.data import (
     TRAIN,
     UNSEEN,
     is_per_query,
@@ -19,9 +19,9 @@ from creditflow.experience.expmodel_data import (
     pairs_within,
     split_ids,
 )
-from creditflow.experience.expmodel_pft import pair_accuracy
-from creditflow.experience.expmodel_scoring import pair_scores
-from creditflow.experience.reranker_training import EVALUATION_METRICS, summarise_by_band  # noqa: E402
+from creditflow.chain.expmodel.pft import pair_accuracy
+from creditflow.chain.expmodel.scoring import pair_scores
+from creditflow.chain.reranker.training import EVALUATION_METRICS, summarise_by_band  # noqa: E402
 
 
 # ---------------------------------------------------------------- experience model / reranking
@@ -373,7 +373,7 @@ def teacher_agreement(
 
 
 # ---------------------------------------------------------------- what each ranker learned from
-# What page GRPO's R_old is, per reranker_grpo.reward.r_old (experience.page_reward).
+# What page GRPO's R_old is, per reranker_grpo.reward.r_old (chain.reranker.page_reward).
 R_OLD_SEES = {
     "fitted_click_model": (
         "the clicks + long views a click model fitted to the training logs expects (it sees "

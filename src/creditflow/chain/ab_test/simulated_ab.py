@@ -1,9 +1,9 @@
 """A simulated online A/B of rankers.
 
 Every ranker's page of a held-out session goes to the same simulated users: the world's
-``ClickModel`` (``creditflow.tasks.reranking``), which drew the logged clicks, now reacts to
+``ClickModel`` (``creditflow.chain.world.catalogue``), which drew the logged clicks, now reacts to
 each page. Its clicks are position-based, so the expected clicks and long views of any page are
-exact sums over positions (``algorithms.feedback.expected_page_feedback``); a common-random-
+exact sums over positions (``chain.clicks.feedback.expected_page_feedback``); a common-random-
 number Monte Carlo (``method="monte_carlo"``) gives the same quantities with noise and is the
 parity check of the exact path. Rankers are compared on the same sessions, so their
 differences are paired.
@@ -27,10 +27,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from creditflow.algorithms import ndcg_at_k
-from creditflow.algorithms.feedback import expected_page_feedback, sample_page_feedback
-from creditflow.config.reranking import AB_METHODS
-from creditflow.tasks.reranking import FREQUENCY_BANDS, ClickModel, candidate_response
+from creditflow.chain.clicks.feedback import expected_page_feedback, sample_page_feedback
+from creditflow.chain.config import AB_METHODS
+from creditflow.chain.reranker.ranking import ndcg_at_k
+from creditflow.chain.world.catalogue import FREQUENCY_BANDS, ClickModel, candidate_response
 
 # Per-session metrics, averaged over a ranker's D pages (``ab_session_metrics``).
 CLICKS, LONG_VIEWS = "clicks_per_page", "long_views_per_page"
@@ -72,7 +72,7 @@ class SimulatedUsers:
 def simulated_users(
     sessions: pd.DataFrame, catalogue: pd.DataFrame, click_model: ClickModel
 ) -> SimulatedUsers:
-    """``SimulatedUsers`` of ``sessions`` (``tasks.reranking.candidate_response``)."""
+    """``SimulatedUsers`` of ``sessions`` (``chain.world.catalogue.candidate_response``)."""
     click, long_view = candidate_response(sessions, catalogue, click_model)
     return SimulatedUsers(torch.from_numpy(click), torch.from_numpy(long_view), click_model)
 

@@ -6,9 +6,9 @@ backend (``annotation.hf_backend``) are imported from their modules, not from he
 import torch and transformers, and the parameter check reads this package before torch loads
 (``annotation.options``, ``annotation.ratings``)."""
 
-from creditflow.annotation.heuristic import HeuristicAnnotator
-from creditflow.annotation.openai_backend import OpenAIAnnotator
-from creditflow.annotation.schema import (
+from creditflow.chain.annotation.heuristic import HeuristicAnnotator
+from creditflow.chain.annotation.openai_backend import OpenAIAnnotator
+from creditflow.chain.annotation.schema import (
     ANNOTATION_COLUMNS,
     DIMENSIONS,
     ITEM_COLUMNS,

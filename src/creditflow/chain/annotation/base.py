@@ -15,8 +15,8 @@ from typing import Protocol, runtime_checkable
 
 import pandas as pd
 
-from creditflow.annotation.hf_backend import HFAnnotator
-from creditflow.annotation.options import ANNOTATOR_OPTIONS
+from creditflow.chain.annotation.hf_backend import HFAnnotator
+from creditflow.chain.annotation.options import ANNOTATOR_OPTIONS
 
 
 @runtime_checkable

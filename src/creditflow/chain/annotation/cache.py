@@ -22,7 +22,7 @@ import logging
 import os
 from pathlib import Path
 
-from creditflow.annotation.schema import parse_annotation
+from creditflow.chain.annotation.schema import parse_annotation
 from creditflow.io_atomic import atomic_write_text
 
 logger = logging.getLogger(__name__)

@@ -48,7 +48,7 @@ from types import MappingProxyType
 import numpy as np
 import pandas as pd
 
-from creditflow.annotation.schema import (
+from creditflow.chain.annotation.schema import (
     DIMENSIONS,
     Annotation,
     annotations_frame,
@@ -56,7 +56,7 @@ from creditflow.annotation.schema import (
     ok_row,
     visible_items,
 )
-from creditflow.tasks.reranking import (
+from creditflow.chain.world.catalogue import (
     CATEGORY_COLOURS,
     CATEGORY_VOCABULARY,
     DESCRIPTOR_WORDS,

@@ -3,7 +3,7 @@
 Each item is one user turn of a Qwen2.5-VL-style model: the cover image, then the OpenAI
 backend's prompt (title, category and the schema instructions; ``DEFAULT_PROMPT_TEMPLATE``),
 so both backends ask the same question. Output is parsed with
-:func:`creditflow.annotation.schema.parse_annotation`.
+:func:`creditflow.chain.annotation.schema.parse_annotation`.
 
 Decoding: the first attempt is greedy, so an annotation is a deterministic function of the item
 and the model. An item whose output does not parse is retried up to ``max_retries`` times with
@@ -22,7 +22,7 @@ annotator from a config (``build_annotator("hf", ...)``) costs nothing; an id th
 local directory nor in the Hugging Face cache then fails with what to download.
 
 Cache and resume: every valid annotation goes to the on-disk cache
-(:mod:`creditflow.annotation.cache`, on by default) as soon as its batch is done, keyed by the
+(:mod:`creditflow.chain.annotation.cache`, on by default) as soon as its batch is done, keyed by the
 cover, title, prompt, the model and the decoding settings; a rerun, or a run resumed after a
 crash, generates only for the items not in it (and loads no model when none is missing).
 Failures are not cached. The model's part of the key is its ``spec`` (plus the names, sizes and
@@ -50,10 +50,10 @@ from PIL import Image
 from tqdm.auto import tqdm
 from transformers import GenerationConfig
 
-from creditflow.annotation.cache import DEFAULT_CACHE_DIR, AnnotationCache, open_cache
-from creditflow.annotation.openai_backend import DEFAULT_PROMPT_TEMPLATE
-from creditflow.annotation.options import HFOptions
-from creditflow.annotation.schema import (
+from creditflow.chain.annotation.cache import DEFAULT_CACHE_DIR, AnnotationCache, open_cache
+from creditflow.chain.annotation.openai_backend import DEFAULT_PROMPT_TEMPLATE
+from creditflow.chain.annotation.options import HFOptions
+from creditflow.chain.annotation.schema import (
     SCHEMA_DESCRIPTION,
     annotations_frame,
     failed_row,

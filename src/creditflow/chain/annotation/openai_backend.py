@@ -5,16 +5,16 @@ TGI, llama.cpp) can play that role, through the official ``openai`` client. Each
 request: the prompt (title, category and the schema) as text plus the cover as a base64 PNG
 data URL, and, unless ``structured_output`` is off, ``response_format`` of type
 ``json_schema`` built from the annotation schema
-(:func:`creditflow.annotation.schema.annotation_json_schema`), which vLLM and SGLang enforce
+(:func:`creditflow.chain.annotation.schema.annotation_json_schema`), which vLLM and SGLang enforce
 with guided decoding, so replies are valid JSON of the schema's keys. Output is parsed with
-:func:`creditflow.annotation.schema.parse_annotation` either way.
+:func:`creditflow.chain.annotation.schema.parse_annotation` either way.
 
 Failure handling: a request that times out, cannot connect, or answers 408 / 409 / 429 / 5xx
 is retried up to ``max_retries`` times, waiting what the server's ``Retry-After`` (or
 ``retry-after-ms``) header asks when it says (up to 2 minutes; a longer wait is not retried),
 else an exponential backoff from 0.5 s (capped at 8 s, with jitter); other HTTP errors (400,
 401, 404) fail at once, since repeating them cannot help (the ``openai`` client's policy,
-:mod:`creditflow.annotation.retry_policy`). A reply that holds no valid annotation is asked
+:mod:`creditflow.chain.annotation.retry_policy`). A reply that holds no valid annotation is asked
 again up to ``reply_retries`` times. An item that never succeeds gets ``status == "failed"``
 with its last raw reply and the error, and no scores: nothing is invented and nothing raises.
 ``attempts`` counts the HTTP requests the item made.
@@ -37,10 +37,10 @@ and never more than ``step_deadline_s + timeout_s``.
 Secrets: everything the server sends back (error bodies, replies) passes through
 :func:`creditflow.redaction.scrub` before it is logged, cached or stored, so a 401 body that
 echoes the key leaves ``[REDACTED]`` in ``item_annotations``. The key itself comes from Kedro
-credentials or ``OPENAI_API_KEY`` (:mod:`creditflow.annotation.credentials`), never parameters;
+credentials or ``OPENAI_API_KEY`` (:mod:`creditflow.chain.annotation.credentials`), never parameters;
 without one, requests carry no ``Authorization`` header.
 
-Successful annotations are cached on disk (:mod:`creditflow.annotation.cache`, on by default),
+Successful annotations are cached on disk (:mod:`creditflow.chain.annotation.cache`, on by default),
 keyed by the image bytes, title, prompt, model and request settings, so a rerun only requests
 what is missing; failures are not cached, so a rerun retries them.
 """
@@ -64,9 +64,9 @@ import openai
 import pandas as pd
 from tqdm.auto import tqdm
 
-from creditflow.annotation.cache import DEFAULT_CACHE_DIR, AnnotationCache, open_cache
-from creditflow.annotation.retry_policy import retry_wait
-from creditflow.annotation.schema import (
+from creditflow.chain.annotation.cache import DEFAULT_CACHE_DIR, AnnotationCache, open_cache
+from creditflow.chain.annotation.retry_policy import retry_wait
+from creditflow.chain.annotation.schema import (
     SCHEMA_DESCRIPTION,
     Annotation,
     annotation_json_schema,

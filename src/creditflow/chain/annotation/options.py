@@ -17,9 +17,9 @@ from dataclasses import KW_ONLY, dataclass
 from types import MappingProxyType
 from typing import Any
 
-from creditflow.annotation.cache import DEFAULT_CACHE_DIR
-from creditflow.annotation.heuristic import HeuristicAnnotator
-from creditflow.annotation.openai_backend import DEFAULT_PROMPT_TEMPLATE, OpenAIAnnotator
+from creditflow.chain.annotation.cache import DEFAULT_CACHE_DIR
+from creditflow.chain.annotation.heuristic import HeuristicAnnotator
+from creditflow.chain.annotation.openai_backend import DEFAULT_PROMPT_TEMPLATE, OpenAIAnnotator
 
 
 @dataclass(frozen=True)

@@ -4,11 +4,11 @@ MovieLens has no images for the VLM annotator of docs/methods/experience.md, ste
 annotator stands in for: many users' judgement of each movie. The teacher turns the ratings of
 an item into the same kind of annotation the synthetic chain's annotator writes, an analysis
 text followed by an ``overall`` score, for the text-only ExpModel
-(``experience.text_expmodel``) to learn to write from the item's title, year, genres and tags.
+(``chain.expmodel.text``) to learn to write from the item's title, year, genres and tags.
 
 Leakage: the MovieLens sessions hold back each user's latest ratings as the evaluation's
 labels, so the teacher must only read ratings that no session holds back (pass
-``tasks.movielens.without_held_back(ratings, sessions)``; the ``movielens_eval`` node does).
+``chain.world.movielens.without_held_back(ratings, sessions)``; the ``movielens_eval`` node does).
 It then never sees a label, and its score of a held-back movie comes from *other* users'
 ratings and the same user's earlier ones only.
 
@@ -36,7 +36,8 @@ RATING_ANNOTATION_COLUMNS = (
     "liked_share",
     "analysis",
 )
-LIKED_RATING = 4.0  # ratings of 4 stars and up count as liked (tasks.movielens.RELEVANT_RATING)
+# Ratings of 4 stars and up count as liked (chain.world.movielens.RELEVANT_RATING).
+LIKED_RATING = 4.0
 
 
 def rating_annotations(
@@ -48,7 +49,7 @@ def rating_annotations(
     """One annotation per item of ``item_texts`` with at least ``min_ratings`` ratings.
 
     Args:
-        item_texts: ``tasks.movielens.movielens_item_texts`` (``item_id, title, year, genres,
+        item_texts: ``chain.world.movielens.movielens_item_texts`` (``item_id, title, year, genres,
             tags``): the genres and tags the analysis cites.
         ratings: ``user_id, item_id, rating``, the training part only (module docstring);
             ratings of items outside ``item_texts`` are not read.

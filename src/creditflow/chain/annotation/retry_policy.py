@@ -3,7 +3,7 @@
 The policy is the ``openai`` client's own (its ``_should_retry`` and
 ``_calculate_retry_timeout``), written out here because the annotator runs the retries itself:
 the client would sleep through a ``Retry-After`` of two minutes whatever deadline the item has,
-while :class:`creditflow.annotation.openai_backend.OpenAIAnnotator` must not wait past it.
+while :class:`creditflow.chain.annotation.openai_backend.OpenAIAnnotator` must not wait past it.
 
 - Retried: no reply at all (a timeout, a refused or dropped connection) and HTTP 408, 409, 429
   and 5xx, unless the server says ``x-should-retry: false``; any status with

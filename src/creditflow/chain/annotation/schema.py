@@ -45,7 +45,7 @@ SCORE_MIN, SCORE_MAX = 1, 5
 STATUSES = ("ok", "failed")
 
 # An annotator sees only these fields; the hidden true_* columns of the synthetic catalogue
-# (creditflow.tasks.reranking) never reach it.
+# (creditflow.chain.world.catalogue) never reach it.
 ITEM_COLUMNS = ("item_id", "category", "title", "image_png")
 # The optional search query an item is judged for; annotations of (query, item) pairs carry it
 # right after ``item_id``.

@@ -1,6 +1,6 @@
 """Simulated user feedback on a page, exact or sampled (docs/methods/experience.md).
 
-A position-based click model with long views (``creditflow.tasks.reranking.ClickModel``):
+A position-based click model with long views (``creditflow.chain.world.catalogue.ClickModel``):
 ``P(click at position p) = w_p * c_i`` and ``P(long view at p) = w_p * c_i * l_i`` for the
 candidate ``i`` a page puts at ``p``, where ``w_p = P(exposed and examined at p)`` depends on
 the position only, ``c_i = P(click | examined)`` and ``l_i = P(long view | click)`` on the

@@ -1,7 +1,7 @@
 """Page GRPO's default R_old: a click model learned from the training logs alone (docs/methods/experience.md, step 5).
 
 A production system cannot ask its users how they would react to every page it might show;
-it has its logs. This module fits ``algorithms.click_model``'s position-based model to the
+it has its logs. This module fits ``chain.clicks.position_based``'s position-based model to the
 impressions, clicks and long views of the training sessions, on what a production system
 knows of a candidate (``OBSERVABLE_FEATURES``: popularity, whether its category is the
 query's, and three title signals), and turns it into per-candidate click and long-view
@@ -27,16 +27,16 @@ import numpy as np
 import pandas as pd
 import torch
 
-from creditflow.algorithms.click_model import (
+from creditflow.chain.clicks.position_based import (
     PositionBasedClickModel,
     click_log_likelihood,
     fit_position_based_click_model,
     long_view_log_likelihood,
 )
-from creditflow.config.reranking import FEATURE_NAMES
-from creditflow.experience.reranker_data import split_sessions
-from creditflow.experience.reranker_training import session_features
-from creditflow.tasks.reranking import HIDDEN_COLUMNS, LABEL_UNEXPOSED, ClickModel
+from creditflow.chain.config import FEATURE_NAMES
+from creditflow.chain.reranker.data import split_sessions
+from creditflow.chain.reranker.training import session_features
+from creditflow.chain.world.catalogue import HIDDEN_COLUMNS, LABEL_UNEXPOSED, ClickModel
 
 # What a production system knows of a candidate when it logs an impression; no experience
 # score (that is R_exp's job), no logged position (the position factor is separate), no label.
@@ -162,7 +162,7 @@ def fitted_response(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(attractiveness (N, L), long_view (N, L), position_weights (L,))`` of every
     session's candidates under the fitted ``model``: its expected clicks of a page ``y`` are
-    ``sum_p position_weights[p] * attractiveness[y[p]]`` (``algorithms.feedback``)."""
+    ``sum_p position_weights[p] * attractiveness[y[p]]`` (``chain.clicks.feedback``)."""
     features = candidate_features(sessions, catalogue)  # (N, L, F)
     L = features.shape[1]
     if model.examination.shape[0] != L:

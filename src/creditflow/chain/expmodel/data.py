@@ -2,7 +2,7 @@
 
 Stage I (SFT) teaches a small vision-language model to write an item's annotation y from its
 cover image and title: ``L_SFT = -sum_t log p(y_t | y_<t, x)`` over the annotation tokens only.
-Stage II (PFT) puts a scalar head on the SFT'd backbone (``creditflow.models.scorer.ExpScorer``)
+Stage II (PFT) puts a scalar head on the SFT'd backbone (``creditflow.chain.expmodel.scorer.ExpScorer``)
 and trains it on ordered pairs (A > B) of candidates of long-tail queries with
 ``pairwise_preference_loss``. ``score_items`` then gives every item its experience score
 ``s_exp``, the input of the augmented targets and the page-level reward (docs/methods/experience.md, steps 4-5).
@@ -22,7 +22,7 @@ This module is the data side, without torch (pandas, numpy, PIL): prompts, targe
 preference pairs (``preference_pairs``, ``catalogue_pairs``) and their held-out splits, and the
 settings of both stages (``EXPMODEL_TRAINING``, ``PFTOptions``), which the parameter check reads
 before torch loads (``hooks.parameter_check``). The stages themselves are
-``experience.expmodel_sft``, ``expmodel_pft`` and ``expmodel_scoring``.
+``chain.expmodel.sft``, ``expmodel_pft`` and ``expmodel_scoring``.
 
 Shape symbols: ``B`` sequences, ``T`` tokens (prompt + target, right-padded), ``N`` image
 patches of a batch, ``D`` patch width (1176 for Qwen2.5-VL), ``H`` hidden width.
@@ -40,9 +40,9 @@ import numpy as np
 import pandas as pd
 from PIL import Image
 
-from creditflow.annotation import DIMENSIONS, QUERY_COLUMN
+from creditflow.chain.annotation import DIMENSIONS, QUERY_COLUMN
+from creditflow.chain.world.catalogue import FREQUENCY_BANDS
 from creditflow.errors import ConfigError
-from creditflow.tasks.reranking import FREQUENCY_BANDS
 
 EXPMODEL_PROMPT = (
     "Rate this item's cover and title for the viewing experience: write an analysis, then "

@@ -12,16 +12,16 @@ from typing import Any
 import pandas as pd
 import torch
 
-from creditflow.algorithms import pairwise_preference_loss
-from creditflow.experience.expmodel_data import (
+from creditflow.chain.expmodel.data import (
     PFTOptions,
     _queries_of,
     is_per_query,
     pair_units,
     split_pairs,
 )
-from creditflow.experience.expmodel_scoring import _ItemPrompts, pair_scores, score_items
-from creditflow.models.scorer import ExpScorer
+from creditflow.chain.expmodel.losses import pairwise_preference_loss
+from creditflow.chain.expmodel.scorer import ExpScorer
+from creditflow.chain.expmodel.scoring import _ItemPrompts, pair_scores, score_items
 from creditflow.training.checkpoint import CheckpointStore, content_digest, run_store
 from creditflow.training.supervised import SupervisedConfig, SupervisedTrainer
 
@@ -161,7 +161,7 @@ def pft_loss(
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """docs/methods/experience.md, step 3 loss of one batch whose first half of rows are the preferred items: ``inputs``
     are the scorer's (any backbone: the VL ExpModel's, or a text one's ``input_ids`` and
-    ``attention_mask``, ``experience.text_expmodel``), ``(2b, P)`` each."""
+    ``attention_mask``, ``chain.expmodel.text``), ``(2b, P)`` each."""
     scores = scorer(**inputs)  # (2b,)
     n_pairs = scores.shape[0] // 2
     s_pos, s_neg = scores[:n_pairs], scores[n_pairs:]  # (b,) each

@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from creditflow.annotation import QUERY_COLUMN
-from creditflow.experience.expmodel_data import (
+from creditflow.chain.annotation import QUERY_COLUMN
+from creditflow.chain.expmodel.data import (
     SCORE_COLUMNS,
     _check_items,
     _decode_image,
@@ -19,7 +19,7 @@ from creditflow.experience.expmodel_data import (
     expmodel_prompt,
     is_per_query,
 )
-from creditflow.models.scorer import ExpScorer
+from creditflow.chain.expmodel.scorer import ExpScorer
 from creditflow.models.vision import vl_prompt_inputs
 
 

@@ -13,8 +13,8 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from creditflow.annotation import QUERY_COLUMN
-from creditflow.experience.expmodel_data import (
+from creditflow.chain.annotation import QUERY_COLUMN
+from creditflow.chain.expmodel.data import (
     _check_items,
     _decode_image,
     expmodel_prompt,

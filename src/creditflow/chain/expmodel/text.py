@@ -1,6 +1,6 @@
 """A text-only ExpModel (docs/methods/experience.md, steps 2-3) for catalogues without covers (MovieLens).
 
-The same two stages as the VL ExpModel (``experience.expmodel_sft`` / ``expmodel_pft``), on a
+The same two stages as the VL ExpModel (``chain.expmodel.sft`` / ``expmodel_pft``), on a
 text Qwen2:
 
 - SFT: ``training.sft.run_sft`` on (item prompt, teacher annotation) pairs, the prompt being
@@ -31,8 +31,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from creditflow.experience import expmodel_data, expmodel_pft, expmodel_scoring
-from creditflow.models.scorer import ExpScorer
+from creditflow.chain.expmodel import data as expmodel_data
+from creditflow.chain.expmodel import pft as expmodel_pft
+from creditflow.chain.expmodel import scoring as expmodel_scoring
+from creditflow.chain.expmodel.scorer import ExpScorer
 from creditflow.training.supervised import SupervisedConfig, SupervisedTrainer
 
 logger = logging.getLogger(__name__)
@@ -44,7 +46,7 @@ TEXT_EXPMODEL_PROMPT = (
 
 
 def text_expmodel_prompt(title: str, year: Any, genres: Sequence[str], tags: Sequence[str]) -> str:
-    """The user turn of the text ExpModel for one item (``tasks.movielens.movielens_item_texts``
+    """The user turn of the text ExpModel for one item (``chain.world.movielens.movielens_item_texts``
     fields); an unknown year, no genres or no tags are written as such.
 
     >>> print(text_expmodel_prompt("Heat (1995)", 1995, ["Action", "Crime"], []))
@@ -193,7 +195,7 @@ def on_reference_scale(scores: np.ndarray, reference: np.ndarray) -> np.ndarray:
     """``scores`` moved affinely to the mean and standard deviation of ``reference``:
     ``mean(ref) + std(ref) (s - mean(s)) / std(s)``; the order of the scores is kept.
 
-    A reranker reads s_exp raw (``config.reranking.FEATURE_NAMES``: ``exp_score``, beside the
+    A reranker reads s_exp raw (``chain.config.FEATURE_NAMES``: ``exp_score``, beside the
     scale-free ``exp_rank_gain``), so scores of another ExpModel, on its own arbitrary PFT
     scale, must be put on the scale of those it was trained with.
 

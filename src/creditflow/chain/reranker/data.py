@@ -3,12 +3,12 @@
 The pipelines ``annotation`` -> ``expmodel_sft`` -> ``expmodel_pft`` -> ``experience_scoring``
 -> ``augmented_targets`` -> ``reranker_pretrain`` -> ``reranker_grpo`` -> ``reranker_eval`` pass
 sessions, item scores and rankings between them as tables; this module splits the sessions,
-turns the tables into the padded tensors the engines take (``experience.reranker_training``,
+turns the tables into the padded tensors the engines take (``chain.reranker.training``,
 ``page_grpo.run_page_grpo``), rankings back into tables, and ranks and evaluates held-out
 sessions with the trained rerankers.
 
 Shape symbols: ``N`` sessions, ``L`` candidates per session, ``F`` candidate features.
-Rankings map position -> candidate index (``creditflow.models.reranker``).
+Rankings map position -> candidate index (``creditflow.chain.reranker.model``).
 """
 
 from __future__ import annotations
@@ -20,15 +20,15 @@ import numpy as np
 import pandas as pd
 import torch
 
-from creditflow.annotation import QUERY_COLUMN
-from creditflow.config.reranking import FEATURE_NAMES
-from creditflow.experience.reranker_policy import greedy_rankings
-from creditflow.experience.reranker_training import (
+from creditflow.chain.annotation import QUERY_COLUMN
+from creditflow.chain.config import FEATURE_NAMES
+from creditflow.chain.reranker.model import PointerReranker
+from creditflow.chain.reranker.policy import greedy_rankings
+from creditflow.chain.reranker.training import (
     evaluate_rankings,
     logged_sessions,
     session_features,
 )
-from creditflow.models.reranker import PointerReranker
 
 RANKING_COLUMNS = ("session_id", "ranking", "ranked_items")
 # The ranker name of the logged production order in evaluation tables.
@@ -62,7 +62,7 @@ def split_sessions(
 
 def session_exp_scores(sessions: pd.DataFrame, item_scores: pd.DataFrame) -> torch.Tensor:
     """``(N, L)`` float32 ``s_exp`` of each session's candidates, right-padded with 0 like
-    ``experience.reranker_training.session_features``. ``item_scores`` is ``item_id, s_exp`` (one score
+    ``chain.reranker.training.session_features``. ``item_scores`` is ``item_id, s_exp`` (one score
     per item) or, with a ``query_text`` column, s_{q,v} per (query, item)
     (``expmodel_sft.score_mode: query``): each candidate then gets its score for the
     session's query.

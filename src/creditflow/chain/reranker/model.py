@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_model, save_model
 from torch import nn
 
-from creditflow.config.reranking import RerankerConfig
+from creditflow.chain.config import RerankerConfig
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"

@@ -7,12 +7,12 @@ import copy
 
 import torch
 
+from creditflow.chain.reranker.model import PointerReranker
+from creditflow.chain.reranker.page_reward import PageReward
+from creditflow.chain.reranker.policy import RerankerPolicy
 from creditflow.config.grpo import (
     GRPOConfig,
 )
-from creditflow.experience.page_reward import PageReward
-from creditflow.experience.reranker_policy import RerankerPolicy
-from creditflow.models.reranker import PointerReranker
 from creditflow.training.checkpoint import (
     CheckpointStore,
     content_digest,
@@ -30,7 +30,7 @@ def run_page_grpo(
     config: GRPOConfig,
     checkpoints: CheckpointStore | None,
 ) -> tuple[PointerReranker, GRPOResult]:
-    """Page-level GRPO (docs/methods/experience.md, step 5, ``experience.page_reward``) on a copy of ``model``: prompts are
+    """Page-level GRPO (docs/methods/experience.md, step 5, ``chain.reranker.page_reward``) on a copy of ``model``: prompts are
     session indices of ``features`` ``(N, L, F)`` / ``mask`` ``(N, L)``, the policy samples
     rankings at ``config.temperature``; with ``config.beta > 0`` the engine keeps a frozen copy
     of the starting reranker as the KL reference. Resumes from ``checkpoints`` when a run with

@@ -4,7 +4,7 @@
 from is ``reranker_grpo.reward.r_old`` (``R_OLD_SOURCES``):
 
 - ``fitted_click_model`` (the default): the expected clicks + long views of the page under a
-  click model fitted to the training logs (``experience.logged_click_model``), reading only
+  click model fitted to the training logs (``chain.clicks.logged``), reading only
   what a production system has: positions, popularity, category match and title signals.
 - ``oracle_expected``: the exact expectation under the simulator's own ``ClickModel``, which
   reads the hidden quality, click-bait and relevance: the reward then knows the answer the
@@ -30,26 +30,26 @@ from typing import Any
 import pandas as pd
 import torch
 
-from creditflow.algorithms import ndcg_at_k, rank_gains
-from creditflow.algorithms.click_model import PositionBasedClickModel
-from creditflow.algorithms.feedback import (
+from creditflow.chain.clicks.feedback import (
     best_page_value,
     expected_page_feedback,
     sample_page_feedback,
 )
-from creditflow.config.grpo import GRPOConfig
-from creditflow.config.reranking import (
+from creditflow.chain.clicks.logged import fitted_response, observable
+from creditflow.chain.clicks.position_based import PositionBasedClickModel
+from creditflow.chain.config import (
     FITTED,
     GAIN_MODES,
     ONLINE_SAMPLED,
     ORACLE_EXPECTED,
     R_OLD_SOURCES,
 )
+from creditflow.chain.reranker.policy import parse_rankings
+from creditflow.chain.reranker.ranking import ndcg_at_k, rank_gains
+from creditflow.chain.reranker.training import logged_sessions
+from creditflow.chain.world.catalogue import ClickModel, candidate_response
+from creditflow.config.grpo import GRPOConfig
 from creditflow.errors import ConfigError
-from creditflow.experience.logged_click_model import fitted_response, observable
-from creditflow.experience.reranker_policy import parse_rankings
-from creditflow.experience.reranker_training import logged_sessions
-from creditflow.tasks.reranking import ClickModel, candidate_response
 
 FEEDBACK_MODES = ("expected", "sampled")
 # Sources that show pages to the simulator's users (its ClickModel reads the hidden truth).
@@ -103,7 +103,7 @@ def _page_value(
 
 class FittedClickFeedback:
     """``R_old`` = clicks + long views of the sampled page as a click model fitted to the
-    training logs expects them (``experience.logged_click_model``): what the logs can teach,
+    training logs expects them (``chain.clicks.logged``): what the logs can teach,
     nothing the simulator hides.
 
     ``R_old(y) = (clicks(y) + long_view_weight * long_views(y)) / best`` with
@@ -171,7 +171,7 @@ class SimulatedFeedback:
 
     ``R_old(y) = (clicks(y) + long_view_weight * long_views(y)) / best``, where ``best`` is the
     expected value of the best page of that session (candidates by
-    ``c * (1 + long_view_weight * l)``, ``algorithms.feedback.best_page_value``), so ``R_old``
+    ``c * (1 + long_view_weight * l)``, ``chain.clicks.feedback.best_page_value``), so ``R_old``
     is in [0, 1] in expectation like the nDCG it is mixed with. ``mode="expected"`` uses the
     exact expectations of the page (infinitely many users per page); ``"sampled"`` one
     simulated user per sampled page, whose random numbers are a hash of ``seed``, the prompt

@@ -3,7 +3,7 @@
 Shape symbols: ``N`` sessions the policy holds, ``B`` sampled pages (= prompts x G), ``L``
 candidates per page, ``F`` candidate features. A "prompt" is a session index (row of the
 ``features`` tensor the policy holds); a "completion" is a ranking of that session's
-candidates, one "token" per position. Rankings follow ``models.reranker``: a permutation of
+candidates, one "token" per position. Rankings follow ``chain.reranker.model``: a permutation of
 ``0..L-1`` with the real candidates first, so ``completion_mask`` (1 on the steps that place a
 real candidate) equals the candidate mask whenever padding slots come last.
 
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import torch
 
-from creditflow.models.reranker import PointerReranker, pointer_entropy, step_mask
+from creditflow.chain.reranker.model import PointerReranker, pointer_entropy, step_mask
 from creditflow.rollout.batch import RolloutBatch, SamplesOwnModule
 
 

@@ -7,7 +7,7 @@ leading batch dimensions.
 import torch
 
 from creditflow.algorithms._validate import check_choice, check_ndim, check_same_shape
-from creditflow.config.reranking import GAIN_MODES
+from creditflow.chain.config import GAIN_MODES
 
 
 def ndcg_at_k(

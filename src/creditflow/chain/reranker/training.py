@@ -1,10 +1,10 @@
 """Generative reranker engine pieces: features, targets, teacher-forced pre-training and
 evaluation (docs/methods/experience.md, steps 4-5). The page-level GRPO reward is in
-``experience.page_reward``.
+``chain.reranker.page_reward``.
 
 Shape symbols: ``N`` sessions, ``B`` sampled pages, ``L`` candidates per session (the longest
 session; shorter ones are padded at the end), ``F`` features. ``mask`` is True on real
-candidates. Rankings map position -> candidate index (see ``models.reranker``).
+candidates. Rankings map position -> candidate index (see ``chain.reranker.model``).
 
 Features and targets read only what a production system logs (``candidates``,
 ``logged_order``, ``labels``, ``clicks``, ``query_text``) and the item table's ``item_id``,
@@ -23,9 +23,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from creditflow.algorithms import augmented_target, masked_mean, ndcg_at_k, rank_gains
-from creditflow.models.reranker import PointerReranker, step_mask
-from creditflow.tasks.reranking import (
+from creditflow.algorithms import masked_mean
+from creditflow.chain.reranker.model import PointerReranker, step_mask
+from creditflow.chain.reranker.ranking import augmented_target, ndcg_at_k, rank_gains
+from creditflow.chain.world.catalogue import (
     CLICKBAIT_PREFIXES,
     FILLER_WORDS,
     FREQUENCY_BANDS,
@@ -60,7 +61,7 @@ class LoggedSessions:
     clicks: ``(N, L)`` float 0/1 per candidate (the business gains of ``R_old``).
     unexposed: ``(N, L)`` bool, True on candidates labelled ``U``.
     logged_order: ``(N, L)`` long, position -> candidate; padding slots follow the real
-        candidates in index order, so every row is a ranking in the ``models.reranker`` layout.
+        candidates in index order, so every row is a ranking in the ``chain.reranker.model`` layout.
     """
 
     mask: torch.Tensor
@@ -107,7 +108,7 @@ def session_features(
 
     Args:
         sessions: frame with ``candidates``, ``logged_order``, ``labels`` and ``query_text``
-            (``tasks.reranking.generate_sessions``).
+            (``chain.world.catalogue.generate_sessions``).
         item_table: catalogue with ``item_id``, ``category``, ``title`` and ``popularity``
             (other columns, hidden ones included, are not read).
         exp_scores: ``(N, L)`` experience scores ``s_exp`` aligned with the padded candidates;
@@ -377,7 +378,7 @@ def evaluate_rankings(
     if "true_quality" in sessions.columns:
         truth = _pad(list(sessions["true_quality"]), 0.0, torch.float32).view(N, L)
         true_ndcg = ndcg_at_k(truth.gather(1, rankings), k, ideal_gains=truth)
-    else:  # logs of your own without a known quality (ingest.ranking_sources)
+    else:  # logs of your own without a known quality (chain.world.sources)
         true_ndcg = torch.full((N,), float("nan"))
     frame = {
         "session_id": sessions["session_id"].to_numpy(),

@@ -642,7 +642,7 @@ class _ItemFeatures:
             z_clickbait=_zscore(column("true_clickbait")),
             z_quality=_zscore(column("true_quality")),
             # Only generate_sessions draws from it; a catalogue of your own has none
-            # (ingest.ranking_sources: its sessions carry their own relevance).
+            # (chain.world.sources: its sessions carry their own relevance).
             true_relevance=(
                 column("true_relevance")
                 if "true_relevance" in catalogue.columns

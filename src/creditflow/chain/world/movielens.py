@@ -2,14 +2,14 @@
 
 MovieLens (``movielens_ratings``, ``movielens_items``; see ``docs/data.md``) has explicit
 ratings and no search queries, exposures or clicks. This module turns each user into one
-ranking session with the columns of the synthetic logs (``tasks.reranking.SESSION_COLUMNS``),
+ranking session with the columns of the synthetic logs (``chain.world.catalogue.SESSION_COLUMNS``),
 so every reranker stage runs on it unchanged. Per user, ratings sorted by time (ties by
 ``item_id``):
 
 - the last ``n_candidates - n_negatives`` rated movies are held back as the rated candidates;
 - the ``history_length`` ratings just before them are the query context: ``query_text`` is the
   history's most frequent genres, most frequent first (ties alphabetical), ``query_id`` the
-  user id. Genres rather than titles, because ``experience.reranker_training.session_features`` reads
+  user id. Genres rather than titles, because ``chain.reranker.training.session_features`` reads
   query words as category names (``category_match``: the item's first genre equals the
   user's top history genre);
 - ``n_negatives`` movies the user never rated are drawn as unexposed candidates;
@@ -33,7 +33,7 @@ ExpModel's teacher, ``annotation.ratings``) may read. ``movielens_item_texts`` i
 of the text-only ExpModel: title, year, genres and the most frequent tags.
 
 Traffic bands: users are ordered by their number of ratings, descending (ties by user id), and
-split by ``tasks.reranking.frequency_bands`` into ``head``/``torso``/``tail``, each about a
+split by ``chain.world.catalogue.frequency_bands`` into ``head``/``torso``/``tail``, each about a
 third of all ratings, as the synthetic queries are by traffic share.
 """
 
@@ -45,7 +45,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from creditflow.tasks.reranking import (
+from creditflow.chain.world.catalogue import (
     LABEL_CLICKED,
     LABEL_EXPOSED,
     LABEL_UNEXPOSED,
@@ -102,7 +102,7 @@ def movielens_sessions(
 
     Returns:
         ``(sessions, item_table)``. ``sessions`` has ``SESSION_COLUMNS`` as in
-        ``tasks.reranking.generate_sessions``: ``session_id`` (0..N-1 by user id), ``query_id``
+        ``chain.world.catalogue.generate_sessions``: ``session_id`` (0..N-1 by user id), ``query_id``
         (the user id), ``query_text``, ``query_frequency_band``, ``candidates`` (``L`` item
         ids), ``logged_order`` (position -> candidate index, popularity descending),
         ``labels`` (``C``/``E``/``U``), ``clicks`` (0/1), ``long_views`` (all 0: ratings carry

@@ -5,7 +5,7 @@
 :data:`~creditflow.ingest.schemas.RANKING_IMPRESSIONS_SCHEMA` (Parquet, CSV, JSON lines ...;
 docs/howto/own_data.md). :func:`ranking_items` turns the catalogue into ``catalogue_items`` and
 :func:`ranking_sessions` the logs into the sessions of ``query_logs_{train,heldout}``, with the
-columns the synthetic world writes (:mod:`creditflow.tasks.reranking`), so every later node
+columns the synthetic world writes (:mod:`creditflow.chain.world.catalogue`), so every later node
 reads them unchanged:
 
 - items get ``item_id`` 0..n-1 in file order (your id stays in ``source_item_id``), the cover
@@ -15,7 +15,7 @@ reads them unchanged:
   ``0..L-1``; ``labels`` are ``C`` (clicked), ``E`` (exposed, not clicked), ``U`` (``exposed``
   0); ``query_id`` ranks the queries by their number of sessions (0 the most frequent, ties in
   order of first appearance) and ``query_frequency_band`` is
-  :func:`~creditflow.tasks.reranking.frequency_bands` of those counts; the hidden
+  :func:`~creditflow.chain.world.catalogue.frequency_bands` of those counts; the hidden
   ``relevance`` and ``true_quality`` lists are there only when the items have a true quality.
 
 Every session must show ``list_length`` (``annotation.query_logs.list_length``, ``L``)
@@ -44,6 +44,12 @@ import numpy as np
 import pandas as pd
 from PIL import Image
 
+from creditflow.chain.world.catalogue import (
+    LABEL_CLICKED,
+    LABEL_EXPOSED,
+    LABEL_UNEXPOSED,
+    frequency_bands,
+)
 from creditflow.errors import TaskSourceError
 from creditflow.ingest.schemas import (
     RANKING_IMPRESSIONS_OPTIONAL,
@@ -56,12 +62,6 @@ from creditflow.ingest.source_rows import (
     _is_missing,
     _text_column,
     checked_frame,
-)
-from creditflow.tasks.reranking import (
-    LABEL_CLICKED,
-    LABEL_EXPOSED,
-    LABEL_UNEXPOSED,
-    frequency_bands,
 )
 
 logger = logging.getLogger(__name__)
@@ -136,7 +136,7 @@ def ranking_sessions(
 
     Returns:
         One row per kept session, in order of first appearance: the columns of
-        ``tasks.reranking.SESSION_COLUMNS`` (less ``relevance`` and ``true_quality`` when
+        ``chain.world.catalogue.SESSION_COLUMNS`` (less ``relevance`` and ``true_quality`` when
         ``items`` has no ``true_quality``), then ``source_session_id``.
 
     Raises:

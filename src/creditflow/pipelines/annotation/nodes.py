@@ -1,5 +1,5 @@
 """Thin nodes of the ``annotation`` pipeline; the work happens in creditflow.tasks/annotation
-(and creditflow.ingest.ranking_sources for a catalogue and logs of your own)."""
+(and creditflow.chain.world.sources for a catalogue and logs of your own)."""
 
 from __future__ import annotations
 
@@ -9,17 +9,17 @@ from typing import Any
 
 import pandas as pd
 
-from creditflow.annotation.base import build_annotator
-from creditflow.annotation.credentials import resolve_annotator_options
-from creditflow.experience import expmodel_data
-from creditflow.experience.reranker_data import split_sessions
-from creditflow.ingest.ranking_sources import ranking_items, ranking_sessions
-from creditflow.tasks.reranking import (
+from creditflow.chain.annotation.base import build_annotator
+from creditflow.chain.annotation.credentials import resolve_annotator_options
+from creditflow.chain.expmodel import data as expmodel_data
+from creditflow.chain.reranker.data import split_sessions
+from creditflow.chain.world.catalogue import (
     ClickModel,
     LoggingRanker,
     generate_catalogue,
     generate_sessions,
 )
+from creditflow.chain.world.sources import ranking_items, ranking_sessions
 from creditflow.tasks.splits import SYNTHETIC
 
 logger = logging.getLogger(__name__)
@@ -31,7 +31,7 @@ def generate_items(
     """The catalogue: with ``source.items: synthetic``, the seeded short-video world (cover,
     title, popularity and the hidden true quality); else the catalog dataset of that name
     (``annotation_source_items``, put there by ``hooks.task_source.TaskSourceHook``), checked and
-    converted by ``ingest.ranking_sources.ranking_items``."""
+    converted by ``chain.world.sources.ranking_items``."""
     source = params["source"]["items"]
     if source == SYNTHETIC:
         items = params["items"]
@@ -57,7 +57,7 @@ def generate_query_logs(
     rerankers are evaluated on. With ``source.impressions: synthetic`` they are click-biased
     sessions over the catalogue (ranked by ``logging_ranker``, clicked and long-viewed by
     ``click_model``); else the catalog dataset of that name, one row per impression
-    (``ingest.ranking_sources.ranking_sessions``)."""
+    (``chain.world.sources.ranking_sessions``)."""
     logs = params["query_logs"]
     source = params["source"]["impressions"]
     if source == SYNTHETIC:

@@ -6,9 +6,9 @@ from typing import Any
 
 import pandas as pd
 
-from creditflow.experience.controls import shuffled_scores
-from creditflow.experience.reranker_data import rankings_frame, session_exp_scores
-from creditflow.experience.reranker_training import (
+from creditflow.chain.ab_test.controls import shuffled_scores
+from creditflow.chain.reranker.data import rankings_frame, session_exp_scores
+from creditflow.chain.reranker.training import (
     augmented_targets,
     click_first_order,
     logged_sessions,
@@ -39,6 +39,6 @@ def shuffle_experience_scores(
     item_experience_scores: pd.DataFrame, pretrain_params: dict[str, Any]
 ) -> pd.DataFrame:
     """The shuffled-s_exp control's scores: s_exp permuted within each query, seeded by
-    ``reranker_pretrain.controls.shuffled_exp.seed`` (``experience.controls``)."""
+    ``reranker_pretrain.controls.shuffled_exp.seed`` (``chain.ab_test.controls``)."""
     seed = pretrain_params["controls"]["shuffled_exp"]["seed"]
     return shuffled_scores(item_experience_scores, seed=seed)

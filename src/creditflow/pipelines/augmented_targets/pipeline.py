@@ -1,6 +1,6 @@
 """``augmented_targets``: the reranker's pre-training targets per training session (docs/methods/experience.md, step 4),
 and those of the shuffled-s_exp control: y_aug built from s_exp shuffled within each query
-(``experience.controls``)."""
+(``chain.ab_test.controls``)."""
 
 from kedro.pipeline import Node, Pipeline
 

@@ -6,8 +6,9 @@ from typing import Any
 
 import pandas as pd
 
-from creditflow.experience import expmodel_data, expmodel_scoring
-from creditflow.models.scorer import ExpScorer
+from creditflow.chain.expmodel import data as expmodel_data
+from creditflow.chain.expmodel import scoring as expmodel_scoring
+from creditflow.chain.expmodel.scorer import ExpScorer
 
 
 def score_items(  # noqa: PLR0913 - the scorer, what it reads, and the sessions to score for

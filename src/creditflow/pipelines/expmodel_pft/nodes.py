@@ -1,4 +1,4 @@
-"""Thin nodes of the ``expmodel_pft`` pipeline; the work happens in creditflow.models/training."""
+"""Thin nodes of the ``expmodel_pft`` pipeline; the work happens in creditflow.chain.expmodel."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ from typing import Any
 
 import pandas as pd
 
+from creditflow.chain.expmodel import data as expmodel_data
+from creditflow.chain.expmodel import pft as expmodel_pft
+from creditflow.chain.expmodel.pft import HELDOUT_ACCURACY
+from creditflow.chain.expmodel.scorer import ExpScorer
 from creditflow.config.values import checked_options
-from creditflow.experience import expmodel_data, expmodel_pft
-from creditflow.experience.expmodel_pft import HELDOUT_ACCURACY
-from creditflow.models.scorer import ExpScorer
 from creditflow.reporting.tables import metrics_frame
 from creditflow.training import CheckpointStore
 from creditflow.training.supervised import SupervisedConfig

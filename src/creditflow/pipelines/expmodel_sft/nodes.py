@@ -1,4 +1,4 @@
-"""Thin nodes of the ``expmodel_sft`` pipeline; the work happens in creditflow.models/training."""
+"""Thin nodes of the ``expmodel_sft`` pipeline; the work happens in creditflow.chain.expmodel."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ from typing import Any
 
 import pandas as pd
 
+from creditflow.chain.expmodel import data as expmodel_data
+from creditflow.chain.expmodel import sft as expmodel_sft
 from creditflow.config.values import reject_moved_keys
-from creditflow.experience import expmodel_data, expmodel_sft
 from creditflow.models import (
     ImageOnlyQwen2_5_VLProcessor,
     build_tiny_processor,

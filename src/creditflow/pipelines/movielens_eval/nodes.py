@@ -9,27 +9,33 @@ from typing import Any
 import pandas as pd
 from matplotlib.figure import Figure
 
-from creditflow.annotation.ratings import rating_annotations
-from creditflow.config.values import checked_options
-from creditflow.experience import expmodel_data, expmodel_pft, text_expmodel
-from creditflow.experience.reporting import (
+from creditflow.chain.ab_test.reporting import (
     paired_gains_by_band,
     plot_metrics_by_band,
     summarise_rankers_by_band,
     teacher_agreement,
 )
-from creditflow.experience.reranker_data import (
+from creditflow.chain.annotation.ratings import rating_annotations
+from creditflow.chain.expmodel import data as expmodel_data
+from creditflow.chain.expmodel import pft as expmodel_pft
+from creditflow.chain.expmodel import text as text_expmodel
+from creditflow.chain.expmodel.scorer import ExpScorer
+from creditflow.chain.reranker.data import (
     evaluate_pages,
     named_rerankers,
     reranker_setting,
     serve_pages,
 )
-from creditflow.experience.reranker_training import EVALUATION_METRICS
+from creditflow.chain.reranker.model import PointerReranker
+from creditflow.chain.reranker.training import EVALUATION_METRICS
+from creditflow.chain.world.movielens import (
+    movielens_item_texts,
+    movielens_sessions,
+    without_held_back,
+)
+from creditflow.config.values import checked_options
 from creditflow.models import load_policy, train_bpe_tokenizer
-from creditflow.models.reranker import PointerReranker
-from creditflow.models.scorer import ExpScorer
 from creditflow.reporting.tables import metrics_frame
-from creditflow.tasks.movielens import movielens_item_texts, movielens_sessions, without_held_back
 from creditflow.training.sft import run_sft
 from creditflow.training.supervised import SupervisedConfig
 from creditflow.training.threads import torch_threads

@@ -6,7 +6,7 @@ The text-only ExpModel: a rating teacher annotates the movies with
 enough ratings that no session holds back (``annotation.ratings``), a tiny Qwen2 learns to
 write that annotation from the movie's title, year, genres and tags (SFT) and then to score
 pairs of movies (PFT), and scores every candidate from its text alone
-(``experience.text_expmodel``).
+(``chain.expmodel.text``).
 
 Reads ``movielens_ratings`` / ``movielens_items`` / ``movielens_tags`` (as ``kedro run
 --pipelines data_ingest`` saved them), the rerankers of ``reranker_pretrain`` / ``reranker_grpo``

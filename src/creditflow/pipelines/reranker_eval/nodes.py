@@ -8,7 +8,7 @@ from typing import Any
 import pandas as pd
 from matplotlib.figure import Figure
 
-from creditflow.experience.controls import (
+from creditflow.chain.ab_test.controls import (
     CONTRAST,
     R_OLD_ONLY,
     SHUFFLED_EXP,
@@ -16,25 +16,14 @@ from creditflow.experience.controls import (
     beside_their_methods,
     with_contrasts,
 )
-from creditflow.experience.expmodel_pft import HELDOUT_ACCURACY
-from creditflow.experience.logged_click_model import click_model_from_table, recovery_table
-from creditflow.experience.reporting import (
+from creditflow.chain.ab_test.reporting import (
     evaluate_experience_scores,
     plot_metrics_by_band,
     plot_sweep,
     summarise_rankers_by_band,
     trained_on,
 )
-from creditflow.experience.reranker_data import (
-    RERANKER_INPUTS,
-    evaluate_pages,
-    named_rerankers,
-    pages_frame,
-    pages_from_frame,
-    serve_pages,
-)
-from creditflow.experience.reranker_training import EVALUATION_METRICS
-from creditflow.experience.simulated_ab import (
+from creditflow.chain.ab_test.simulated_ab import (
     CHANGE_METRICS,
     CTR,
     ab_plot_columns,
@@ -45,12 +34,23 @@ from creditflow.experience.simulated_ab import (
     summarise_ab,
     sweep_click_model,
 )
-from creditflow.models.reranker import PointerReranker
-from creditflow.tasks.reranking import ClickModel
+from creditflow.chain.clicks.logged import click_model_from_table, recovery_table
+from creditflow.chain.expmodel.pft import HELDOUT_ACCURACY
+from creditflow.chain.reranker.data import (
+    RERANKER_INPUTS,
+    evaluate_pages,
+    named_rerankers,
+    pages_frame,
+    pages_from_frame,
+    serve_pages,
+)
+from creditflow.chain.reranker.model import PointerReranker
+from creditflow.chain.reranker.training import EVALUATION_METRICS
+from creditflow.chain.world.catalogue import ClickModel
 
 logger = logging.getLogger(__name__)
 CTR_CHANGE = CHANGE_METRICS[CTR]
-# Logs of your own without a known quality (ingest.ranking_sources) have no hidden truth for
+# Logs of your own without a known quality (chain.world.sources) have no hidden truth for
 # simulated users to react to: the A/B and its sweep are left out, said in the log and the plot.
 NO_TRUTH = "no true_quality in the catalogue: the simulated A/B is left out"
 
@@ -59,7 +59,7 @@ SAMPLED_PAGES = {
     "yaug_pretrained_sampled": "yaug_pretrained",
     "yaug_page_grpo_sampled": "yaug_page_grpo",
 }
-# The controls (experience.controls), each read like the y_aug reranker it controls for.
+# The controls (chain.ab_test.controls), each read like the y_aug reranker it controls for.
 CONTROL_INPUTS = {R_OLD_ONLY: "yaug", SHUFFLED_EXP: "yaug"}
 
 
@@ -157,7 +157,7 @@ def summarise_reranker_ab(
 ) -> tuple[pd.DataFrame, Figure]:
     """The A/B table (ranker x band, paired changes vs the logged order, and per ranker one
     sentence, ``trained_on``, on the reward it learned from and what it could see), then the
-    controls' contrast rows (``experience.controls.with_contrasts``: paired over the held-out
+    controls' contrast rows (``chain.ab_test.controls.with_contrasts``: paired over the held-out
     sessions), and its bar plot of the rankers."""
     if reranker_ab_sessions.empty:
         return _note_table(), _note_figure(NO_TRUTH)

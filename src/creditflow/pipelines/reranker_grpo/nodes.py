@@ -8,18 +8,18 @@ from typing import Any
 import pandas as pd
 from matplotlib.figure import Figure
 
-from creditflow.config.reranking import page_grpo_config
-from creditflow.experience.logged_click_model import (
+from creditflow.chain.clicks.logged import (
     click_model_from_table,
     click_model_table,
     fit_logged_click_model,
 )
-from creditflow.experience.page_grpo import run_page_grpo
-from creditflow.experience.page_reward import check_user_budget, page_reward_of
-from creditflow.experience.reranker_data import inputs_for, session_exp_scores
-from creditflow.models.reranker import PointerReranker
+from creditflow.chain.config import page_grpo_config
+from creditflow.chain.reranker.data import inputs_for, session_exp_scores
+from creditflow.chain.reranker.model import PointerReranker
+from creditflow.chain.reranker.page_grpo import run_page_grpo
+from creditflow.chain.reranker.page_reward import check_user_budget, page_reward_of
+from creditflow.chain.world.catalogue import ClickModel
 from creditflow.reporting.tables import metrics_frame, plot_reward_curves
-from creditflow.tasks.reranking import ClickModel
 from creditflow.training import CheckpointStore
 
 logger = logging.getLogger(__name__)

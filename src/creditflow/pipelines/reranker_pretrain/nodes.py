@@ -6,10 +6,10 @@ from typing import Any
 
 import pandas as pd
 
-from creditflow.config.reranking import PRETRAIN_TRAINING
-from creditflow.experience import reranker_training
-from creditflow.experience.reranker_data import inputs_for, rankings_from_frame
-from creditflow.models.reranker import PointerReranker, build_reranker
+from creditflow.chain.config import PRETRAIN_TRAINING
+from creditflow.chain.reranker import training as reranker_training
+from creditflow.chain.reranker.data import inputs_for, rankings_from_frame
+from creditflow.chain.reranker.model import PointerReranker, build_reranker
 from creditflow.reporting.tables import metrics_frame
 from creditflow.training import CheckpointStore
 from creditflow.training.supervised import SupervisedConfig

@@ -11,14 +11,14 @@ is the same for all four.
 The control ``reranker_yaug_shuffled_exp`` is ``reranker_yaug`` again (setting ``yaug``), from
 s_exp shuffled within each query: its y_aug targets and its s_exp features both come from
 ``item_experience_scores_shuffled`` (``augmented_targets``), so against ``reranker_yaug`` it
-measures what s_exp's order adds (``experience.controls``).
+measures what s_exp's order adds (``chain.ab_test.controls``).
 """
 
 from functools import partial, update_wrapper
 
 from kedro.pipeline import Node, Pipeline
 
-from creditflow.config.reranking import RERANKERS
+from creditflow.chain.config import RERANKERS
 from creditflow.pipelines.reranker_pretrain import nodes
 
 PARAMS = "params:reranker_pretrain"

@@ -8,7 +8,7 @@
   selections of the high-entropy-minority study (docs/methods/controls.md).
 
 Adding a method means adding a module and a row here, not a branch in the training loop.
-(Page-level GRPO is plain ``grpo`` on a reward of its own: ``creditflow.experience.page_reward``.)
+(Page-level GRPO is plain ``grpo`` on a reward of its own: ``creditflow.chain.reranker.page_reward``.)
 A name that is in neither table is an import path or an entry point of a strategy of one's own
 (``plugins.py``, docs/extending.md). ``validate_strategies`` checks a config's strategy specs
 before any model is built.
