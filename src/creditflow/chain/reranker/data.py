@@ -255,26 +255,6 @@ def pages_from_frame(frame: pd.DataFrame, sessions: pd.DataFrame) -> dict[str, t
 
 
 # ---------------------------------------------------------------- evaluation tables
-def rank_and_evaluate(
-    sessions: pd.DataFrame,
-    item_table: pd.DataFrame,
-    item_scores: pd.DataFrame | None,
-    models: Mapping[str, PointerReranker],
-    kinds: Mapping[str, str],
-    params: Mapping[str, Any],
-    k: int,
-) -> pd.DataFrame:
-    """``evaluate_rankings`` at cut-off ``k`` of the logged order (ranker ``LOGGED``) and of
-    each model's greedy pages, in ``models`` order: one long table with a ``ranker`` column.
-
-    ``kinds`` names, per model, the reranker setting of ``params`` (the ``reranker_pretrain``
-    group) that says what it reads. Without ``item_scores`` every reranker reads zero score
-    features and ``exp_ndcg`` is left out.
-    """
-    pages = serve_pages(sessions, item_table, item_scores, models, kinds, params)
-    return evaluate_pages(pages, sessions, item_scores, k=k)
-
-
 def evaluate_pages(
     pages: Mapping[str, torch.Tensor],
     sessions: pd.DataFrame,
