@@ -194,6 +194,13 @@ def test_a_known_quality_reaches_the_simulated_users(files):
             lambda f: f.assign(exposed=["0", *["1"] * 11]),
             "task source `t`, row 0, column `clicked`: a click on an unexposed candidate",
         ),
+        (
+            1,
+            lambda f: f.assign(
+                exposed=["0"] * len(f), clicked=["0"] * len(f), long_viewed=["0"] * len(f)
+            ),
+            "task source `t`, column `exposed`: no impression of the kept sessions is exposed",
+        ),
     ],
 )
 def test_errors_name_the_dataset_row_and_column(files, table, change, message):

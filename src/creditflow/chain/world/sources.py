@@ -142,8 +142,8 @@ def ranking_sessions(
     Raises:
         TaskSourceError: a missing column or bad cell, an item not in the catalogue, a
             long view without a click, a click on an unexposed candidate, a session with two
-            queries, a repeated position or item within a session, or no session of ``L``
-            impressions at all.
+            queries, a repeated position or item within a session, no session of ``L``
+            impressions at all, or no exposed impression in the kept sessions.
     """
     frame = checked_frame(
         data, dataset, RANKING_IMPRESSIONS_SCHEMA, [c.name for c in RANKING_IMPRESSIONS_OPTIONAL]
@@ -203,6 +203,16 @@ def ranking_sessions(
             f"no session shows list_length = {list_length} candidates (sessions by length: "
             f"{dict(lengths)})",
             "lower annotation.query_logs.list_length to a length most sessions reach",
+        )
+    if not any(exposed[r] for _, rows in kept for r in rows):
+        # The click model and page GRPO learn from what users saw; with nothing seen the run
+        # would fail only at reranker_grpo, after annotation and both ExpModel stages.
+        raise TaskSourceError(
+            dataset,
+            "no impression of the kept sessions is exposed: the click logs show nothing a user saw",
+            "set exposed to 1 on the impressions users saw (or drop the column: every logged "
+            "impression then counts as seen)",
+            column="exposed",
         )
     cut = sum(len(groups[session]) > list_length for session, _ in kept)
     logger.info(
