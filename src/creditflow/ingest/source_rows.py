@@ -52,6 +52,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from kedro_datasets.pandas import CSVDataset
+from tqdm.auto import tqdm
 
 from creditflow.errors import TaskSourceError
 from creditflow.ingest.schemas import (
@@ -146,7 +147,7 @@ def visual_problems(data: Any, dataset: str) -> pd.DataFrame:
         _choices(value, dataset, row) for row, value in enumerate(frame["choices"].tolist())
     ]
     out["reasoning"] = pd.Series(_optional_text_column(frame, "reasoning", dataset), dtype="str")
-    for row, path in enumerate(out["image_path"]):
+    for row, path in _cells(out["image_path"].tolist(), dataset, "image_path"):
         _check_image(Path(path), dataset, row)
     _require_unique(out, VISUAL_SCHEMA, dataset)
     return out[[*VISUAL_SCHEMA.names, "reasoning"]]
@@ -357,6 +358,18 @@ def checked_frame(data: Any, dataset: str, schema: TableSchema, optional: Any) -
     return frame.reset_index(drop=True)
 
 
+# A source with at least this many rows shows a progress bar per checked column: a million
+# rows take minutes, and a silent minute looks like a hang.
+PROGRESS_ROWS = 100_000
+
+
+def _cells(values: list[Any], dataset: str, column: str) -> Any:
+    """``enumerate(values)``, with a progress bar for a large source."""
+    return enumerate(
+        tqdm(values, desc=f"{dataset}.{column}", disable=len(values) < PROGRESS_ROWS, leave=False)
+    )
+
+
 def _text_column(frame: pd.DataFrame, column: str, dataset: str) -> list[str]:
     values = frame[column].tolist()
     # A blank CSV cell turns its whole column into floats: name the blank, not the first float.
@@ -365,7 +378,7 @@ def _text_column(frame: pd.DataFrame, column: str, dataset: str) -> list[str]:
             raise TaskSourceError(
                 dataset, "missing value", f"fill in the {column} or drop the row", row, column
             )
-    return [_text(value, dataset, row, column) for row, value in enumerate(values)]
+    return [_text(value, dataset, row, column) for row, value in _cells(values, dataset, column)]
 
 
 def _optional_text_column(frame: pd.DataFrame, column: str, dataset: str) -> list[str]:

@@ -9,7 +9,7 @@ left padding for batched generation.
 
 import json
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Sized
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,8 @@ from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_token
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 PAD_TOKEN = "<|endoftext|>"
+# A corpus of at least this many texts trains with the tokenizers library's progress bar.
+LARGE_CORPUS = 100_000
 IM_START_TOKEN = "<|im_start|>"
 IM_END_TOKEN = "<|im_end|>"
 # Order fixes the ids: pad = 0, im_start = 1, im_end = 2 (Qwen2 has the same relative order).
@@ -133,7 +135,8 @@ def train_bpe_tokenizer(
         special_tokens=list(CONTROL_TOKENS),
         # The full byte alphabet, seen in the corpus or not, so no input is ever unknown.
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
+        # A bar only for a large corpus (a user's million rows), not the tiny task worlds.
+        show_progress=isinstance(texts, Sized) and len(texts) >= LARGE_CORPUS,
     )
     backend.train_from_iterator(texts, trainer=trainer)
     backend.add_tokens([AddedToken(token, special=False, normalized=False) for token in extra])
