@@ -4,9 +4,12 @@ working directory: the store is tmp_path/mlruns/mlflow.db), and creditflow.track
 """
 
 import json
+import logging
 import os
 import shutil
 import signal
+import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -17,10 +20,16 @@ import mlflow
 import pandas as pd
 import pytest
 import torch
+from kedro.framework.hooks import hook_impl
 from kedro.framework.session import KedroSession
 from kedro.framework.startup import bootstrap_project
 from kedro.pipeline import Node, Pipeline
+from kedro_mlflow.framework.hooks import MlflowHook
 from matplotlib.figure import Figure
+from mlflow.entities import Metric
+from mlflow.exceptions import MlflowException
+from mlflow.protos.databricks_pb2 import TEMPORARILY_UNAVAILABLE
+from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 from mlflow.tracking import MlflowClient
 
 from creditflow import tracking
@@ -413,3 +422,271 @@ def test_log_artifact_tables_plots_and_bad_types(mlflow_run, tmp_path: Path) -> 
     assert Path(html).read_text() == page
     with pytest.raises(ValueError, match="a plot a matplotlib Figure, a PIL image or PNG"):
         tracking.log_artifact(client, run_id, "bad_plot", "not a figure")
+
+
+# ------------------------------------------------------------------ a store that fails
+# What MLflow raises when another connection holds the SQLite store's exclusive lock past its
+# busy timeout (mlflow.store.db.utils wraps SQLAlchemy's OperationalError so).
+LOCKED = "(sqlite3.OperationalError) database is locked"
+STORE_WRITES = ("log_batch", "log_metric", "log_param", "set_tag", "update_run_info")
+
+
+class StoreLock:
+    """While held, every write to a SQLite store fails as under another process's exclusive
+    lock (``BEGIN EXCLUSIVE``); reads go through. ``attempts`` counts the writes refused."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, error: Exception) -> None:
+        self.held, self.attempts, self.error = False, 0, error
+        for name in STORE_WRITES:
+            monkeypatch.setattr(SqlAlchemyStore, name, self._locked(getattr(SqlAlchemyStore, name)))
+
+    def _locked(self, write):
+        def locked_write(store, *args, **kwargs):
+            if self.held:
+                self.attempts += 1
+                raise self.error
+            return write(store, *args, **kwargs)
+
+        return locked_write
+
+
+class LockBeforeNode:
+    """A hook that takes the store's lock as node ``name`` starts (it runs before the
+    project's hooks, registered after them)."""
+
+    def __init__(self, lock: StoreLock, name: str) -> None:
+        self.lock, self.name = lock, name
+
+    @hook_impl
+    def before_node_run(self, node) -> None:
+        if node.name == self.name:
+            self.lock.held = True
+
+
+@pytest.fixture
+def no_retry_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tracking, "RETRY_DELAYS_S", (0.0, 0.0))
+    tracking.take_skipped()
+
+
+def _warnings(caplog: pytest.LogCaptureFixture, text: str) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno == logging.WARNING and text in r.getMessage()
+    ]
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        MlflowException(LOCKED, error_code=TEMPORARILY_UNAVAILABLE),
+        sqlite3.OperationalError("database is locked"),
+    ],
+    ids=["mlflow", "sqlite3"],
+)
+def test_a_locked_store_neither_stops_the_step_logger_nor_loses_its_steps(
+    mlflow_run, monkeypatch, caplog, no_retry_waits, error
+) -> None:
+    client, run_id, uri = mlflow_run
+    lock = StoreLock(monkeypatch, error)
+    now = [100.0]
+    monkeypatch.setattr(tracking.time, "monotonic", lambda: now[0])
+    step_logger = StepLogger(uri, run_id, flush_every_s=0)
+    caplog.set_level(logging.DEBUG, logger="creditflow.tracking")
+
+    lock.held = True
+    for step in range(1, 5):
+        step_logger(step, {"loss": 1.0 / step})  # raises nothing
+    # Step 1 was tried 3 times (RETRY_DELAYS_S has 2 waits) and kept; steps 2 to 4 were held
+    # off (HOLD_OFF_S), not tried once each.
+    assert lock.attempts == 3
+    (warning,) = _warnings(caplog, "could not log step metrics")
+    assert uri.removeprefix("sqlite:///") in warning and "database is locked" in warning
+    assert "--params tracking.enabled=false" in warning
+    assert _history(client, run_id, "loss") == []
+
+    lock.held = False
+    now[0] += tracking.HOLD_OFF_S
+    step_logger(5, {"loss": 0.2})  # the lock has passed: everything kept is written
+    assert [step for step, _ in _history(client, run_id, "loss")] == [1, 2, 3, 4, 5]
+
+    # Locked again to the end of the node: warned of once only, then the loss is reported.
+    lock.held = True
+    now[0] += 1
+    with logging_steps(step_logger):
+        step_logger(6, {"loss": 0.1})
+    assert len(_warnings(caplog, "could not log step metrics")) == 1
+    assert _warnings(caplog, f"MLflow run {run_id} misses 1 metric values")
+    assert tracking.take_skipped() == {"log step metrics": 3}
+
+
+def test_a_step_logger_keeps_at_most_max_unsent_metrics(mlflow_run, monkeypatch, no_retry_waits):
+    client, run_id, uri = mlflow_run
+    lock = StoreLock(monkeypatch, MlflowException(LOCKED))
+    monkeypatch.setattr(tracking, "MAX_UNSENT_METRICS", 3)
+    step_logger = StepLogger(uri, run_id)
+    lock.held = True
+    for step in range(1, 6):
+        step_logger(step, {"loss": float(step)})
+        step_logger.flush()
+    lock.held = False
+    step_logger.flush()
+    # The newest three kept; the two oldest dropped.
+    assert [step for step, _ in _history(client, run_id, "loss")] == [3, 4, 5]
+
+
+def test_a_store_locked_from_training_on_fails_no_node_and_keeps_the_manifest(
+    project: Path, monkeypatch, caplog, no_retry_waits
+) -> None:
+    """The probe: the store locked while a node trains, and still when the run ends. The node
+    trains, the run fails of its own error only, its manifest is written; the MLflow run stays
+    RUNNING (its end could not be written) until the next run closes it KILLED."""
+    monkeypatch.setattr(tracking, "FLUSH_EVERY_S", 0.0)
+    lock = StoreLock(monkeypatch, MlflowException(LOCKED, error_code=TEMPORARILY_UNAVAILABLE))
+    caplog.set_level(logging.INFO)
+    with KedroSession.create(project_path=project, runtime_params=RUNTIME_PARAMS) as session:
+        session._hook_manager.register(LockBeforeNode(lock, "train_tiny"))
+        with pytest.raises(FloatingPointError, match="loss is nan"):
+            session.run(pipeline_names=["failing"])
+        first_id = session.session_id
+    assert mlflow.active_run() is None and active_step_logger() is None
+    manifest = json.loads((project / MANIFEST_DIR / f"{first_id}.json").read_text())
+    assert manifest["status"] == "failed"
+    assert manifest["error"] == "FloatingPointError: loss is nan"
+    assert manifest["datasets"]["saved"].keys() >= {"tiny_train_metrics", "tiny_comparison"}
+    # One warning per kind of failure, each naming the store and the switch, not one per step.
+    store_path = str(project / "mlruns/mlflow.db")
+    warned = [w for w in _warnings(caplog, "MLflow tracking store") if store_path in w]
+    assert len(_warnings(caplog, "could not log step metrics")) == 1
+    assert _warnings(caplog, "could not end the MLflow run FAILED")
+    # Parameters, steps and the end of the run.
+    assert len(warned) == 3 and all("tracking.enabled=false" in w for w in warned)
+    assert _warnings(caplog, "is incomplete: the store refused")
+    (run,) = runs(project)
+    assert run.info.status == "RUNNING"
+    assert run.data.tags[tracking.PID_TAG] == str(os.getpid())
+
+    # The lock has passed. The next run of this process closes the run its process left
+    # RUNNING, and files its own as ever.
+    lock.held = False
+    session_id, _ = run_session(project, "tiny", RUNTIME_PARAMS)
+    statuses = {r.data.tags["run_id"]: r.info.status for r in runs(project)}
+    assert statuses == {first_id: "KILLED", session_id: "FINISHED"}
+
+
+def test_a_failing_tracker_hook_keeps_the_manifest_and_still_ends_the_run(
+    project: Path, monkeypatch, caplog
+) -> None:
+    def broken(*args, **kwargs):
+        raise RuntimeError("kedro-mlflow broke")
+
+    monkeypatch.setattr(MlflowHook, "on_pipeline_error", broken)
+    with KedroSession.create(project_path=project, runtime_params=RUNTIME_PARAMS) as session:
+        with pytest.raises(FloatingPointError):
+            session.run(pipeline_names=["failing"])
+        session_id = session.session_id
+    manifest = json.loads((project / MANIFEST_DIR / f"{session_id}.json").read_text())
+    assert manifest["status"] == "failed"
+    (run,) = runs(project)
+    assert run.info.status == "FAILED" and mlflow.active_run() is None
+
+
+def test_a_store_that_cannot_be_opened_names_itself_and_the_switch(
+    project: Path, no_retry_waits
+) -> None:
+    (project / "mlruns").mkdir()
+    (project / "mlruns/mlflow.db").write_text("not a database, but a note someone saved here")
+    message = rf"MLflow tracking store sqlite:///{project}/mlruns/mlflow.db cannot be opened"
+    with pytest.raises(tracking.TrackingStoreError, match=message) as raised:
+        run_session(project, "probe", {})
+    assert "file is not a database" in str(raised.value)
+    assert "kedro run --params tracking.enabled=false" in str(raised.value)
+    # The switch the message names runs the pipeline.
+    _, outputs = run_session(project, "probe", {"tracking": {"enabled": False}})
+    assert outputs["step_logger"] == "None"
+
+
+def test_a_remote_store_is_named_without_its_password(project: Path, monkeypatch, no_retry_waits):
+    password = "pw-s3cret-123"
+    (project / "conf/local/mlflow.yml").write_text(
+        f"server:\n  mlflow_tracking_uri: http://alice:{password}@127.0.0.1:9\n"
+    )
+    # Port 9 refuses at once; MLflow would retry for minutes by default.
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
+    with pytest.raises(tracking.TrackingStoreError) as raised:
+        run_session(project, "probe", {})
+    message = str(raised.value)
+    assert "MLflow tracking store http://alice:[REDACTED]@127.0.0.1:9 cannot be opened" in message
+    assert "Connection refused" in message and "tracking.enabled=false" in message
+    assert password not in message
+
+
+def test_safe_uri_redacts_passwords_and_query_values() -> None:
+    assert tracking.safe_uri("postgresql://u:p4ss@db:5432/mlflow?sslpassword=x") == (
+        "postgresql://u:[REDACTED]@db:5432/mlflow?sslpassword=%5BREDACTED%5D"
+    )
+    assert tracking.safe_uri("http://mlflow.lab:5000") == "http://mlflow.lab:5000"
+
+
+# ------------------------------------------------------------------ runs a killed process left
+def test_end_stale_runs_closes_only_runs_whose_process_is_gone(mlflow_run) -> None:
+    """Each case of creditflow.tracking.is_stale, on runs in a real store."""
+    client, current, _ = mlflow_run
+    experiment_id = client.get_run(current).info.experiment_id
+    now_ms, day_ms = int(time.time() * 1000), 24 * 3600 * 1000
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    alive = subprocess.Popen(["sleep", "120"])
+    try:
+        time.sleep(0.2)  # the sleep has started before the runs below
+
+        def run(tags: dict, started_ms: int = now_ms, metric_ms: int | None = None) -> str:
+            run_id = client.create_run(experiment_id, start_time=started_ms, tags=tags).info.run_id
+            if metric_ms is not None:
+                client.log_batch(run_id, metrics=[Metric("loss", 1.0, metric_ms, 1)])
+            return run_id
+
+        here = {k: v for k, v in tracking.process_tags().items() if k != tracking.PID_TAG}
+        elsewhere = {tracking.HOST_TAG: "another-host", tracking.PID_TAG: "1"}
+        cases = {
+            run({**here, tracking.PID_TAG: str(dead.pid)}): "KILLED",  # gone
+            run({**here, tracking.PID_TAG: str(alive.pid)}): "RUNNING",  # a concurrent run
+            # This hostname, another container's PIDs: its process cannot be checked.
+            run({**here, tracking.PID_NAMESPACE_TAG: "pid:[1]", tracking.PID_TAG: "1"}): "RUNNING",
+            # The PID now belongs to a process started an hour after the run: reused.
+            run({**here, tracking.PID_TAG: str(alive.pid)}, now_ms - 3600_000): "KILLED",
+            run({**here, tracking.PID_TAG: str(os.getpid())}): "KILLED",  # this process's last
+            run(elsewhere, now_ms - 2 * day_ms): "KILLED",  # silent for two days
+            run(elsewhere, now_ms - 2 * day_ms, now_ms - 3600_000): "RUNNING",  # logs still
+            run(elsewhere): "RUNNING",
+            run({}, now_ms - 2 * day_ms): "KILLED",  # untagged: as another host's
+            run({}): "RUNNING",
+        }
+        finished = run({**here, tracking.PID_TAG: str(dead.pid)})
+        client.set_terminated(finished, "FINISHED")
+        for key, value in tracking.process_tags().items():
+            client.set_tag(current, key, value)
+
+        ended = tracking.end_stale_runs(client, experiment_id, current)
+    finally:
+        alive.kill()
+        alive.wait()
+    statuses = {run_id: client.get_run(run_id).info.status for run_id in cases}
+    assert statuses == cases
+    assert sorted(ended) == sorted(r for r, status in cases.items() if status == "KILLED")
+    assert client.get_run(current).info.status == "RUNNING"
+    assert client.get_run(finished).info.status == "FINISHED"
+    # A stale run ends when it last logged, not when it was found.
+    old = next(r for r in ended if client.get_run(r).info.start_time == now_ms - 2 * day_ms)
+    assert client.get_run(old).info.end_time == now_ms - 2 * day_ms
+
+
+def test_a_run_is_tagged_with_its_process(project: Path) -> None:
+    run_session(project, "probe", {})
+    (run,) = runs(project)
+    tags = tracking.process_tags()  # this process's id, host and PID namespace
+    assert tags[tracking.PID_TAG] == str(os.getpid())
+    assert tags[tracking.HOST_TAG] == socket.gethostname()
+    assert {key: run.data.tags[key] for key in tags} == tags

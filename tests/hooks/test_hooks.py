@@ -6,6 +6,7 @@ import platform
 import subprocess
 from importlib import metadata
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pandas as pd
@@ -19,6 +20,7 @@ from kedro.runner import SequentialRunner
 from mlflow.tracking import MlflowClient
 
 from creditflow.hooks.credentials import CREDENTIALS_DATASET, CredentialsHook
+from creditflow.hooks.mlflow_tracking import MlflowTrackingHook
 from creditflow.hooks.run_manifest import (
     MANIFEST_DIR,
     RunManifestHook,
@@ -321,3 +323,43 @@ def test_credentials_hook_puts_the_kedro_credentials_in_the_catalog() -> None:
     )
     assert catalog.load(CREDENTIALS_DATASET) == creds
     assert SECRET not in repr(catalog.get(CREDENTIALS_DATASET))  # logs name the type only
+
+
+class BrokenKedroMlflow:
+    """kedro-mlflow's hook for a pipeline it does not track, failing as it ends the run."""
+
+    run_id = None
+    mlflow_config = SimpleNamespace(server=SimpleNamespace(mlflow_tracking_uri="sqlite:///x.db"))
+
+    def after_catalog_created(self, *args) -> None:
+        pass
+
+    def before_pipeline_run(self, *args) -> None:
+        pass
+
+    def after_pipeline_run(self, *args) -> None:
+        raise RuntimeError("kedro-mlflow broke")
+
+    def on_pipeline_error(self, *args) -> None:
+        raise RuntimeError("kedro-mlflow broke")
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["completed", "failed"])
+def test_a_failing_tracking_hook_stops_neither_the_run_nor_the_manifest(
+    project: Path, data: Path, caplog, fails: bool
+) -> None:
+    tracker = MlflowTrackingHook()
+    tracker._mlflow = BrokenKedroMlflow()
+    pipeline = Pipeline([Node(explode, "raw_table", "never_saved")]) if fails else TINY
+    # In settings.HOOKS' order: pluggy calls the tracker's hooks first, the manifest's after.
+    hooks = [RunManifestHook(), tracker]
+    if fails:
+        with pytest.raises(RuntimeError, match="boom after reading"):  # the node's error only
+            run_like_session(hooks, pipeline, _catalog(data, {}), PARAMETERS, project)
+    else:
+        run_like_session(hooks, pipeline, _catalog(data, {}), PARAMETERS, project)
+    assert _manifest(project)["status"] == ("failed" if fails else "completed")
+    method = "on_pipeline_error" if fails else "after_pipeline_run"
+    (record,) = [r for r in caplog.records if "MlflowTrackingHook." in r.getMessage()]
+    assert record.levelname == "ERROR" and method in record.getMessage()
+    assert "kedro-mlflow broke" in record.exc_text
