@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 from kedro.framework.hooks import hook_impl
 from kedro.io import CatalogProtocol, MemoryDataset
 
+from creditflow.hooks.console import replace_dataset
+
 if TYPE_CHECKING:
     from kedro.framework.context import KedroContext
 
@@ -56,4 +58,4 @@ class CredentialsHook:
 
     @hook_impl
     def after_catalog_created(self, catalog: CatalogProtocol, conf_creds: dict[str, Any]) -> None:
-        catalog[CREDENTIALS_DATASET] = MemoryDataset(dict(conf_creds))
+        replace_dataset(catalog, CREDENTIALS_DATASET, MemoryDataset(dict(conf_creds)))

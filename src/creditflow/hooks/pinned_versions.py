@@ -14,6 +14,7 @@ from kedro.pipeline import Pipeline
 
 import creditflow.pipelines as package
 from creditflow.errors import MissingInputsError
+from creditflow.hooks.console import replace_dataset
 from creditflow.ingest.schemas import TASK_TABLE_SCHEMAS, empty_frame
 
 logger = logging.getLogger(__name__)
@@ -79,7 +80,7 @@ def _skip_evaluation_rows(name: str, pipeline: Pipeline, catalog: CatalogProtoco
         return False
     if not all(reader.startswith("evaluate_") for reader in readers):
         return False
-    catalog[name] = MemoryDataset(empty_frame(schema), copy_mode="assign")
+    replace_dataset(catalog, name, MemoryDataset(empty_frame(schema), copy_mode="assign"))
     logger.warning(
         "%s has no saved version: the evaluation skips its rows. To add them: `creditflow "
         "fetch-data --from <copy>` (or without --from, to download), then `kedro run "

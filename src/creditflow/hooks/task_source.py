@@ -13,6 +13,7 @@ from kedro.pipeline import Pipeline
 
 from creditflow.config.task_sources import SYNTHETIC, TASK_SOURCES, source_problem
 from creditflow.errors import ConfigError, MissingInputsError
+from creditflow.hooks.console import replace_dataset
 
 
 class TaskSourceHook:
@@ -41,9 +42,9 @@ class TaskSourceHook:
             if problem is not None:
                 self._problems[spec.dataset] = problem
             elif source == SYNTHETIC or not isinstance(source, str):
-                catalog[spec.dataset] = MemoryDataset(None)
+                replace_dataset(catalog, spec.dataset, MemoryDataset(None))
             else:
-                catalog[spec.dataset] = catalog.get(source)
+                replace_dataset(catalog, spec.dataset, catalog.get(source))
                 self._sources[spec.dataset] = source
 
     @hook_impl
