@@ -180,7 +180,12 @@ class RunManifestHook:
     def after_pipeline_run(
         self, run_params: dict[str, Any], pipeline: Pipeline, catalog: CatalogProtocol
     ) -> None:
+        saved = list(self._saved)
         self.write_manifest(run_params, pipeline, catalog, status="completed")
+        reports = report_paths(catalog, saved, Path(run_params.get("project_path") or Path.cwd()))
+        if reports:
+            # The run's last line: where a person looks next.
+            logger.info("Results of this run: %s", ", ".join(str(p) for p in reports))
 
     @hook_impl
     def on_pipeline_error(
@@ -236,6 +241,29 @@ class RunManifestHook:
         logger.info("Run manifest (%s) written to %s", status, path)
         self._started_at = None
         return path
+
+
+REPORTS_DIR = "data/08_reporting"
+
+
+def report_paths(catalog: CatalogProtocol, names: list[str], project: Path) -> list[Path]:
+    """The files of the datasets ``names`` (saved by the run) that are reports: those under
+    ``data/08_reporting`` (the manifests aside), versioned ones at the version just saved,
+    relative to ``project`` where they lie inside it."""
+    reports = (project / REPORTS_DIR).resolve()
+    found = []
+    for name in names:
+        dataset = catalog.get(name) if name in catalog else None
+        if dataset is None or getattr(dataset, "_filepath", None) is None:
+            continue
+        path = Path(str(dataset._filepath))  # no public accessor for a file dataset's path
+        path = (path if path.is_absolute() else project / path).resolve()
+        if not path.is_relative_to(reports) or "run_manifests" in path.parts:
+            continue
+        if isinstance(dataset, AbstractVersionedDataset) and dataset._version:
+            path = path / dataset.resolve_save_version() / path.name  # Kedro's versioned layout
+        found.append(path.relative_to(project.resolve()))
+    return found
 
 
 def is_parameter_dataset(dataset_name: str) -> bool:
