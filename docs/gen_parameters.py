@@ -122,15 +122,44 @@ def default_text(field: Any) -> str:
     return f"`{field.default!r}`".replace("|", "\\|")
 
 
-def rows(prefix: str, block: type[Block], comments: dict[str, str]) -> list[str]:
+_UNSET = object()
+
+
+def conf_value(conf: Any, key: str) -> Any:
+    """The value ``conf`` (a group's ``conf/base`` YAML, group key included) sets at the
+    dotted ``key``, or ``_UNSET``."""
+    node = conf
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return _UNSET
+        node = node[part]
+    return node
+
+
+def value_text(field: Any, conf: Any, key: str) -> str:
+    """What a run uses: the value ``conf/base`` sets, with the code default beside it where
+    the two differ; the code default where ``conf/base`` sets nothing."""
+    code = default_text(field)
+    value = conf_value(conf, key)
+    if value is _UNSET:
+        return code
+    if isinstance(value, dict):  # a block: its keys have rows of their own
+        return "" if code == "required" else code
+    shown = f"`{value!r}`".replace("|", "\\|")
+    if code in ("", "required", shown):
+        return shown
+    return f"{shown} (code default: {code})"
+
+
+def rows(prefix: str, block: type[Block], comments: dict[str, str], conf: Any = None) -> list[str]:
     out = []
     for name, field in block.model_fields.items():
         key = f"{prefix}.{name}"
         text = comments.get(key) or docstring_entry(block.DOCUMENTED_BY, name)
-        cells = [f"`{key}`", type_name(field.annotation), default_text(field), text]
+        cells = [f"`{key}`", type_name(field.annotation), value_text(field, conf, key), text]
         out.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
         for segment, nested in blocks_in(field.annotation):
-            out += rows(f"{key}.{segment}" if segment else key, nested, comments)
+            out += rows(f"{key}.{segment}" if segment else key, nested, comments, conf)
     return out
 
 
@@ -140,7 +169,7 @@ def yaml_only_group(group: str, yaml_file: Path) -> list[str]:
     values = yaml.safe_load(yaml_file.read_text(encoding="utf-8")) or {}
     comments = yaml_comments(yaml_file)
     lines = [f"## `{group}`", "", f"In `conf/base/parameters_{group}.yml`.", ""]
-    lines += ["| key | type | default | description |", "|---|---|---|---|"]
+    lines += ["| key | type | value in conf/base | description |", "|---|---|---|---|"]
 
     def walk(prefix: str, node: Any) -> None:
         for key, value in node.items():
@@ -161,7 +190,8 @@ def reference() -> str:
         "",
         "Every key of every parameter group, generated from the schemas that check them "
         "before a run's first node (`creditflow.pipelines.parameters.all_schemas`); the "
-        "descriptions come from `conf/base/parameters_<group>.yml` and the typed configs. "
+        "descriptions come from `conf/base/parameters_<group>.yml` and the typed configs; the "
+        "value is what `conf/base` sets (the code's default beside it where they differ). "
         "Set a key in `conf/local/parameters_<group>.yml` or with "
         '`kedro run --params "<group>.<key>=<value>"`.',
         "",
@@ -174,14 +204,15 @@ def reference() -> str:
     for group, block in sorted(schemas.items()):
         yaml_file = ROOT / "conf" / "base" / f"parameters_{group}.yml"
         comments = yaml_comments(yaml_file) if yaml_file.is_file() else {}
+        conf = yaml.safe_load(yaml_file.read_text(encoding="utf-8")) if yaml_file.is_file() else {}
         parts += [
             f"## `{group}`",
             "",
             f"In `conf/base/parameters_{group}.yml`.",
             "",
-            "| key | type | default | description |",
+            "| key | type | value in conf/base | description |",
             "|---|---|---|---|",
-            *rows(group, block, comments),
+            *rows(group, block, comments, conf),
             "",
         ]
     return "\n".join(parts)
