@@ -33,6 +33,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "ingest",
             "tracking",
             "redaction",
+            "integrity",
             "reporting",
         },
     ),

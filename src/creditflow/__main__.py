@@ -5,6 +5,7 @@ as `creditflow` and `python -m creditflow`
 ``kedro run``'s options (``creditflow --pipelines tapo``).
 """
 
+import json
 import sys
 import warnings
 from pathlib import Path
@@ -19,6 +20,7 @@ from kedro.utils import find_kedro_project
 from creditflow.ingest.config import IngestConfig
 from creditflow.ingest.fetch import fetch_raw_data
 from creditflow.ingest.sources import RAW_SOURCES
+from creditflow.integrity import verify_manifest
 
 COPY_ENV = "CREDITFLOW_DATA_COPY"
 # `creditflow --help` shows `kedro run`'s options; the one command of its own goes first.
@@ -27,6 +29,9 @@ COMMANDS_HELP = """creditflow: the project's commands.
   creditflow fetch-data [--from DIR] [--to DIR] [--source NAME]
       Put the raw data sets (MGSM, GSM8K, MATH-Vision, TabMWP, MovieLens) where data_ingest
       reads them (creditflow fetch-data --help).
+  creditflow verify MANIFEST
+      Check the dataset versions a run read and wrote against the SHA-256 its manifest
+      recorded (data/08_reporting/run_manifests/<run>.json).
   creditflow [OPTIONS]
       kedro run with these options (creditflow --pipelines tapo); they follow.
 """
@@ -81,6 +86,22 @@ def fetch_data(copy_dir: Path | None, raw_dir: Path | None, keys: tuple[str, ...
         click.echo(line)
 
 
+@click.command(name="verify")
+@click.argument("manifest", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+def verify(manifest: Path) -> None:
+    """Check every dataset version a run read or wrote against the SHA-256 its manifest
+    recorded (data/08_reporting/run_manifests/<run>.json); exits 1 if one differs."""
+    lines = verify_manifest(json.loads(manifest.read_text(encoding="utf-8")))
+    for line in lines:
+        click.echo(line)
+    bad = [line for line in lines if ": DAMAGED" in line or ": missing" in line]
+    if bad:
+        raise click.ClickException(
+            f"{len(bad)} of {len(lines)} dataset versions differ or are gone"
+        )
+    click.echo(f"{len(lines)} dataset versions checked")
+
+
 def main(*args, **kwargs) -> Any:
     package_name = Path(__file__).parent.name
     configure_project(package_name)
@@ -91,6 +112,8 @@ def main(*args, **kwargs) -> Any:
     argv = list(args[0]) if args else sys.argv[1:]
     if argv[:1] == ["fetch-data"]:
         return fetch_data.main(argv[1:], prog_name="creditflow fetch-data", **kwargs)
+    if argv[:1] == ["verify"]:
+        return verify.main(argv[1:], prog_name="creditflow verify", **kwargs)
     if argv[:1] in (["--help"], ["-h"]):
         click.echo(COMMANDS_HELP)
     run = find_run_command(package_name)

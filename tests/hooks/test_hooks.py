@@ -158,6 +158,10 @@ def test_manifest_of_a_versioned_run(project: Path, data: Path) -> None:
     assert manifest["run_id"] == SAVE_VERSION == manifest["save_version"]
     assert manifest["status"] == "completed" and manifest["error"] is None
     csv = "CSVDataset"
+    # Each local file's content digest is recorded too (creditflow.integrity).
+    for records in manifest["datasets"].values():
+        for name, record in records.items():
+            assert name == "summary" or len(record.pop("sha256")) == 64 and record.pop("path")
     assert manifest["datasets"] == {
         "loaded": {
             "raw_table": {"type": csv, "version": OLD},
@@ -195,6 +199,8 @@ def test_failed_run_gets_a_manifest_and_a_reused_hook_starts_afresh(
         run_like_session([hook], failing, _catalog(data, {}), PARAMETERS, project, run_id="r2")
 
     manifest = _manifest(project, "r2")
+    manifest["datasets"]["loaded"]["raw_table"].pop("sha256")
+    manifest["datasets"]["loaded"]["raw_table"].pop("path")
     assert manifest["status"] == "failed"
     assert manifest["error"] == "RuntimeError: boom after reading 2 rows"
     # Only what the second run touched: the first run's loads and saves are not carried over.
@@ -257,9 +263,12 @@ def test_session_run_of_the_project_writes_manifest_and_mlflow_run(
     assert manifest["status"] == "completed"
     assert manifest["parameters"]["data_ingest"]["max_rows_per_source"] == 3
     assert manifest["run_params"]["node_names"] == ["ingest_mathvision_problems"]
-    assert manifest["datasets"]["saved"] == {
-        "mathvision_problems": {"type": "ParquetDataset", "version": run_id}
+    record = manifest["datasets"]["saved"]["mathvision_problems"]
+    assert {k: record[k] for k in ("type", "version")} == {
+        "type": "ParquetDataset",
+        "version": run_id,
     }
+    assert len(record["sha256"]) == 64
     saved = tmp_path / "data/03_primary/mathvision_problems.parquet" / run_id
     assert len(pd.read_parquet(saved / "mathvision_problems.parquet")) == 3
     assert not any(run_id in str(path) for path in (project_root / "data").rglob("*"))

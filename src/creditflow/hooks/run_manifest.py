@@ -15,9 +15,18 @@ from typing import TYPE_CHECKING, Any
 
 from kedro.framework.hooks import hook_impl
 from kedro.io import AbstractVersionedDataset, CatalogProtocol
+from kedro.io.core import VersionNotFoundError
 from kedro.pipeline import Pipeline
 
 from creditflow.errors import RunInterrupted
+from creditflow.integrity import (
+    combined_digest,
+    file_digests,
+    local_path,
+    record_version,
+    verify_version,
+    version_folder,
+)
 from creditflow.io_atomic import atomic_write_text
 from creditflow.redaction import redact, scrub
 
@@ -124,6 +133,30 @@ def _dataset_record(catalog: CatalogProtocol, name: str, operation: str) -> dict
     return {"type": type(dataset).__name__ if dataset is not None else None, "version": version}
 
 
+def _content_record(
+    catalog: CatalogProtocol,
+    name: str,
+    version: str | None,
+    digest: str | None,
+    saved: bool = False,
+) -> dict[str, Any]:
+    """``path`` and ``sha256`` of a local file dataset's content (``{}`` for others): a version
+    just saved gets its ``SHA256SUMS`` (``creditflow.integrity``); an unversioned file its
+    digest as it is now."""
+    dataset = catalog.get(name)
+    folder = version_folder(dataset, version)
+    if folder is not None:
+        if not folder.is_dir():
+            return {}
+        if saved:
+            digest = record_version(folder)
+        return {"path": str(folder), "sha256": digest}
+    path = local_path(dataset)
+    if path is None or not path.exists():
+        return {}
+    return {"path": str(path), "sha256": combined_digest(file_digests(path))}
+
+
 def _now() -> datetime:
     return datetime.now(UTC)
 
@@ -153,6 +186,7 @@ class RunManifestHook:
         self._started_at: datetime | None = None
         self._loaded: dict[str, dict[str, Any]] = {}
         self._saved: dict[str, dict[str, Any]] = {}
+        self._digests: dict[str, str] = {}  # verified before a load
 
     @hook_impl
     def after_catalog_created(self, catalog: CatalogProtocol, save_version: str) -> None:
@@ -164,17 +198,38 @@ class RunManifestHook:
         # Hook instances live as long as the process (settings.HOOKS): reset per run.
         self._catalog = catalog
         self._started_at = _now()
-        self._loaded, self._saved = {}, {}
+        self._loaded, self._saved, self._digests = {}, {}, {}
+
+    @hook_impl
+    def before_dataset_loaded(self, dataset_name: str) -> None:
+        # A damaged version fails here, naming itself, before a node trains on it.
+        if self._catalog is None or is_parameter_dataset(dataset_name):
+            return
+        dataset = self._catalog.get(dataset_name)
+        if isinstance(dataset, AbstractVersionedDataset):
+            try:
+                version = dataset.resolve_load_version()
+            except VersionNotFoundError:
+                return  # the load itself says so
+            folder = version_folder(dataset, version)
+            if folder is not None and folder.is_dir():
+                self._digests[dataset_name] = verify_version(folder, dataset_name)
 
     @hook_impl
     def after_dataset_loaded(self, dataset_name: str) -> None:
         if self._catalog is not None and not is_parameter_dataset(dataset_name):
-            self._loaded[dataset_name] = _dataset_record(self._catalog, dataset_name, "load")
+            record = _dataset_record(self._catalog, dataset_name, "load")
+            self._loaded[dataset_name] = record | _content_record(
+                self._catalog, dataset_name, record["version"], self._digests.get(dataset_name)
+            )
 
     @hook_impl
     def after_dataset_saved(self, dataset_name: str) -> None:
         if self._catalog is not None:
-            self._saved[dataset_name] = _dataset_record(self._catalog, dataset_name, "save")
+            record = _dataset_record(self._catalog, dataset_name, "save")
+            self._saved[dataset_name] = record | _content_record(
+                self._catalog, dataset_name, record["version"], None, saved=True
+            )
 
     @hook_impl
     def after_pipeline_run(
