@@ -103,7 +103,40 @@ def test_supervised_training_stops_at_a_nan_loss(tmp_path):
     trainer = SupervisedTrainer(
         model, len(x), torch.tensor, loss_fn, config, store, progress=False, desc="fit"
     )
-    with pytest.raises(NonFiniteTrainingError, match="fit: training stopped at step 3: loss is nan"):
+    with pytest.raises(
+        NonFiniteTrainingError, match="fit: training stopped at step 3: loss is nan"
+    ):
         trainer.train()
     assert store.latest().name == "step-000002"
     assert first_non_finite_parameter(model.state_dict().items()) is None
+
+
+def test_weights_blown_up_mid_run_stop_before_the_next_rollout(
+    make_model, tapo_tokenizer, tapo_prompts
+):
+    # No checkpoint steps: the weight check after every step still catches it at step 2,
+    # before step 3 would sample from infinite weights.
+    trainer = make_trainer(make_model(), tapo_tokenizer, tapo_prompts, steps=3, checkpoint_every=0)
+    real_step = trainer.optimizer.step
+
+    def blow_up_on_the_second_step(*args, **kwargs):
+        real_step(*args, **kwargs)
+        if trainer.scheduler.last_epoch == 1:  # the second step (the scheduler follows it)
+            with torch.no_grad():
+                next(trainer.policy.module.parameters()).fill_(math.inf)
+
+    trainer.optimizer.step = blow_up_on_the_second_step
+    with pytest.raises(NonFiniteTrainingError, match=r"step 2: weight `.*` holds NaN or inf"):
+        trainer.train()
+
+
+def test_an_fp16_scaler_may_see_an_inf_gradient_norm():
+    from types import SimpleNamespace  # noqa: PLC0415
+
+    from creditflow.training.finite import NonFiniteValue, check_update  # noqa: PLC0415
+
+    check_update(0.5, math.inf, SimpleNamespace(scaler=object()))  # the scaler skips the step
+    with pytest.raises(NonFiniteValue, match="actor/grad_norm is inf"):
+        check_update(0.5, math.inf, None)
+    with pytest.raises(NonFiniteValue, match="actor/loss is nan"):
+        check_update(math.nan, 1.0, SimpleNamespace(scaler=object()))

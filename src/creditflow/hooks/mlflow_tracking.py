@@ -149,7 +149,7 @@ class MlflowTrackingHook:
                 f"({tracking.describe_error(error, shown)}). Fix server.mlflow_tracking_uri in "
                 f"conf/base/mlflow.yml (or conf/local/mlflow.yml) or the store it names, or run "
                 f"without tracking: {tracking.TRACKING_OFF}"
-            ) from error
+            ) from None  # MLflow's own error quotes the URI whole, password included
         self._mlflow = mlflow_hook
 
     @hook_impl

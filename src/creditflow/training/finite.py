@@ -4,7 +4,7 @@ into the weights or a checkpoint saves them.
 An infinite KL coefficient, a learning rate of 1e30 or a corrupt batch makes the loss NaN; the
 clipped gradient is then NaN too, and one ``optimizer.step`` poisons every weight while the run
 goes on and reports as usual. The checks cost a scalar comparison each step (loss, gradient
-norm) and one pass over the weights before a checkpoint is written.
+norm) and one pass over the weights after each GRPO step and before a checkpoint is written.
 """
 
 from __future__ import annotations
@@ -36,6 +36,15 @@ def check_finite_scalars(values: dict[str, float | torch.Tensor]) -> None:
         check_finite_scalar(name, value)
 
 
+def check_update(loss: float, grad_norm: float | torch.Tensor, accelerator: Any = None) -> None:
+    """NonFiniteValue when a GRPO update's loss or gradient norm is non-finite, checked before
+    ``optimizer.step``: a non-finite gradient would write NaN into every weight. Under fp16
+    mixed precision (an accelerator with a gradient scaler) an inf gradient is routine: the
+    scaler skips that step itself, so only the loss is checked."""
+    fp16 = getattr(accelerator, "scaler", None) is not None
+    check_finite_scalars({"actor/loss": loss} | ({} if fp16 else {"actor/grad_norm": grad_norm}))
+
+
 def first_non_finite_parameter(named: Iterable[tuple[str, torch.Tensor]]) -> str | None:
     """The name of the first tensor holding a NaN or an infinity, or None when all are finite."""
     for name, tensor in named:
@@ -47,8 +56,9 @@ def first_non_finite_parameter(named: Iterable[tuple[str, torch.Tensor]]) -> str
 
 
 def check_finite_weights(module: torch.nn.Module) -> None:
-    """NonFiniteValue naming the first non-finite weight of ``module``."""
-    name = first_non_finite_parameter(module.state_dict().items())
+    """NonFiniteValue naming the first non-finite weight of ``module`` (its parameters: a
+    buffer such as an attention mask may hold -inf on purpose)."""
+    name = first_non_finite_parameter(module.named_parameters())
     if name is not None:
         raise NonFiniteValue(f"weight `{name}` holds NaN or inf")
 

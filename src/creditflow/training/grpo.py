@@ -54,8 +54,8 @@ from creditflow.training.credit import credit_recorder
 from creditflow.training.dapo import fill_batch, shape_batch
 from creditflow.training.finite import (
     NonFiniteValue,
-    check_finite_scalars,
     check_finite_weights,
+    check_update,
     checkpoint_due,
     non_finite_error,
 )
@@ -325,10 +325,11 @@ class GRPOTrainer:
                 saves = checkpoint_due(done, c.steps, c.checkpoint_every)
                 try:
                     metrics = self.step(step)
-                    if saves:  # the last step included: the policy handed on must be finite
-                        check_finite_weights(self.policy.module)
+                    # Every step: the next one samples from these weights, and a sampler fed
+                    # NaN fails without saying why (or asserts on a GPU).
+                    check_finite_weights(self.policy.module)
                 except NonFiniteValue as problem:
-                    raise non_finite_error(problem, done, run, self.checkpoints) from None
+                    raise non_finite_error(problem, done, run, self.checkpoints) from problem
                 self.result.history.append(metrics)
                 self._report([metrics])
                 bar.set_postfix(
@@ -606,8 +607,7 @@ class GRPOTrainer:
             )
             if isinstance(grad_norm, DTensor):  # FSDP2: the norm of every shard's gradients
                 grad_norm = grad_norm.full_tensor()
-        # Before the step: a non-finite gradient would write NaN into every weight.
-        check_finite_scalars({"actor/loss": metrics["actor/loss"], "actor/grad_norm": grad_norm})
+        check_update(metrics["actor/loss"], grad_norm, self.accelerator)  # before the step
         self.optimizer.step()
         self.policy.weights_updated()  # an engine with its own weights reloads before sampling
         self.scheduler.step()

@@ -199,7 +199,7 @@ class SupervisedTrainer:
                 if saves:  # the last step included: the module handed on must be finite
                     check_finite_weights(self.module)
             except NonFiniteValue as problem:
-                raise non_finite_error(problem, done, self.desc, self.checkpoints) from None
+                raise non_finite_error(problem, done, self.desc, self.checkpoints) from problem
             self.history.append({"step": done, **metrics, "lr": self.scheduler.get_last_lr()[0]})
             self._report(self.history[-1:])
             bar.set_postfix({k: f"{v:.4g}" for k, v in metrics.items()}, refresh=False)
