@@ -30,3 +30,15 @@ def test_a_billion_completions_a_prompt_fail_before_the_first_step(
     assert device_memory_bytes(torch.device("cpu")) > 2**30
     with pytest.raises(ConfigError, match=r"lower group_size or prompts_per_step"):
         make_trainer(make_model(), tapo_tokenizer, tapo_prompts, group_size=1_000_000_000)
+
+
+def test_the_parameter_check_refuses_it_before_the_warm_start_trains(project_root):
+    from kedro.config import OmegaConfigLoader  # noqa: PLC0415
+
+    from creditflow.training.grpo_runs import check_comparison_params  # noqa: PLC0415
+
+    loader = OmegaConfigLoader(str(project_root / "conf"), base_env="base", default_run_env="base")
+    params = dict(loader["parameters"]["tapo"])
+    params["grpo"] = {**params["grpo"], "group_size": 1_000_000_000}
+    with pytest.raises(ConfigError, match=r"tapo.strategies.grpo_sum .*group_size \(1000000000\)"):
+        check_comparison_params("tapo", params)

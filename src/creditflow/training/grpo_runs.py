@@ -13,6 +13,8 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import torch
+
 from creditflow.config.grpo import (
     DEFAULT_ROLLOUT_BACKEND,
     GRPOConfig,
@@ -46,6 +48,7 @@ from creditflow.training.evaluation import Reward, TextRewards
 from creditflow.training.fsdp import unsharded_copy
 from creditflow.training.grpo import GRPOResult, GRPOTrainer
 from creditflow.training.launch import run_data_parallel
+from creditflow.training.memory import check_rollout_fits, device_memory_bytes
 from creditflow.training.strategies import (
     ADVANTAGE_STRATEGIES,
     TOKEN_WEIGHT_STRATEGIES,
@@ -217,6 +220,10 @@ def check_comparison_params(
         try:
             config, _ = strategy_config(params, configured[name])
             check_image_pass(config, has_image_pass, f"the {group} pipeline's policy")
+            # Before SFT trains: the floor without the model's vocabulary (the trainer checks
+            # it again with it), against this machine's memory for a CPU policy.
+            if (params.get("policy") or {}).get("device", "cpu") == "cpu":
+                check_rollout_fits(config, 1, device_memory_bytes(torch.device("cpu")))
         except ConfigError as error:
             raise ConfigError(f"{group}.strategies.{name} (over {group}.grpo): {error}") from error
 
