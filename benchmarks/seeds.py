@@ -139,7 +139,12 @@ def scratch_project(directory: Path, groups: Sequence[str]) -> Path:
                 raise FileNotFoundError(
                     f"{source} is missing: run `kedro run --pipelines data_ingest` in {ROOT}"
                 )
-            newest = sorted(source.iterdir())[-1]
+            # The version folders (beside each, its <version>.sha256 digests: copied too).
+            newest = sorted(p for p in source.iterdir() if p.is_dir())[-1]
+            digests = newest.with_name(newest.name + ".sha256")
+            if digests.is_file():
+                (directory / "data/03_primary" / table).mkdir(parents=True, exist_ok=True)
+                shutil.copy(digests, directory / "data/03_primary" / table / digests.name)
             shutil.copytree(
                 newest, directory / "data/03_primary" / table / newest.name, dirs_exist_ok=True
             )

@@ -3,7 +3,8 @@ the version, not a silently different table or model.
 
 Kedro writes a versioned dataset to ``<filepath>/<version>/<name>`` (a file, or a folder for a
 model or tokenizer) and never writes that version again. When a run saves a version, a
-``SHA256SUMS`` file beside it records the SHA-256 of every file it holds; a later load of that
+``<version>.sha256`` file beside its folder records the SHA-256 of every file it holds (beside,
+not inside, so the version folder holds what Kedro wrote and nothing else); a later load of that
 version checks them first. The run manifest records the same digests, and ``creditflow verify
 <manifest>`` checks every dataset version a run read or wrote against them.
 """
@@ -17,7 +18,8 @@ from typing import Any
 
 from kedro.io import AbstractVersionedDataset
 
-DIGEST_FILE = "SHA256SUMS"
+DIGEST_SUFFIX = ".sha256"
+# Files are hashed a chunk at a time, so a many-GiB model never sits in memory whole.
 _CHUNK = 1 << 20
 
 
@@ -43,20 +45,28 @@ def version_folder(dataset: Any, version: str | None) -> Path | None:
     return path / version
 
 
+def digest_path(folder: Path) -> Path:
+    """Where the digests of version ``folder`` are kept: ``<filepath>/<version>.sha256``."""
+    return folder.with_name(folder.name + DIGEST_SUFFIX)
+
+
 def file_digests(root: Path) -> dict[str, str]:
     """SHA-256 of every file under ``root`` (or of ``root`` itself when it is a file), by path
-    relative to ``root`` ("." for a file), ``DIGEST_FILE`` left out."""
+    relative to ``root`` ("." for a file)."""
     files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
-    digests = {}
-    for path in files:
-        if path.name == DIGEST_FILE:
-            continue
-        digest = hashlib.sha256()
-        with path.open("rb") as handle:
-            while chunk := handle.read(_CHUNK):
-                digest.update(chunk)
-        digests["." if path == root else path.relative_to(root).as_posix()] = digest.hexdigest()
-    return digests
+    return {
+        "." if path == root else path.relative_to(root).as_posix(): file_sha256(path)
+        for path in files
+    }
+
+
+def file_sha256(path: Path) -> str:
+    """The SHA-256 (hex) of a file's bytes, read a chunk at a time."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def combined_digest(digests: dict[str, str]) -> str:
@@ -65,21 +75,22 @@ def combined_digest(digests: dict[str, str]) -> str:
 
 
 def record_version(folder: Path) -> str:
-    """Write ``folder/SHA256SUMS`` for a version just saved; returns its combined digest."""
+    """Write the digests of a version just saved (:func:`digest_path`); returns their combined
+    digest."""
     digests = file_digests(folder)
-    (folder / DIGEST_FILE).write_text(json.dumps(digests, indent=1, sort_keys=True) + "\n")
+    digest_path(folder).write_text(json.dumps(digests, indent=1, sort_keys=True) + "\n")
     return combined_digest(digests)
 
 
 def verify_version(folder: Path, name: str, expected: str | None = None) -> str:
-    """The combined digest of ``folder``, checked against its ``SHA256SUMS`` (and against
+    """The combined digest of ``folder``, checked against its :func:`digest_path` (and against
     ``expected``, a manifest's record, when given); a version saved before digests were
     recorded is only hashed.
 
     Raises:
         DataIntegrityError: naming the dataset, the version and the files that differ.
     """
-    recorded_file = folder / DIGEST_FILE
+    recorded_file = digest_path(folder)
     actual = file_digests(folder)
     if recorded_file.is_file():
         recorded = json.loads(recorded_file.read_text())

@@ -12,7 +12,7 @@ from kedro_datasets.pandas import ParquetDataset
 
 from creditflow.__main__ import main
 from creditflow.hooks.run_manifest import RunManifestHook
-from creditflow.integrity import DIGEST_FILE, DataIntegrityError, verify_manifest
+from creditflow.integrity import DataIntegrityError, digest_path, verify_manifest
 
 VERSION = "2026-01-01T00.00.00.000Z"
 
@@ -45,7 +45,9 @@ def _flip_a_bit(path: Path) -> None:
 def test_a_flipped_bit_fails_the_load_naming_dataset_and_version(tmp_path):
     hook, manifest = _saved_run(tmp_path)
     folder = tmp_path / "data/03_primary/problems.parquet" / VERSION
-    assert (folder / DIGEST_FILE).is_file()
+    assert digest_path(folder).is_file() and sorted(p.name for p in folder.iterdir()) == [
+        "problems.parquet"
+    ]  # the version folder holds what Kedro wrote, the digests sit beside it
     record = json.loads(manifest.read_text())["datasets"]["saved"]["problems"]
     assert record["version"] == VERSION and len(record["sha256"]) == 64
     catalog = _catalog(tmp_path, load=VERSION)

@@ -69,9 +69,9 @@ def test_a_full_disk_keeps_the_last_report_and_raises_the_reports_error(
     assert isinstance(cause, OSError) and cause.errno == errno.ENOSPC
     assert "The run manifest (failed) could not be written" in caplog.text
     # The first run's report is still the newest version, whole; no half report anywhere.
-    assert sorted(os.listdir(data / "token_credit.html")) == [FIRST]
-    # The report and the digests of its version (creditflow.integrity), nothing half-written.
-    assert sorted(os.listdir(report.parent)) == ["SHA256SUMS", "token_credit.html"]
+    # (beside it, the first version's digests: creditflow.integrity)
+    assert sorted(os.listdir(data / "token_credit.html")) == [FIRST, f"{FIRST}.sha256"]
+    assert os.listdir(report.parent) == ["token_credit.html"]
     assert report.read_text() == first_report
     assert _catalog(data, SECOND).load("token_credit_html") == first_report
     # No empty or half manifest for the failed run, and the first one is untouched.

@@ -17,11 +17,11 @@ import torch
 from safetensors import SafetensorError
 
 from creditflow.errors import CheckpointsInUse, CheckpointWriteError
+from creditflow.integrity import file_sha256
 from creditflow.training import CheckpointStore
 from creditflow.training import checkpoint as checkpoint_module
 from creditflow.training.checkpoint import (
     DamagedCheckpointError,
-    file_sha256,
     run_store,
     state_fingerprint,
 )

@@ -141,7 +141,7 @@ def _content_record(
     saved: bool = False,
 ) -> dict[str, Any]:
     """``path`` and ``sha256`` of a local file dataset's content (``{}`` for others): a version
-    just saved gets its ``SHA256SUMS`` (``creditflow.integrity``); an unversioned file its
+    just saved gets its ``<version>.sha256`` (``creditflow.integrity``); an unversioned file its
     digest as it is now."""
     dataset = catalog.get(name)
     folder = version_folder(dataset, version)

@@ -45,6 +45,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, load_model, save_file, save_model
 
 from creditflow.errors import CheckpointsInUse, CheckpointWriteError
+from creditflow.integrity import file_sha256
 from creditflow.models.lora import (
     ADAPTER_WEIGHTS,
     adapter_state_dict,
@@ -59,8 +60,6 @@ MODEL_WEIGHTS = "model.safetensors"
 TRAINER_STATE = "trainer_state.pt"
 MARKER = "COMPLETE"
 LOCK_FILE = ".lock"
-# Files are hashed a chunk at a time, so a many-GiB checkpoint never sits in memory whole.
-_HASH_CHUNK_BYTES = 1 << 20
 # A full disk as each writer reports it (measured on a full tmpfs): an OSError's errno
 # (ENOSPC; EDQUOT for a quota); safetensors' Rust I/O error ("No space left on device (os
 # error 28)"); torch.save's zip writer, which sees only a short write ("unexpected pos 576 vs
@@ -273,15 +272,6 @@ class CheckpointStore:
         if self.completed():
             logger.warning("no checkpoint in %s loads: starting afresh", self.directory)
         return None
-
-
-def file_sha256(path: Path) -> str:
-    """The SHA-256 (hex) of a file's bytes, read a chunk at a time."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_HASH_CHUNK_BYTES):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def recorded_checksums(path: Path) -> dict[str, str] | None:
