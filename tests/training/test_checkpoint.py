@@ -503,3 +503,19 @@ def test_a_really_full_disk_raises_the_named_error(tmp_path):
         assert f"could not write checkpoint step-000002 in {folder}: the disk is full" in run.stdout
         assert f"the previous checkpoint {folder}/step-000001 is intact" in run.stdout
         assert f"{name} cause: {cause}" in run.stdout
+
+
+def test_saving_after_a_fallback_replaces_the_damaged_later_checkpoints(tmp_path, caplog):
+    # Resumed from step 1 because steps 2 and 3 are damaged: the next save (step 2 again)
+    # must survive the keep rule, and no damaged folder may outrank it at the next resume.
+    store = CheckpointStore(tmp_path, keep=3)
+    store.save(1, _wide_module(0), {"history": [1.0]})
+    damaged = [store.save(s, _wide_module(s), {"history": [float(s)]}) for s in (2, 3)]
+    store.keep = 2  # as a rerun with keep_checkpoints 2 would have it
+    for path in damaged:
+        _overwrite(path / "model.safetensors", 100, bytes(64))
+    assert store.load_latest(_wide_module(9))["step"] == 1
+    written = store.save(2, _wide_module(5), {"history": [1.0, 2.0]})
+    assert [p.name for p in store.completed()] == ["step-000001", "step-000002"]
+    assert store.latest() == written and store.load_latest(_wide_module(9))["step"] == 2
+    assert "step-000003: this run resumed before it" in caplog.text

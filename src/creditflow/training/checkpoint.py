@@ -194,6 +194,12 @@ class CheckpointStore:
             fsync_path(self.directory)
         except (OSError, RuntimeError, SafetensorError) as error:
             raise self._write_failure(path, error) from error
+        # Folders past this step are ones this run did not resume from (they were damaged):
+        # kept, they would outrank this checkpoint below and at the next resume.
+        for later in self.completed():
+            if int(later.name.removeprefix(_PREFIX)) > step:
+                logger.warning("removing %s: this run resumed before it", later)
+                shutil.rmtree(later, ignore_errors=True)
         # Older checkpoints go only now, once this one is complete.
         for old in self.completed()[: -self.keep]:
             shutil.rmtree(old, ignore_errors=True)
