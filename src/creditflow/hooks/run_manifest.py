@@ -309,9 +309,9 @@ def report_paths(catalog: CatalogProtocol, names: list[str], project: Path) -> l
     found = []
     for name in names:
         dataset = catalog.get(name) if name in catalog else None
-        if dataset is None or getattr(dataset, "_filepath", None) is None:
+        path = local_path(dataset)
+        if path is None:
             continue
-        path = Path(str(dataset._filepath))  # no public accessor for a file dataset's path
         path = (path if path.is_absolute() else project / path).resolve()
         if not path.is_relative_to(reports) or "run_manifests" in path.parts:
             continue

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.fields import FieldInfo
 
 from creditflow.config.grpo import GRPOConfig
+from creditflow.config.schema import readable, shown
 from creditflow.errors import ConfigError
 from creditflow.rollout.batch import RolloutBatch
 
@@ -171,9 +172,8 @@ def _options_problems(
         key = ".".join(str(part) for part in e["loc"])
         field = options.model_fields.get(str(e["loc"][0]))
         wanted = _field_wording(field) if field is not None else e["msg"]
-        shown = repr(e.get("input"))[:80]
-        lines.append(f"{label}.{key} must be {wanted}, got {shown}")
-    return "; ".join(lines)
+        lines.append(f"{label}.{key} must be {wanted}, got {shown(e.get('input'))}")
+    return readable("; ".join(lines))
 
 
 def _field_wording(field: FieldInfo) -> str:
