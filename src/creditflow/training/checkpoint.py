@@ -36,6 +36,7 @@ import os
 import shutil
 import socket
 import weakref
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,7 @@ from creditflow.models.lora import (
     is_lora_model,
     load_adapter_state_dict,
 )
+from creditflow.training.finite import first_non_finite_parameter
 
 logger = logging.getLogger(__name__)
 
@@ -330,18 +332,19 @@ def _check_finite(value: Any, file: Path, name: str = "") -> None:
     """Raise ``DamagedCheckpointError`` naming the first floating-point tensor in ``value``
     (a tensor, or dicts / lists / tuples of them, as read from ``file``) that holds NaN or
     inf; ``name`` is the dotted key path to ``value``."""
+    bad = first_non_finite_parameter(_named_tensors(value, name))
+    if bad is not None:
+        raise DamagedCheckpointError(f"{file}: tensor {bad!r} holds NaN or inf")
+
+
+def _named_tensors(value: Any, name: str = "") -> Iterator[tuple[str, torch.Tensor]]:
+    """``(dotted key path, tensor)`` of every tensor in nested dicts / lists / tuples."""
     if isinstance(value, torch.Tensor):
-        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
-            raise DamagedCheckpointError(f"{file}: tensor {name!r} holds NaN or inf")
-        return
-    if isinstance(value, dict):
-        items = value.items()
-    elif isinstance(value, list | tuple):
-        items = enumerate(value)
-    else:
-        return
-    for key, item in items:
-        _check_finite(item, file, f"{name}.{key}" if name else str(key))
+        yield name, value
+    elif isinstance(value, dict | list | tuple):
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, item in items:
+            yield from _named_tensors(item, f"{name}.{key}" if name else str(key))
 
 
 def _save_weights(module: torch.nn.Module, path: Path) -> Path:
