@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import dataclasses
 import json
 import os
 import statistics
@@ -37,6 +36,7 @@ from pathlib import Path
 import torch
 import yaml
 
+from creditflow.config.grpo import GRPOConfig
 from creditflow.config.supervised import SFTConfig
 from creditflow.pipelines.tor import nodes
 from creditflow.rollout import SamplingSettings, VisionLanguagePolicy, as_visual_prompt
@@ -99,7 +99,7 @@ def run(
     """One GRPO run of strategy ``name``: per step (first dropped) the wall time, the CPU
     time and the engine's phase timings."""
     config, _ = strategy_config(params, params["strategies"][name])
-    config = dataclasses.replace(config, seed=seed)
+    config = GRPOConfig(**{**config.to_dict(), "seed": seed})
     policy = vision_language_policy(copy.deepcopy(model), processor, config, **cache_bytes)
     rewards = TextRewards(
         params["reward_functions"],

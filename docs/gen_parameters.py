@@ -155,7 +155,7 @@ def rows(prefix: str, block: type[Block], comments: dict[str, str], conf: Any = 
     out = []
     for name, field in block.model_fields.items():
         key = f"{prefix}.{name}"
-        text = comments.get(key) or docstring_entry(block.DOCUMENTED_BY, name)
+        text = comments.get(key) or field.description or docstring_entry(block.DOCUMENTED_BY, name)
         cells = [f"`{key}`", type_name(field.annotation), value_text(field, conf, key), text]
         out.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
         for segment, nested in blocks_in(field.annotation):

@@ -338,12 +338,12 @@ def evaluate(
     dataset: Any,
     rewards: Sequence[Reward],
     *,
-    max_new_tokens: int = GRPOConfig.max_new_tokens,
+    max_new_tokens: int = GRPOConfig.default("max_new_tokens"),
     batch_size: int = 32,
     samples_per_problem: int = 0,
     sampled_rows: Sequence[bool] | None = None,
-    temperature: float = GRPOConfig.temperature,
-    top_p: float = GRPOConfig.top_p,
+    temperature: float = GRPOConfig.default("temperature"),
+    top_p: float = GRPOConfig.default("top_p"),
     seed: int = 0,
 ) -> pd.DataFrame:
     """The dataset with each prompt's greedy ``completion`` and its ``reward/<name>``

@@ -94,10 +94,10 @@ class _NeverSamples:
     ("overrides", "key"),
     [({"group_size": 1}, "group_size"), ({"minibatch_size": 3}, "minibatch_size")],
 )
-def test_trainer_checks_its_config_before_training(overrides, key):
-    config = GRPOConfig(**{**VALID, **overrides})  # built directly: not validated yet
+def test_an_invalid_config_cannot_be_built_so_no_trainer_gets_one(overrides, key):
+    """Building a GRPOConfig checks it whole: built directly too, not only from parameters."""
     with pytest.raises(ConfigError, match=key):
-        GRPOTrainer(_NeverSamples(), ["p"], lambda c, i: {}, config, progress=False)
+        GRPOTrainer(_NeverSamples(), ["p"], lambda c, i: {}, GRPOConfig(**{**VALID, **overrides}))
 
 
 @pytest.mark.parametrize(

@@ -1,17 +1,22 @@
 """Typed, validated training configuration built from Kedro parameters.
 
-Every field is documented once, here; ``conf/base/parameters_*.yml`` only sets values.
-Validation runs before any model is built so a broken config fails in seconds.
+``GRPOConfig`` is a pydantic model: every field has its type, default, group and one-line
+description here, and nowhere else (the parameter reference is generated from them;
+``conf/base/parameters_*.yml`` only sets values). Building one checks it whole (types,
+ranges, the loss type's presets, the cross-field rules), so an object of this type is a
+valid config and the code below the parameters takes it as it is. Validation runs before any
+model is built, so a broken config fails in seconds.
 """
 
 from __future__ import annotations
 
-import typing
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Mapping
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
 from creditflow.config.loss_types import DEFAULTED, DEFINING, resolve_loss_knobs
-from creditflow.config.values import typed_value
+from creditflow.config.schema import shown, unknown_keys_message, validation_message
 from creditflow.errors import ConfigError
 
 AGG_MODES = ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm")
@@ -28,180 +33,309 @@ KL_KINDS = ("k1", "k3")
 DEFAULT_STALENESS_CAP = 3.0
 
 
-@dataclass
-class GRPOConfig:
-    """GRPO engine settings (docs/methods/grpo.md).
+# The groups of GRPOConfig's fields, in the order the parameter reference lists them (TRL
+# groups its GRPOConfig the same way).
+FIELD_GROUPS = {
+    "batch": "the rollout batch and its split into optimizer steps",
+    "optimizer": "AdamW, clipping and the learning-rate schedule",
+    "loss": "the policy loss, its clipping, KL and aggregation",
+    "dapo": "DAPO's reward shaping and sampling",
+    "generation": "sampling the completions",
+    "rollout": "the engine that samples, and scoring speed",
+    "memory": "memory and precision of the update",
+    "credit": "credit assignment: the advantage and token-weight strategies",
+    "rewards": "which rewards count, and how much",
+    "logging": "checkpoints, samples and the credit inspector",
+}
 
-    steps: rollout/update rounds.
-    prompts_per_step: distinct prompts per round; the rollout batch is B = prompts_per_step * group_size.
-    group_size: G, completions per prompt.
-    num_iterations: optimisation passes over each rollout batch (1 = strictly on-policy).
-    minibatch_size: sequences per optimizer step (must divide B); None = the whole batch.
-    micro_batch_size: sequences per forward + backward on each process: gradient accumulation
-        inside one optimizer step, for memory; each micro-batch's loss is weighted by its share
-        of the minibatch's (``algorithms.micro_batch_share``), so the loss and the gradient are
-        the minibatch's, for every ``agg``. Must divide the minibatch (per process); None = the
-        whole minibatch in one pass.
-    learning_rate, weight_decay, max_grad_norm, warmup_steps: AdamW, clipping and a linear
-        warm-up (in optimizer steps) followed by cosine decay to 0.
-    loss_type: a preset of the loss knobs by TRL's name (``config.loss_types.LOSS_TYPES``,
-        docs/methods/loss_types.md): ``grpo``, ``bnpo``, ``dr_grpo``, ``dapo``, ``cispo`` or
-        ``gspo``. It sets agg, importance_level, surrogate (and, for dr_grpo,
-        ``advantage.scale_by_std: false``): an explicit knob that contradicts it is an error
-        naming the key to drop. Its clip ranges are defaults an explicit value overrides.
-        null: the knobs alone (null knobs take the defaults below).
-    clip_low, clip_high: PPO ratio clip range [1 - clip_low, 1 + clip_high]; null: the loss
-        type's, else 0.2. Not read by surrogate cispo: set with it, they are an error.
-    beta: KL coefficient to the frozen reference (the initial policy); 0 loads no reference.
-    kl: KL estimator, one of KL_KINDS.
-    agg: loss aggregation, one of AGG_MODES; null: the loss type's, else seq-mean-token-mean.
-    importance_level: ``token`` (one ratio per token) or ``sequence`` (GSPO: every token's
-        ratio has its completion's value exp(mean over its tokens of logp - old_logp),
-        clipped as one, and the gradient of the token's own ratio); null: the loss type's,
-        else token.
-    surrogate: ``clip`` (PPO's clipped surrogate) or ``cispo`` (the clipped, detached
-        importance weight times the log-probability); null: the loss type's, else clip.
-    cispo_max_ratio: CISPO's cap on the importance weight (an absolute ratio, TRL's
-        ``epsilon_high`` under cispo); null: 5.0. Read by surrogate cispo only.
-    mask_truncated_completions: completions that reach ``max_new_tokens`` without a stop token
-        count nowhere in the loss or the token weights (their mask is zeroed after the
-        rewards; their rewards still enter their group's advantages), as TRL's option of the
-        same name (DAPO section 3.4).
-    overlong: DAPO's soft overlong punishment (eq. 13), ``{buffer: L, penalty_factor: 1.0,
-        reward: reasoning}``: a completion longer than ``max_new_tokens - L`` tokens gets a
-        penalty falling linearly to ``-penalty_factor`` at ``max_new_tokens``, added to the
-        reward named ``reward`` before any strategy reads the rewards (reported as
-        ``reward/overlong``; the ``reward/*`` metrics stay unshaped). null: off.
-    dynamic_sampling: DAPO's dynamic sampling, ``{reward: reasoning, success: 1.0,
-        max_extra_rollouts: null}``: a group whose completions all succeed or all fail
-        (``reward >= success``) is dropped and more prompts are drawn, as many as groups are
-        missing, until the batch is full or ``max_extra_rollouts`` more completions have been
-        sampled this step (null: one more rollout batch); a batch still short is filled
-        with dropped groups. Metrics ``dynamic_sampling/*``. Single process only. null: off.
-    max_new_tokens, temperature, top_p, top_k: sampling.
-    rollout: {"name": backend, ...options}: the engine that draws the completions
-        (``creditflow.rollout.backends.ROLLOUT_BACKENDS``): ``lean`` (the default:
-        creditflow's decoder for Qwen2-family text models and Qwen2.5-VL, whose old log-probs
-        and entropy it reads off its sampling logits; others fall back to ``hf`` with a log
-        line), ``hf`` (``model.generate``) or ``vllm`` (an optional extra, text only).
-    importance_sampling_cap: when the rollout engine is not the trained module (vLLM) or
-        samples with older weights (``max_staleness``), the per-token ratio
-        pi_trainer(o_t) / pi_sampler(o_t) of the trainer's log-probs before its update over
-        the sampler's, truncated at this cap, multiplies each token's policy-gradient loss
-        (truncated importance sampling, TRL's ``vllm_importance_sampling_correction``);
-        None = off, or 3.0 (TRL's cap) when ``max_staleness`` > 0.
-    max_staleness: 0 samples every batch with the weights it trains (on-policy); 1 draws the
-        next step's batch in a second process while this step's update runs, with the
-        weights before that update, so sampling and update overlap (one-step off-policy:
-        ``training.offpolicy``, docs/concepts/off_policy.md); a batch further behind fails
-        the run. Single CPU process, rollout ``lean`` or ``hf``.
-    entropy_top_p: top-p for the per-token entropy (ToR reasoning tokens).
-    logprob_chunk_size: completion positions whose logits are computed at once when scoring
-        (``algorithms.token_logprobs``); the backward recomputes each chunk's logits, so no
-        (B, T, V) logits tensor is held. None = as many as 2**24 logits hold (64 MiB float32:
-        every position of a batch at a small vocabulary, ~110 at Qwen2.5's 151,936).
-    gradient_checkpointing: recompute each decoder layer's activations in the backward pass
-        instead of keeping them (``transformers``' ``activation_checkpointing_enable``; language
-        and vision-language policies only): less memory for about one more forward.
-    bf16: run every forward (sampling, scoring, the update) under ``torch.autocast`` in
-        bfloat16; weights, gradients and optimizer state stay float32, log-probs are taken in
-        float32. Fails before training on a device without bfloat16.
-    shared_prefix: score the G completions of a prompt with one forward of the prompt whose KV
-        cache is expanded to them (``rollout.shared_prefix``; exact, gradients included),
-        instead of G forwards over ``[prompt, completion]`` (a vision-language policy's image
-        and 3-D rope positions included, and its no-image pass); the plain forward still runs
-        where the cache cannot be shared (e.g. under ``gradient_checkpointing`` in the update).
-    advantage: {"name": strategy, ...strategy options} (training.strategies.ADVANTAGE_STRATEGIES;
-        a strategy of one's own by import path ``"package.module:function"`` or entry point,
-        docs/extending.md).
-    token_weights: {"name": strategy, ...options} (training.strategies.TOKEN_WEIGHT_STRATEGIES,
-        or one's own, as ``advantage``).
-    rewards: reward name -> weight; the weighted sum is the scalar reward of ``grpo``. A reward
-        of one's own goes by its import path (``{"my_credit.rewards:brevity": 0.1}``).
-    reward_options: reward name -> keyword options of that reward function, e.g.
-        ``{"reasoning": {"budget_s": 30.0}}`` (``creditflow.rewards.check_reward_options``;
-        checked against the computed rewards by ``grpo_runs.build_grpo_config``).
-    seed: seeds prompt order, sampling and tie-breaking.
-    checkpoint_every: save a resumable checkpoint every N steps (0 = only at the end).
-    keep_checkpoints: how many checkpoints to keep on disk.
-    log_samples_every: record sample completions every N steps; samples_per_log: how many.
-    credit_inspector: record the credit of a few completions token by token
-        (``training.credit``), ``{steps: null, rollouts: 4}``: at the listed steps (1-based;
-        null: the first, a middle and the last step) one row per completion token of the
-        first ``rollouts`` completions of the batch (their tokens, segments, rewards,
-        advantages, weights, entropies, ratios). Observes only, so it is not part of a run's
-        checkpoint key (``run_key``). null: off.
+
+def knob(default: Any = ..., *, group: str, description: str, **field_options: Any) -> Any:
+    """A GRPOConfig field: its default (or ``default_factory``), its group of
+    ``FIELD_GROUPS`` and its one description."""
+    if group not in FIELD_GROUPS:
+        raise ValueError(f"unknown field group {group!r}; valid: {sorted(FIELD_GROUPS)}")
+    return Field(
+        default, description=description, json_schema_extra={"group": group}, **field_options
+    )
+
+
+def _factory(value: dict[str, Any]) -> Any:
+    """A fresh copy of the flat mapping ``value`` per config (no two configs share one)."""
+    return lambda: dict(value)
+
+
+class GRPOConfig(BaseModel):
+    """GRPO engine settings (docs/methods/grpo.md); each field is described where it is
+    declared (``GRPOConfig.model_fields[name].description``), grouped by ``FIELD_GROUPS``.
+
+    Strict as the parameter blocks are: YAML's ``true`` is no number, ``2.5`` no int, ``.inf``
+    no finite float; an int is taken for a float (as a float, so ``1`` and ``1.0`` are the
+    same run). A wrong value is a ConfigError naming its key.
     """
 
-    steps: int = 20
-    prompts_per_step: int = 8
-    group_size: int = 8
-    num_iterations: int = 1
-    minibatch_size: int | None = None
-    micro_batch_size: int | None = None
-    learning_rate: float = 1e-4
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
-    warmup_steps: int = 2
-    loss_type: str | None = None
-    clip_low: float | None = None
-    clip_high: float | None = None
-    beta: float = 0.0
-    kl: str = "k3"
-    agg: str | None = None
-    importance_level: str | None = None
-    surrogate: str | None = None
-    cispo_max_ratio: float | None = None
-    mask_truncated_completions: bool = False
-    overlong: dict[str, Any] | None = None
-    dynamic_sampling: dict[str, Any] | None = None
-    max_new_tokens: int = 64
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    rollout: dict[str, Any] = field(default_factory=lambda: {"name": DEFAULT_ROLLOUT_BACKEND})
-    importance_sampling_cap: float | None = None
-    max_staleness: int = 0
-    entropy_top_p: float = 0.95
-    logprob_chunk_size: int | None = None
-    gradient_checkpointing: bool = False
-    bf16: bool = False
-    shared_prefix: bool = True
-    advantage: dict[str, Any] = field(default_factory=lambda: {"name": "grpo"})
-    token_weights: dict[str, Any] = field(default_factory=lambda: {"name": "uniform"})
-    rewards: dict[str, float] = field(default_factory=lambda: {"reasoning": 1.0})
-    reward_options: dict[str, dict[str, Any]] = field(default_factory=dict)
-    seed: int = 0
-    checkpoint_every: int = 10
-    keep_checkpoints: int = 2
-    log_samples_every: int = 5
-    samples_per_log: int = 4
-    credit_inspector: dict[str, Any] | None = None
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
-    def __post_init__(self) -> None:
-        """Sets the loss knobs left null from ``loss_type`` (else the engine's defaults);
-        ConfigError where an explicit knob contradicts the loss type."""
+    steps: int = knob(20, group="batch", description="rollout/update rounds")
+    prompts_per_step: int = knob(
+        8,
+        group="batch",
+        description="distinct prompts per round; the rollout batch is B = prompts_per_step * "
+        "group_size",
+    )
+    group_size: int = knob(8, group="batch", description="G, completions per prompt")
+    num_iterations: int = knob(
+        1,
+        group="batch",
+        description="optimisation passes over each rollout batch (1 = strictly on-policy)",
+    )
+    minibatch_size: int | None = knob(
+        None,
+        group="batch",
+        description="sequences per optimizer step (must divide B); null = the whole batch",
+    )
+    micro_batch_size: int | None = knob(
+        None,
+        group="batch",
+        description="sequences per forward + backward on each process: gradient accumulation "
+        "inside one optimizer step, for memory; each micro-batch's loss is weighted by its "
+        "share of the minibatch's (algorithms.micro_batch_share), so the loss and the gradient "
+        "are the minibatch's, for every agg. Must divide the minibatch (per process); null = "
+        "the whole minibatch in one pass",
+    )
+    learning_rate: float = knob(1e-4, group="optimizer", description="AdamW's learning rate")
+    weight_decay: float = knob(0.0, group="optimizer", description="AdamW's weight decay")
+    max_grad_norm: float = knob(
+        1.0, group="optimizer", description="gradient-norm clipping before each optimizer step"
+    )
+    warmup_steps: int = knob(
+        2,
+        group="optimizer",
+        description="linear warm-up (in optimizer steps), followed by cosine decay to 0",
+    )
+    loss_type: str | None = knob(
+        None,
+        group="loss",
+        description="a preset of the loss knobs by TRL's name (config.loss_types.LOSS_TYPES, "
+        "docs/methods/loss_types.md): grpo, bnpo, dr_grpo, dapo, cispo or gspo. It sets agg, "
+        "importance_level, surrogate (and, for dr_grpo, advantage.scale_by_std: false): an "
+        "explicit knob that contradicts it is an error naming the key to drop; its clip ranges "
+        "are defaults an explicit value overrides. null: the knobs alone (null knobs take "
+        "their defaults)",
+    )
+    clip_low: float | None = knob(
+        None,
+        group="loss",
+        description="PPO ratio clip range [1 - clip_low, 1 + clip_high]; null: the loss "
+        "type's, else 0.2. Not read by surrogate cispo: set with it, it is an error",
+    )
+    clip_high: float | None = knob(
+        None, group="loss", description="the upper side of the clip range (see clip_low)"
+    )
+    beta: float = knob(
+        0.0,
+        group="loss",
+        description="KL coefficient to the frozen reference (the initial policy); 0 loads no "
+        "reference",
+    )
+    kl: str = knob("k3", group="loss", description=f"KL estimator, one of {list(KL_KINDS)}")
+    agg: str | None = knob(
+        None,
+        group="loss",
+        description=f"loss aggregation, one of {list(AGG_MODES)}; null: the loss type's, "
+        "else seq-mean-token-mean",
+    )
+    importance_level: str | None = knob(
+        None,
+        group="loss",
+        description="token (one ratio per token) or sequence (GSPO: every token's ratio has "
+        "its completion's value exp(mean over its tokens of logp - old_logp), clipped as one, "
+        "and the gradient of the token's own ratio); null: the loss type's, else token",
+    )
+    surrogate: str | None = knob(
+        None,
+        group="loss",
+        description="clip (PPO's clipped surrogate) or cispo (the clipped, detached importance "
+        "weight times the log-probability); null: the loss type's, else clip",
+    )
+    cispo_max_ratio: float | None = knob(
+        None,
+        group="loss",
+        description="CISPO's cap on the importance weight (an absolute ratio, TRL's "
+        "epsilon_high under cispo); null: 5.0. Read by surrogate cispo only",
+    )
+    mask_truncated_completions: bool = knob(
+        False,
+        group="dapo",
+        description="completions that reach max_new_tokens without a stop token count nowhere "
+        "in the loss or the token weights (their mask is zeroed after the rewards; their "
+        "rewards still enter their group's advantages), as TRL's option of the same name "
+        "(DAPO section 3.4)",
+    )
+    overlong: dict[str, Any] | None = knob(
+        None,
+        group="dapo",
+        description="DAPO's soft overlong punishment (eq. 13), {buffer: L, penalty_factor: "
+        "1.0, reward: reasoning}: a completion longer than max_new_tokens - L tokens gets a "
+        "penalty falling linearly to -penalty_factor at max_new_tokens, added to the reward "
+        "named reward before any strategy reads the rewards (reported as reward/overlong; the "
+        "reward/* metrics stay unshaped). null: off",
+    )
+    dynamic_sampling: dict[str, Any] | None = knob(
+        None,
+        group="dapo",
+        description="DAPO's dynamic sampling, {reward: reasoning, success: 1.0, "
+        "max_extra_rollouts: null}: a group whose completions all succeed or all fail "
+        "(reward >= success) is dropped and more prompts are drawn, as many as groups are "
+        "missing, until the batch is full or max_extra_rollouts more completions have been "
+        "sampled this step (null: one more rollout batch); a batch still short is filled with "
+        "dropped groups. Metrics dynamic_sampling/*. Single process only. null: off",
+    )
+    max_new_tokens: int = knob(64, group="generation", description="completion length limit")
+    temperature: float = knob(1.0, group="generation", description="sampling temperature")
+    top_p: float = knob(1.0, group="generation", description="nucleus sampling's top-p")
+    top_k: int = knob(0, group="generation", description="top-k sampling (0: off)")
+    rollout: dict[str, Any] = knob(
+        default_factory=_factory({"name": DEFAULT_ROLLOUT_BACKEND}),
+        group="rollout",
+        description="{name: backend, ...options}: the engine that draws the completions "
+        "(creditflow.rollout.backends.ROLLOUT_BACKENDS): lean (the default: creditflow's "
+        "decoder for Qwen2-family text models and Qwen2.5-VL, whose old log-probs and entropy "
+        "it reads off its sampling logits; others fall back to hf with a log line), hf "
+        "(model.generate) or vllm (an optional extra, text only)",
+    )
+    importance_sampling_cap: float | None = knob(
+        None,
+        group="rollout",
+        description="when the rollout engine is not the trained module (vLLM) or samples with "
+        "older weights (max_staleness), the per-token ratio pi_trainer / pi_sampler, truncated "
+        "at this cap, multiplies each token's policy-gradient loss (truncated importance "
+        "sampling, TRL's vllm_importance_sampling_correction); null = off, or 3.0 (TRL's cap) "
+        "when max_staleness > 0",
+    )
+    max_staleness: int = knob(
+        0,
+        group="rollout",
+        description="0 samples every batch with the weights it trains (on-policy); 1 draws the "
+        "next step's batch in a second process while this step's update runs, with the "
+        "weights before that update (one-step off-policy, docs/concepts/off_policy.md); single "
+        "CPU process, rollout lean or hf",
+    )
+    entropy_top_p: float = knob(
+        0.95,
+        group="generation",
+        description="top-p of the distribution whose per-token entropy the strategies read "
+        "(ToR's reasoning tokens)",
+    )
+    logprob_chunk_size: int | None = knob(
+        None,
+        group="rollout",
+        description="completion positions whose logits are computed at once when scoring "
+        "(algorithms.token_logprobs); the backward recomputes each chunk's logits, so no "
+        "(B, T, V) logits tensor is held. null = as many as 2**24 logits hold (64 MiB float32)",
+    )
+    gradient_checkpointing: bool = knob(
+        False,
+        group="memory",
+        description="recompute each decoder layer's activations in the backward pass instead "
+        "of keeping them (language and vision-language policies): less memory for about one "
+        "more forward",
+    )
+    bf16: bool = knob(
+        False,
+        group="memory",
+        description="every forward under torch.autocast in bfloat16; weights, gradients and "
+        "optimizer state stay float32, log-probs are taken in float32. Fails before training "
+        "on a device without bfloat16",
+    )
+    shared_prefix: bool = knob(
+        True,
+        group="rollout",
+        description="score the G completions of a prompt with one forward of the prompt whose "
+        "KV cache is expanded to them (rollout.shared_prefix; exact, gradients included) "
+        "instead of G forwards over [prompt, completion]; the plain forward still runs where "
+        "the cache cannot be shared (e.g. under gradient_checkpointing in the update)",
+    )
+    advantage: dict[str, Any] = knob(
+        default_factory=_factory({"name": "grpo"}),
+        group="credit",
+        description="{name: strategy, ...options} (training.strategies.ADVANTAGE_STRATEGIES; "
+        "one's own by import path package.module:function or entry point, docs/extending.md)",
+    )
+    token_weights: dict[str, Any] = knob(
+        default_factory=_factory({"name": "uniform"}),
+        group="credit",
+        description="{name: strategy, ...options} (training.strategies."
+        "TOKEN_WEIGHT_STRATEGIES, or one's own, as advantage)",
+    )
+    rewards: dict[str, float] = knob(
+        default_factory=_factory({"reasoning": 1.0}),
+        group="rewards",
+        description="reward name -> weight; the weighted sum is the scalar reward of grpo. A "
+        "reward of one's own goes by its import path ({my_credit.rewards:brevity: 0.1})",
+    )
+    reward_options: dict[str, dict[str, Any]] = knob(
+        default_factory=dict,
+        group="rewards",
+        description="reward name -> keyword options of that reward function, e.g. "
+        "{reasoning: {budget_s: 30.0}} (creditflow.rewards.check_reward_options)",
+    )
+    seed: int = knob(0, group="batch", description="seeds prompt order, sampling and tie-breaking")
+    checkpoint_every: int = knob(
+        10,
+        group="logging",
+        description="save a resumable checkpoint every N steps (0 = only at the end)",
+    )
+    keep_checkpoints: int = knob(
+        2, group="logging", description="how many checkpoints to keep on disk"
+    )
+    log_samples_every: int = knob(
+        5, group="logging", description="record sample completions every N steps"
+    )
+    samples_per_log: int = knob(
+        4, group="logging", description="how many sample completions each record keeps"
+    )
+    credit_inspector: dict[str, Any] | None = knob(
+        None,
+        group="logging",
+        description="record the credit of a few completions token by token "
+        "(training.credit), {steps: null, rollouts: 4}: at the listed steps (1-based; null: "
+        "the first, a middle and the last step) one row per completion token of the first "
+        "rollouts completions of the batch. Observes only, so it is not part of a run's "
+        "checkpoint key (run_key). null: off",
+    )
+
+    def __init__(self, **values: Any) -> None:
+        try:
+            super().__init__(**values)
+        except ValidationError as error:
+            raise ConfigError(validation_message(error, type(self))) from None
+
+    @model_validator(mode="after")
+    def _resolve_and_check(self) -> GRPOConfig:
+        """Sets the loss knobs left null from ``loss_type`` (else the engine's defaults), then
+        checks the whole config; ConfigError where an explicit knob contradicts the loss type."""
         knobs = {key: getattr(self, key) for key in (*DEFINING, *DEFAULTED)}
-        # A malformed advantage spec is left as it is: validate_strategies says what is wrong.
-        spec = self.advantage if isinstance(self.advantage, dict) else {}
-        resolved, spec = resolve_loss_knobs(self.loss_type, knobs, spec)
-        if isinstance(self.advantage, dict):
-            self.advantage = spec
+        resolved, spec = resolve_loss_knobs(self.loss_type, knobs, self.advantage)
+        self.advantage = spec
         for key, value in resolved.items():
             setattr(self, key, value)
+        self.validate()
+        return self
 
     @classmethod
-    def from_params(cls, params: dict[str, Any]) -> GRPOConfig:
-        known = {f.name for f in fields(cls)}
+    def default(cls, name: str) -> Any:
+        """The default of field ``name`` (a fresh copy of a mapping)."""
+        return cls.model_fields[name].get_default(call_default_factory=True)
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> GRPOConfig:
+        """The config of the ``grpo`` parameters ``params``; ConfigError naming each unknown
+        key with the closest valid one, or the first bad value."""
+        known = set(cls.model_fields)
         unknown = sorted(set(params) - known)
         if unknown:
-            raise ConfigError(
-                f"unknown GRPO parameter(s) {unknown}; valid keys are {sorted(known)}"
-            )
-        hints = typing.get_type_hints(cls)
-        config = cls(**{key: typed_value(key, value, hints[key]) for key, value in params.items()})
-        config.validate()
-        return config
+            raise ConfigError("GRPO: " + unknown_keys_message(unknown, known, noun="parameter"))
+        return cls(**params)
 
     @property
     def rollout_batch_size(self) -> int:
@@ -324,7 +458,7 @@ class GRPOConfig:
             return None
         spec = _spec(DynamicSampling, "dynamic_sampling", self.dynamic_sampling)
         if spec.max_extra_rollouts is None:
-            return DynamicSampling(spec.reward, spec.success, self.rollout_batch_size)
+            return spec.model_copy(update={"max_extra_rollouts": self.rollout_batch_size})
         if spec.max_extra_rollouts < 0:
             raise ConfigError(
                 f"dynamic_sampling.max_extra_rollouts must be >= 0, got {spec.max_extra_rollouts}"
@@ -349,7 +483,7 @@ class GRPOConfig:
         return spec
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return self.model_dump()
 
     def run_key(self) -> dict[str, Any]:
         """``to_dict`` without the settings that only observe a run (``credit_inspector``):
@@ -357,41 +491,48 @@ class GRPOConfig:
         return {k: v for k, v in self.to_dict().items() if k != "credit_inspector"}
 
 
-@dataclass(frozen=True)
-class OverlongShaping:
+class _Spec(BaseModel):
+    """A mapping option of GRPOConfig, typed (strict, as GRPOConfig is)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
+
+
+class OverlongShaping(_Spec):
     """``GRPOConfig.overlong``: DAPO's soft overlong punishment (``algorithms.overlong_penalty``)
     of the last ``buffer`` tokens before ``max_new_tokens``, added to reward ``reward``."""
 
-    buffer: int
-    penalty_factor: float = 1.0
-    reward: str = "reasoning"
+    buffer: int = Field(description="L: the tokens before max_new_tokens that are penalised")
+    penalty_factor: float = Field(1.0, description="the penalty at max_new_tokens (negated)")
+    reward: str = Field("reasoning", description="the reward the penalty is added to")
 
 
-@dataclass(frozen=True)
-class DynamicSampling:
+class DynamicSampling(_Spec):
     """``GRPOConfig.dynamic_sampling``: a completion succeeds when its ``reward`` is at least
     ``success``; groups of one success value are dropped; at most ``max_extra_rollouts`` more
     completions per step (None: one more rollout batch)."""
 
-    reward: str = "reasoning"
-    success: float = 1.0
-    max_extra_rollouts: int | None = None
+    reward: str = Field("reasoning", description="the reward that decides success")
+    success: float = Field(1.0, description="a completion succeeds when reward >= success")
+    max_extra_rollouts: int | None = Field(
+        None, description="more completions sampled per step at most; null: one rollout batch"
+    )
 
 
-@dataclass(frozen=True)
-class CreditInspection:
+class CreditInspection(_Spec):
     """``GRPOConfig.credit_inspector``: the 1-based steps recorded (None: the first, a middle
     and the last) and how many completions of each recorded batch."""
 
-    steps: list[int] | None = None
-    rollouts: int = 4
+    steps: list[int] | None = Field(
+        None, description="the 1-based steps recorded; null: the first, a middle and the last"
+    )
+    rollouts: int = Field(4, description="completions of each recorded batch")
 
     def recorded_steps(self, total: int) -> set[int]:
         """The 1-based steps recorded in a run of ``total`` steps.
 
         >>> (
         ...     sorted(CreditInspection().recorded_steps(25)),
-        ...     sorted(CreditInspection([2]).recorded_steps(5)),
+        ...     sorted(CreditInspection(steps=[2]).recorded_steps(5)),
         ... )
         ([1, 13, 25], [2])
         """
@@ -400,19 +541,17 @@ class CreditInspection:
         return {1, (total + 1) // 2, total}
 
 
-def _spec(cls: type, label: str, spec: Any) -> Any:
-    """``cls`` built from the mapping ``spec``, each value checked against its field type."""
+def _spec(cls: type[_Spec], label: str, spec: Any) -> Any:
+    """``cls`` built from the mapping ``spec``, or a ConfigError naming the bad key."""
     if not isinstance(spec, dict):
-        raise ConfigError(f"{label} must be a mapping or null, got {spec!r}")
-    known = {f.name: f for f in fields(cls)}
-    unknown = sorted(set(spec) - set(known))
+        raise ConfigError(f"{label} must be a mapping or null, got {shown(spec)}")
+    unknown = sorted(set(spec) - set(cls.model_fields))
     if unknown:
-        raise ConfigError(f"unknown {label} option(s) {unknown}; valid: {sorted(known)}")
-    hints = typing.get_type_hints(cls)
+        raise ConfigError(f"unknown {label} option(s) {unknown}; valid: {sorted(cls.model_fields)}")
     try:
-        return cls(**{k: typed_value(f"{label}.{k}", v, hints[k]) for k, v in spec.items()})
-    except TypeError as error:  # a field without a default is missing
-        raise ConfigError(f"{label}: {error}") from error
+        return cls(**spec)
+    except ValidationError as error:
+        raise ConfigError(validation_message(error, cls, prefix=f"{label}.")) from None
 
 
 def check_importance_sampling(config: GRPOConfig, samples_module: bool) -> None:

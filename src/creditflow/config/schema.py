@@ -33,6 +33,7 @@ from typing import Annotated, Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 from pydantic_core import PydanticCustomError
 
+from creditflow.config.values import hint_names
 from creditflow.errors import ConfigError
 
 # Shorthands for the common constraints.
@@ -174,8 +175,9 @@ def dataclass_block(
     extra_fields: Mapping[str, Any] | None = None,
     name: str | None = None,
 ) -> type[Block]:
-    """The block of dataclass ``cls``: its fields (less ``exclude``, plus ``extra_fields``:
-    name -> ``(type, default)``) with their types and defaults.
+    """The block of the typed config ``cls`` (a dataclass or a pydantic model): its fields
+    (less ``exclude``, plus ``extra_fields``: name -> ``(type, default)``) with their types,
+    defaults and (a model's) descriptions.
 
     Args:
         check: called with the keys the user set (after the type checks); its ConfigError or
@@ -184,26 +186,42 @@ def dataclass_block(
             strategy's overrides of ``grpo``); ``check`` then sees only what was set.
         name: the model's name (default ``<cls>Block``).
     """
-    if not is_dataclass(cls):
-        raise TypeError(f"{cls!r} is not a dataclass")
-    hints = typing.get_type_hints(cls)
     specs: dict[str, Any] = {}
-    for item in fields(cls):
-        if item.name in set(exclude):
+    for field_name, hint, default, description in _config_fields(cls):
+        if field_name in set(exclude):
             continue
-        hint = _yaml_type(hints[item.name])
-        if partial:
-            specs[item.name] = (hint, None)
-        elif item.default is not MISSING:
-            specs[item.name] = (hint, item.default)
-        elif item.default_factory is not MISSING:
-            specs[item.name] = (hint, Field(default_factory=item.default_factory))
-        else:
-            specs[item.name] = (hint, ...)
+        given = {"default": None} if partial else default
+        specs[field_name] = (_yaml_type(hint), Field(description=description, **given))
     specs.update(extra_fields or {})
     block = _with_check(name or f"{cls.__name__}Block", specs, check, getattr(cls, "RENAMED", {}))
     block.DOCUMENTED_BY = cls  # whose docstring describes the fields (the parameter reference)
     return block
+
+
+def _config_fields(cls: type) -> list[tuple[str, Any, dict[str, Any], str | None]]:
+    """``(name, type, default as Field keywords, description)`` of each field of ``cls``."""
+    if isinstance(cls, type) and issubclass(cls, BaseModel):
+        out = []
+        for field_name, info in cls.model_fields.items():
+            if info.default_factory is not None:
+                default = {"default_factory": info.default_factory}
+            else:
+                default = {"default": info.default}
+            out.append((field_name, info.annotation, default, info.description))
+        return out
+    if not is_dataclass(cls):
+        raise TypeError(f"{cls!r} is neither a dataclass nor a pydantic model")
+    hints = typing.get_type_hints(cls)
+    out = []
+    for item in fields(cls):
+        if item.default is not MISSING:
+            default = {"default": item.default}
+        elif item.default_factory is not MISSING:
+            default = {"default_factory": item.default_factory}
+        else:
+            default = {"default": ...}
+        out.append((item.name, hints[item.name], default, None))
+    return out
 
 
 def signature_block(
@@ -315,6 +333,30 @@ def problems(
             lines.append(f"{_path(group, e['loc'])}: {_describe(e)}")
     lines = [_unknown_keys(group, schema, loc, keys) for loc, keys in unknown.items()] + lines
     return list(dict.fromkeys(readable(line) for line in lines))
+
+
+def validation_message(error: Any, model: type, prefix: str = "") -> str:
+    r"""A pydantic ``ValidationError`` of a typed config ``model`` as ``typed_value`` words
+    it: the first problem, ``\`key\` must be int, got 'abc' (str)``, or the message of a
+    check the model runs itself (a ConfigError raised in a validator)."""
+    first = error.errors()[0]
+    kind, loc = first["type"], first["loc"]
+    if kind in ("value_error", "assertion_error") and not loc:
+        return first["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
+    key = prefix + ".".join(str(part) for part in loc)
+    value = first.get("input")
+    if kind == "finite_number":
+        return f"`{key}` must be a finite number, got {value!r}"
+    if kind == "missing":
+        return f"`{key}` is required: set it in parameters"
+    if kind == "extra_forbidden":
+        return f"unknown key `{key}`; valid keys: {', '.join(sorted(model.model_fields))}"
+    field = model.model_fields.get(str(loc[0])) if loc else None
+    if field is not None and len(loc) == 1:
+        wanted = hint_names(field.annotation)
+    else:
+        wanted = first["msg"].removeprefix("Input should be ").removeprefix("a valid ")
+    return f"`{key}` must be {wanted}, got {shown(value)} ({type(value).__name__})"
 
 
 def check_override_groups(overrides: Mapping[str, Any], groups: Collection[str]) -> None:

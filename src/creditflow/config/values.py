@@ -55,6 +55,21 @@ def typed_value(name: str, value: Any, hint: Any) -> Any:
     )
 
 
+def hint_names(hint: Any) -> str:
+    """How a message names the type ``hint``: ``int``, ``float or null``, ``dict``.
+
+    >>> hint_names(int | None)
+    'int or null'
+    """
+    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    allowed = typing.get_args(hint) if union else (hint,)
+    names = [
+        "null" if t is type(None) else getattr(typing.get_origin(t) or t, "__name__", str(t))
+        for t in allowed
+    ]
+    return " or ".join(names)
+
+
 def checked_options(
     options: Mapping[str, Any] | None, func: Callable, label: str, taken: Sequence[str] = ()
 ) -> dict:

@@ -142,7 +142,7 @@ def seed_overrides(
     ([7, 8, 9], (2, {'seed': 2}))
     """
     n_seeds = params["comparison"]["n_seeds"]
-    first = {**params["grpo"], **strategy}.get("seed", GRPOConfig.seed)
+    first = {**params["grpo"], **strategy}.get("seed", GRPOConfig.default("seed"))
     return [(first + k, {**strategy, "seed": first + k}) for k in range(n_seeds)]
 
 

@@ -154,7 +154,7 @@ class GRPOTrainer:
         step_callback: StepCallback | None = None,
         desc: str = "GRPO",
     ):
-        config.validate()
+        # The config checked itself when built; its strategies are checked beside the policy.
         validate_strategies(config)
         check_image_pass(config, hasattr(policy, "no_image_logprobs"), type(policy).__name__)
         if len(prompts) < 1:

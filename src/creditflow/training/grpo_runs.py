@@ -89,8 +89,7 @@ def check_grpo_config(config: GRPOConfig, reward_names: Sequence[str] | None = N
     Raises:
         ConfigError: naming the key to fix.
     """
-    config.validate()
-    validate_strategies(config)
+    validate_strategies(config)  # its own fields were checked when it was built
     try:
         check_rollout_spec(config.rollout)
     except ConfigError as error:
