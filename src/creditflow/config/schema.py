@@ -336,8 +336,8 @@ def problems(
 
 
 def validation_message(error: Any, model: type, prefix: str = "") -> str:
-    r"""A pydantic ``ValidationError`` of a typed config ``model`` as ``typed_value`` words
-    it: the first problem, ``\`key\` must be int, got 'abc' (str)``, or the message of a
+    r"""A pydantic ``ValidationError`` of a typed config ``model`` as one ConfigError message:
+    the first problem, ``\`key\` must be int, got 'abc' (str)``, or the message of a
     check the model runs itself (a ConfigError raised in a validator)."""
     first = error.errors()[0]
     kind, loc = first["type"], first["loc"]

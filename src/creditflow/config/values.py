@@ -1,58 +1,15 @@
-"""Typed parameter values: a value checked against its dataclass field type, keyword options
-checked against a function's signature, and keys that moved. Standard library only."""
+"""How messages name a type, keyword options checked against a function's signature, and keys
+that moved. Standard library only (the typed configs themselves are pydantic models)."""
 
 from __future__ import annotations
 
 import inspect
-import math
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from creditflow.errors import ConfigError
-
-
-def typed_value(name: str, value: Any, hint: Any) -> Any:
-    """``value`` checked against the dataclass field type ``hint`` (``int``, ``float``,
-    ``str``, ``bool``, a ``dict[...]`` or a union of them with ``None``), so a wrong type fails
-    naming its key instead of as a bare TypeError deep inside torch. An int is taken for a
-    float (as a float, so ``1`` and ``1.0`` are the same run); a bool is no number here
-    (YAML's ``true`` for ``steps`` is a typo), and ``2.5`` is no int.
-
-    >>> typed_value("lr", 1, float)
-    1.0
-    >>> typed_value("steps", "abc", int)
-    Traceback (most recent call last):
-    ...
-    creditflow.errors.ConfigError: `steps` must be int, got 'abc' (str)
-    """
-    if hint is Any:
-        return value
-    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
-    allowed = typing.get_args(hint) if union else (hint,)
-    if value is None and type(None) in allowed:
-        return None
-    for kind in allowed:
-        origin = typing.get_origin(kind) or kind
-        if origin in (dict, Mapping) and isinstance(value, Mapping):
-            return value
-        if origin in (list, Sequence) and isinstance(value, list | tuple):
-            return value
-    if float in allowed and type(value) in (int, float):
-        if not math.isfinite(value):
-            # An infinite beta or learning rate trains a NaN policy without a word.
-            raise ConfigError(f"`{name}` must be a finite number, got {value!r}")
-        return float(value)
-    if type(value) in allowed:
-        return value
-    names = [
-        "null" if t is type(None) else getattr(typing.get_origin(t) or t, "__name__", str(t))
-        for t in allowed
-    ]
-    raise ConfigError(
-        f"`{name}` must be {' or '.join(names)}, got {value!r} ({type(value).__name__})"
-    )
 
 
 def hint_names(hint: Any) -> str:

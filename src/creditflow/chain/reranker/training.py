@@ -14,7 +14,6 @@ read by ``evaluate_rankings`` and the simulated A/B alone.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -313,7 +312,7 @@ def pretrain_reranker(
             f"need features (N, L, F), mask (N, L), targets (N, L); got {tuple(features.shape)}, "
             f"{tuple(mask.shape)}, {tuple(targets.shape)}"
         )
-    config = dataclasses.replace(training, batch_size=min(training.batch_size, N))
+    config = type(training)(**{**training.to_dict(), "batch_size": min(training.batch_size, N)})
     device = next(model.parameters()).device
 
     def batch_fn(rows: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
