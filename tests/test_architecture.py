@@ -464,3 +464,38 @@ def test_backward_is_called_only_in_the_two_trainers():
         if re.search(r"\.backward\(", path.read_text(encoding="utf-8"))
     }
     assert callers == BACKWARD_HOMES
+
+
+def _typed_configs() -> list[type]:
+    """Every pydantic model of creditflow's configs and strategy options (the schema blocks,
+    documented by the YAML comments, aside): what the parameter reference reads."""
+    import importlib
+    import pkgutil
+
+    from pydantic import BaseModel
+
+    import creditflow.config
+    import creditflow.training.strategies  # noqa: F401  (registers every shipped strategy)
+    from creditflow.config.schema import Block
+
+    for module in pkgutil.iter_modules(creditflow.config.__path__, "creditflow.config."):
+        importlib.import_module(module.name)
+    found, todo = [], [BaseModel]
+    while todo:
+        for child in todo.pop().__subclasses__():
+            todo.append(child)
+            if child.__module__.startswith("creditflow.") and not issubclass(child, Block):
+                found.append(child)
+    return found
+
+
+def test_every_config_field_has_a_description():
+    configs = {model.__name__ for model in _typed_configs()}
+    assert {"GRPOConfig", "SupervisedConfig", "SFTConfig", "CreditInspection"} <= configs
+    undescribed = [
+        f"{model.__module__}.{model.__name__}.{name}"
+        for model in _typed_configs()
+        for name, field in model.model_fields.items()
+        if not (field.description or "").strip()
+    ]
+    assert undescribed == []
