@@ -2,9 +2,11 @@
 and description, generated from the schemas that check them before a run
 (``creditflow.pipelines.parameters.all_schemas``).
 
-A description comes from where the knob is documented: the comment above (or beside) the key
-in ``conf/base/parameters_<group>.yml``, else the docstring of the typed config the schema
-block is built from (``GRPOConfig``, ``SFTConfig``, ``PolicySpec`` ...).
+A description comes from where the knob is documented: the field's own description in the
+typed config the schema block is built from (``GRPOConfig``, ``SFTConfig`` ...) or its
+docstring (``PolicySpec`` ...), followed by the comment above (or beside) the key in
+``conf/base/parameters_<group>.yml`` (why conf/base sets that value); a key no typed config
+describes takes the YAML's comment alone.
 
     python docs/gen_parameters.py [OUTPUT]     (default: docs/reference/parameters.md)
 """
@@ -155,12 +157,22 @@ def rows(prefix: str, block: type[Block], comments: dict[str, str], conf: Any = 
     out = []
     for name, field in block.model_fields.items():
         key = f"{prefix}.{name}"
-        text = comments.get(key) or field.description or docstring_entry(block.DOCUMENTED_BY, name)
+        text = _description(
+            field.description or docstring_entry(block.DOCUMENTED_BY, name), comments.get(key)
+        )
         cells = [f"`{key}`", type_name(field.annotation), value_text(field, conf, key), text]
         out.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
         for segment, nested in blocks_in(field.annotation):
             out += rows(f"{key}.{segment}" if segment else key, nested, comments, conf)
     return out
+
+
+def _description(described: str, comment: str | None) -> str:
+    """A key's text: where its typed config describes it, that description, with the YAML's
+    comment on the value conf/base sets after it (why that value); else the YAML's comment."""
+    if described and comment:
+        return f"{described} (conf/base: {comment})"
+    return described or comment or ""
 
 
 def yaml_only_group(group: str, yaml_file: Path) -> list[str]:

@@ -72,8 +72,10 @@ def test_the_reference_takes_descriptions_from_the_yaml_and_the_typed_configs():
     }
     # A YAML comment (conf/base/parameters_tapo.yml) ...
     assert "Intra-op CPU threads" in rows["tapo.torch_threads"]
-    # ... and a docstring of the config the block is built from (GRPOConfig).
+    # ... and the description of the config's field (GRPOConfig), then the YAML's comment on
+    # the value conf/base sets.
     assert "KL coefficient" in rows["tapo.grpo.beta"]
+    assert "(conf/base: TAPO keeps the policy near its warm start" in rows["tapo.grpo.beta"]
 
 
 @pytest.fixture(scope="module")

@@ -86,7 +86,7 @@ def test_a_conf_local_file_holds_only_the_keys_it_changes(project, project_root)
     assert params["grpo"]["steps"] == 2  # --params, on the same group
     # Everything else as conf/base has it.
     assert params["tasks"]["languages"] == base["tasks"]["languages"]
-    assert params["grpo"]["group_size"] == base["grpo"]["group_size"]
+    assert params["grpo"]["learning_rate"] == base["grpo"]["learning_rate"]
     assert params["strategies"] == base["strategies"] and params["policy"] == base["policy"]
     seen = len(base["tasks"]["languages"]) - len(base["tasks"]["holdout_languages"])
     assert len(io.outputs["build_tapo_tasks"]["tapo_train_tasks"]) == 3 * seen

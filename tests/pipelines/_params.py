@@ -9,10 +9,12 @@ import copy
 
 
 def deep_update(base: dict, overrides: dict) -> dict:
-    """A copy of ``base`` with ``overrides`` merged in at every level of nesting."""
+    """A copy of ``base`` with ``overrides`` merged in at every level of nesting (a key
+    ``base`` lacks is added, as Kedro's soft merge of conf/local adds it)."""
     out = copy.deepcopy(base)
     for key, value in overrides.items():
-        out[key] = deep_update(out[key], value) if isinstance(value, dict) else value
+        nested = isinstance(value, dict) and isinstance(out.get(key), dict)
+        out[key] = deep_update(out[key], value) if nested else value
     return out
 
 

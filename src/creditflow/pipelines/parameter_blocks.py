@@ -90,11 +90,27 @@ VisionPolicy = policy_block("VisionPolicy", TinyQwen2_5VL, vl_policy_spec)
 
 
 class Distributed(Block):
-    num_processes: Count = 1
-    accelerate: dict[str, Any] | None = None
+    """Data-parallel training (``training.launch.run_data_parallel``, docs/scale_out.md)."""
+
+    num_processes: Count = Field(
+        1,
+        description="training processes (gloo on CPU, NCCL on GPUs); prompts_per_step is the "
+        "global count",
+    )
+    accelerate: dict[str, Any] | None = Field(
+        None,
+        description="Accelerator options, e.g. {mixed_precision: bf16}; {fsdp: {fsdp_version: "
+        "2}} shards the model across the processes instead of copying it (needs rollout: "
+        "{name: hf})",
+    )
 
 
-_DISTRIBUTED = {"distributed": (Distributed | None, None)}
+_DISTRIBUTED = {
+    "distributed": (
+        Distributed | None,
+        Field(None, description="data-parallel training; null: one process"),
+    )
+}
 # The shared GRPO budget of a comparison; each strategy's merged config is checked whole by
 # comparison.check_strategies.
 ComparisonGRPO = dataclass_block(GRPOConfig, extra_fields=_DISTRIBUTED, name="ComparisonGRPO")
