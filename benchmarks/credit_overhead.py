@@ -98,9 +98,9 @@ def tor_warm_start(params: dict[str, Any], workdir: Path) -> Setup:
     """(SFT policy, processor, training tasks) of the tor pipeline, the SFT resumed from (or
     saved to) ``workdir/sft`` (each SFT run keeps its own subdirectory there)."""
     train_tasks, _ = tor_nodes.build_tor_tasks(None, params)
-    processor = tor_nodes.train_tor_tokenizer(train_tasks, params)
-    initial = tor_nodes.build_vl_policy(processor, params)
-    policy, _ = tor_nodes.sft_warmstart_tor(
+    processor = tor_nodes.train_tor_processor(train_tasks, params)
+    initial = tor_nodes.build_tor_policy(processor, params)
+    policy, _ = tor_nodes.warm_start_tor_policy(
         initial, processor, train_tasks, CheckpointStore(workdir / "sft"), params
     )
     return policy, processor, train_tasks

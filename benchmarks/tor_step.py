@@ -146,8 +146,8 @@ def main() -> None:
         params["grpo"][key] = yaml.safe_load(value)
     load = os.getloadavg()
     tasks, _ = nodes.build_tor_tasks(None, params)
-    processor = nodes.train_tor_tokenizer(tasks, params)
-    model = nodes._trainable_policy(nodes.build_vl_policy(processor, params), params)
+    processor = nodes.train_tor_processor(tasks, params)
+    model = nodes._trainable_policy(nodes.build_tor_policy(processor, params), params)
     cache_bytes = {}
     if args.vision_cache_bytes is not None:
         cache_bytes["vision_cache_bytes"] = args.vision_cache_bytes

@@ -1,13 +1,21 @@
 """The layout the style guide asks for, checked on the source: the layer order of creditflow's
 packages and its import rules (function-level imports included), no import circle, thin Kedro
-nodes, and ``.backward()`` only in the two trainers."""
+nodes, ``.backward()`` only in the two trainers, and a description on every config field."""
 
 from __future__ import annotations
 
 import ast
+import importlib
+import pkgutil
 import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from pydantic import BaseModel
+
+import creditflow.config
+import creditflow.training.strategies  # noqa: F401  (registers every shipped strategy's options)
+from creditflow.config.schema import Block
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SRC / "creditflow"
@@ -469,15 +477,6 @@ def test_backward_is_called_only_in_the_two_trainers():
 def _typed_configs() -> list[type]:
     """Every pydantic model of creditflow's configs and strategy options (the schema blocks,
     documented by the YAML comments, aside): what the parameter reference reads."""
-    import importlib
-    import pkgutil
-
-    from pydantic import BaseModel
-
-    import creditflow.config
-    import creditflow.training.strategies  # noqa: F401  (registers every shipped strategy)
-    from creditflow.config.schema import Block
-
     for module in pkgutil.iter_modules(creditflow.config.__path__, "creditflow.config."):
         importlib.import_module(module.name)
     found, todo = [], [BaseModel]

@@ -66,17 +66,17 @@ def test_the_tor_testbed_runs_the_tor_pipelines_nodes(overhead, monkeypatch, tmp
         monkeypatch.setattr(nodes, name, fake)
 
     node("build_tor_tasks", ("train", "eval"))
-    node("train_tor_tokenizer", "processor")
-    node("build_vl_policy", "initial")
-    node("sft_warmstart_tor", ("sft policy", "sft metrics"))
+    node("train_tor_processor", "processor")
+    node("build_tor_policy", "initial")
+    node("warm_start_tor_policy", ("sft policy", "sft metrics"))
     params = overhead.pipeline_params("tor", {"steps": 3}, {})
     setup = overhead.TESTBEDS["tor"].warm_start(params, tmp_path)
     assert setup == ("sft policy", "processor", "train")
     assert [name for name, _ in calls] == [
         "build_tor_tasks",
-        "train_tor_tokenizer",
-        "build_vl_policy",
-        "sft_warmstart_tor",
+        "train_tor_processor",
+        "build_tor_policy",
+        "warm_start_tor_policy",
     ]
     store = calls[-1][1][3]
     assert (

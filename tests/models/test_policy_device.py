@@ -82,7 +82,7 @@ def test_to_policy_device_moves_a_loaded_policy(tiny_model):
 
 @pytest.mark.parametrize(
     ("module", "node"),
-    [("tapo", "warm_start_tapo_policy"), ("tor", "sft_warmstart_tor")],
+    [("tapo", "warm_start_tapo_policy"), ("tor", "warm_start_tor_policy")],
 )
 def test_a_node_puts_the_policy_it_reads_on_the_spec_device(monkeypatch, module, node):
     """The catalog loads saved policies on the CPU; the warm start (sft.steps 0 here) moves
@@ -150,7 +150,7 @@ def test_an_uncached_real_id_names_the_id_and_the_cache(hub_cache, load, name):
 
 @pytest.mark.parametrize(
     ("module", "node", "name"),
-    [("tapo", "train_tapo_tokenizer", TEXT_ID), ("tor", "train_tor_tokenizer", VL_ID)],
+    [("tapo", "train_tapo_tokenizer", TEXT_ID), ("tor", "train_tor_processor", VL_ID)],
 )
 def test_the_first_node_to_read_an_uncached_id_names_it(hub_cache, module, node, name):
     """The tokenizer / processor node runs before the policy is loaded."""

@@ -1,4 +1,9 @@
-"""Per-strategy comparisons as Kedro modular pipelines (the ``tapo`` and ``tor`` pipelines).
+"""Per-strategy comparisons as Kedro modular pipelines (the ``tapo``, ``tor`` and ``grpo``
+pipelines), each built by ``world_pipeline`` from a ``ComparisonWorld``: what its tasks,
+tokenizer (or processor), policy, warm start, evaluation and report are. The same node names
+in each: ``build_<group>_tasks``, ``train_<group>_tokenizer`` (or ``_processor``),
+``build_<group>_policy``, ``warm_start_<group>_policy``, ``evaluate_<group>_policy_sft``,
+then per strategy ``train_policies`` / ``evaluate_policies`` and ``compare_<group>_strategies``.
 
 One template (train -> evaluate, written once per pipeline) is instantiated with
 ``pipeline(template, namespace=strategy)`` for every strategy listed under
@@ -298,6 +303,109 @@ def comparison_pipeline(
         name=f"render_{group}_token_credit",
     )
     return Pipeline([*instances, report, credit])
+
+
+@dataclasses.dataclass(frozen=True)
+class ComparisonWorld:
+    """What one comparison pipeline trains on, as its nodes module provides it.
+
+    Every function takes the datasets named below and ``params:<group>`` last:
+
+    - ``build_tasks(<source dataset>, params) -> (<group>_train_tasks, <group>_eval_tasks)``;
+    - ``train_tokenizer(<group>_train_tasks, params) -> <group>_<text_side>``: the tokenizer
+      of a text policy, the processor (tokenizer and image processor) of a vision-language one;
+    - ``build_policy(<group>_<text_side>, params) -> <group>_initial_policy``;
+    - ``warm_start(initial policy, text side, train tasks, <group>_sft_checkpoints, params) ->
+      (<group>_sft_policy, <group>_sft_metrics)``;
+    - ``evaluate(policy, text side, eval tasks, *evaluation_extra, params) -> results``, for
+      the warm start here and for every strategy's policies in ``evaluate_policies``;
+    - ``train_policies``, ``evaluate_policies``, ``compare``: ``comparison_pipeline``'s.
+
+    source: the dataset the tasks are read from (``config.task_sources.TASK_SOURCES``).
+    image_pass: the policy has a no-image pass (vision-language), which ToR's perception
+        score calls.
+    """
+
+    group: str
+    source: str
+    build_tasks: Callable
+    train_tokenizer: Callable
+    build_policy: Callable
+    warm_start: Callable
+    evaluate: Callable
+    train_policies: Callable
+    evaluate_policies: Callable
+    compare: Callable
+    text_side: str = "tokenizer"
+    evaluation_extra: tuple[str, ...] = ()
+    image_pass: bool = False
+
+    def dataset(self, name: str) -> str:
+        return f"{self.group}_{name}"
+
+    @property
+    def evaluation_inputs(self) -> list[str]:
+        return [
+            self.dataset(self.text_side),
+            self.dataset("eval_tasks"),
+            *self.evaluation_extra,
+            f"params:{self.group}",
+        ]
+
+
+def world_pipeline(world: ComparisonWorld, strategies: Sequence[str] | None = None) -> Pipeline:
+    """The comparison pipeline of ``world`` over ``strategies`` (default: those of the
+    parameters files): tasks -> tokenizer -> policy -> SFT warm start -> its evaluation, then
+    ``comparison_pipeline``, tagged with the group's name."""
+    group, d = world.group, world.dataset
+    params = f"params:{group}"
+    strategies = list(strategies or configured_strategies(group))
+    text_side = d(world.text_side)
+    setup = Pipeline(
+        [
+            Node(
+                world.build_tasks,
+                [world.source, params],
+                [d("train_tasks"), d("eval_tasks")],
+                name=f"build_{group}_tasks",
+            ),
+            Node(
+                world.train_tokenizer,
+                [d("train_tasks"), params],
+                text_side,
+                name=f"train_{group}_{world.text_side}",
+            ),
+            Node(
+                world.build_policy,
+                [text_side, params],
+                d("initial_policy"),
+                name=f"build_{group}_policy",
+            ),
+            Node(
+                world.warm_start,
+                [d("initial_policy"), text_side, d("train_tasks"), d("sft_checkpoints"), params],
+                [d("sft_policy"), d("sft_metrics")],
+                name=f"warm_start_{group}_policy",
+            ),
+            Node(
+                world.evaluate,
+                [d("sft_policy"), *world.evaluation_inputs],
+                d(f"results_{WARM_START}"),
+                name=f"evaluate_{group}_policy_{WARM_START}",
+            ),
+        ]
+    )
+    comparison = comparison_pipeline(
+        group,
+        strategies,
+        world.train_policies,
+        world.evaluate_policies,
+        world.compare,
+        train_inputs=[d("sft_policy"), text_side, d("train_tasks")],
+        evaluation_inputs=world.evaluation_inputs,
+        image_pass=world.image_pass,
+    )
+    return Pipeline([setup, comparison], tags=[group])
 
 
 def render_token_credit(**tables: pd.DataFrame) -> tuple[str, Any]:

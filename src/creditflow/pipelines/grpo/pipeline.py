@@ -21,66 +21,26 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kedro.pipeline import Node, Pipeline
+from kedro.pipeline import Pipeline
 
 from creditflow.config.task_sources import TASK_SOURCES
-from creditflow.pipelines.comparison import comparison_pipeline, configured_strategies
+from creditflow.pipelines.comparison import ComparisonWorld, world_pipeline
 from creditflow.pipelines.grpo import nodes
 
-PARAMS = "params:grpo"
-EVALUATION_INPUTS = ["grpo_tokenizer", "grpo_eval_tasks", PARAMS]
+WORLD = ComparisonWorld(
+    group="grpo",
+    source=TASK_SOURCES["grpo"].dataset,
+    build_tasks=nodes.build_grpo_tasks,
+    train_tokenizer=nodes.train_grpo_tokenizer,
+    build_policy=nodes.build_grpo_policy,
+    warm_start=nodes.warm_start_grpo_policy,
+    evaluate=nodes.evaluate_grpo_policy,
+    train_policies=nodes.train_grpo_policies,
+    evaluate_policies=nodes.evaluate_grpo_policies,
+    compare=nodes.compare_grpo_strategies,
+)
 
 
 def create_pipeline(strategies: Sequence[str] | None = None, **kwargs) -> Pipeline:
     """The grpo pipeline over ``strategies`` (default: those of the parameters files)."""
-    strategies = list(strategies or configured_strategies("grpo"))
-    setup = Pipeline(
-        [
-            Node(
-                nodes.build_grpo_tasks,
-                [TASK_SOURCES["grpo"].dataset, PARAMS],
-                ["grpo_train_tasks", "grpo_eval_tasks"],
-                name="build_grpo_tasks",
-            ),
-            Node(
-                nodes.train_grpo_tokenizer,
-                ["grpo_train_tasks", PARAMS],
-                "grpo_tokenizer",
-                name="train_grpo_tokenizer",
-            ),
-            Node(
-                nodes.build_grpo_policy,
-                ["grpo_tokenizer", PARAMS],
-                "grpo_initial_policy",
-                name="build_grpo_policy",
-            ),
-            Node(
-                nodes.warm_start_grpo_policy,
-                [
-                    "grpo_initial_policy",
-                    "grpo_tokenizer",
-                    "grpo_train_tasks",
-                    "grpo_sft_checkpoints",
-                    PARAMS,
-                ],
-                ["grpo_sft_policy", "grpo_sft_metrics"],
-                name="warm_start_grpo_policy",
-            ),
-            Node(
-                nodes.evaluate_grpo_policy,
-                ["grpo_sft_policy", *EVALUATION_INPUTS],
-                "grpo_results_sft",
-                name="evaluate_grpo_policy_sft",
-            ),
-        ]
-    )
-    comparison = comparison_pipeline(
-        "grpo",
-        strategies,
-        nodes.train_grpo_policies,
-        nodes.evaluate_grpo_policies,
-        nodes.compare_grpo_strategies,
-        train_inputs=["grpo_sft_policy", "grpo_tokenizer", "grpo_train_tasks"],
-        evaluation_inputs=EVALUATION_INPUTS,
-    )
-    return Pipeline([setup, comparison], tags=["grpo"])
+    return world_pipeline(WORLD, strategies)

@@ -18,66 +18,27 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kedro.pipeline import Node, Pipeline
+from kedro.pipeline import Pipeline
 
 from creditflow.config.task_sources import TASK_SOURCES
-from creditflow.pipelines.comparison import comparison_pipeline, configured_strategies
+from creditflow.pipelines.comparison import ComparisonWorld, world_pipeline
 from creditflow.pipelines.tapo import nodes
 
-PARAMS = "params:tapo"
-EVALUATION_INPUTS = ["tapo_tokenizer", "tapo_eval_tasks", "mgsm_problems", PARAMS]
+WORLD = ComparisonWorld(
+    group="tapo",
+    source=TASK_SOURCES["tapo"].dataset,
+    build_tasks=nodes.build_tapo_tasks,
+    train_tokenizer=nodes.train_tapo_tokenizer,
+    build_policy=nodes.build_tapo_policy,
+    warm_start=nodes.warm_start_tapo_policy,
+    evaluate=nodes.evaluate_tapo_policy,
+    train_policies=nodes.train_tapo_policies,
+    evaluate_policies=nodes.evaluate_tapo_policies,
+    compare=nodes.compare_tapo_strategies,
+    evaluation_extra=("mgsm_problems",),
+)
 
 
 def create_pipeline(strategies: Sequence[str] | None = None, **kwargs) -> Pipeline:
     """The tapo pipeline over ``strategies`` (default: those of the parameters files)."""
-    strategies = list(strategies or configured_strategies("tapo"))
-    setup = Pipeline(
-        [
-            Node(
-                nodes.build_tapo_tasks,
-                [TASK_SOURCES["tapo"].dataset, PARAMS],
-                ["tapo_train_tasks", "tapo_eval_tasks"],
-                name="build_tapo_tasks",
-            ),
-            Node(
-                nodes.train_tapo_tokenizer,
-                ["tapo_train_tasks", PARAMS],
-                "tapo_tokenizer",
-                name="train_tapo_tokenizer",
-            ),
-            Node(
-                nodes.build_tapo_policy,
-                ["tapo_tokenizer", PARAMS],
-                "tapo_initial_policy",
-                name="build_tapo_policy",
-            ),
-            Node(
-                nodes.warm_start_tapo_policy,
-                [
-                    "tapo_initial_policy",
-                    "tapo_tokenizer",
-                    "tapo_train_tasks",
-                    "tapo_sft_checkpoints",
-                    PARAMS,
-                ],
-                ["tapo_sft_policy", "tapo_sft_metrics"],
-                name="warm_start_tapo_policy",
-            ),
-            Node(
-                nodes.evaluate_tapo_policy,
-                ["tapo_sft_policy", *EVALUATION_INPUTS],
-                "tapo_results_sft",
-                name="evaluate_tapo_policy_sft",
-            ),
-        ]
-    )
-    comparison = comparison_pipeline(
-        "tapo",
-        strategies,
-        nodes.train_tapo_policies,
-        nodes.evaluate_tapo_policies,
-        nodes.compare_tapo_strategies,
-        train_inputs=["tapo_sft_policy", "tapo_tokenizer", "tapo_train_tasks"],
-        evaluation_inputs=EVALUATION_INPUTS,
-    )
-    return Pipeline([setup, comparison], tags=["tapo"])
+    return world_pipeline(WORLD, strategies)

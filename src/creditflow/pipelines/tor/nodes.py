@@ -72,7 +72,7 @@ def build_tor_tasks(
     return split_by_problem_id(problems, **split_options(tasks))
 
 
-def train_tor_tokenizer(tor_train_tasks: pd.DataFrame, params: dict[str, Any]):
+def train_tor_processor(tor_train_tasks: pd.DataFrame, params: dict[str, Any]):
     """The processor: a BPE tokenizer trained on the task text plus the vision tokens, with the
     image processor (tiny policy), or the checkpoint's own processor."""
     policy = params["policy"]
@@ -89,13 +89,13 @@ def train_tor_tokenizer(tor_train_tasks: pd.DataFrame, params: dict[str, Any]):
     return build_tiny_processor(tokenizer, image_size=params["tasks"]["image_size"])
 
 
-def build_vl_policy(tor_processor, params: dict[str, Any]):
+def build_tor_policy(tor_processor, params: dict[str, Any]):
     """The initial policy: a tiny Qwen2.5-VL from its config, or a pretrained checkpoint."""
     model, _ = load_vl_policy(params["policy"], processor=tor_processor)
     return model
 
 
-def sft_warmstart_tor(
+def warm_start_tor_policy(
     tor_initial_policy,
     tor_processor,
     tor_train_tasks: pd.DataFrame,

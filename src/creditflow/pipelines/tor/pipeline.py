@@ -20,73 +20,29 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kedro.pipeline import Node, Pipeline
+from kedro.pipeline import Pipeline
 
 from creditflow.config.task_sources import TASK_SOURCES
-from creditflow.pipelines.comparison import comparison_pipeline, configured_strategies
+from creditflow.pipelines.comparison import ComparisonWorld, world_pipeline
 from creditflow.pipelines.tor import nodes
 
-PARAMS = "params:tor"
-EVALUATION_INPUTS = [
-    "tor_processor",
-    "tor_eval_tasks",
-    "tabmwp_problems",
-    "mathvision_problems",
-    PARAMS,
-]
+WORLD = ComparisonWorld(
+    group="tor",
+    source=TASK_SOURCES["tor"].dataset,
+    build_tasks=nodes.build_tor_tasks,
+    train_tokenizer=nodes.train_tor_processor,
+    build_policy=nodes.build_tor_policy,
+    warm_start=nodes.warm_start_tor_policy,
+    evaluate=nodes.evaluate_tor_policy,
+    train_policies=nodes.train_tor_policies,
+    evaluate_policies=nodes.evaluate_tor_policies,
+    compare=nodes.compare_tor_strategies,
+    text_side="processor",
+    evaluation_extra=("tabmwp_problems", "mathvision_problems"),
+    image_pass=True,  # a vision-language policy: ToR's perception score has its pass
+)
 
 
 def create_pipeline(strategies: Sequence[str] | None = None, **kwargs) -> Pipeline:
     """The tor pipeline over ``strategies`` (default: those of the parameters files)."""
-    strategies = list(strategies or configured_strategies("tor"))
-    setup = Pipeline(
-        [
-            Node(
-                nodes.build_tor_tasks,
-                [TASK_SOURCES["tor"].dataset, PARAMS],
-                ["tor_train_tasks", "tor_eval_tasks"],
-                name="build_tor_tasks",
-            ),
-            Node(
-                nodes.train_tor_tokenizer,
-                ["tor_train_tasks", PARAMS],
-                "tor_processor",
-                name="train_tor_tokenizer",
-            ),
-            Node(
-                nodes.build_vl_policy,
-                ["tor_processor", PARAMS],
-                "tor_initial_policy",
-                name="build_vl_policy",
-            ),
-            Node(
-                nodes.sft_warmstart_tor,
-                [
-                    "tor_initial_policy",
-                    "tor_processor",
-                    "tor_train_tasks",
-                    "tor_sft_checkpoints",
-                    PARAMS,
-                ],
-                ["tor_sft_policy", "tor_sft_metrics"],
-                name="sft_warmstart_tor",
-            ),
-            Node(
-                nodes.evaluate_tor_policy,
-                ["tor_sft_policy", *EVALUATION_INPUTS],
-                "tor_results_sft",
-                name="evaluate_tor_policy_sft",
-            ),
-        ]
-    )
-    comparison = comparison_pipeline(
-        "tor",
-        strategies,
-        nodes.train_tor_policies,
-        nodes.evaluate_tor_policies,
-        nodes.compare_tor_strategies,
-        train_inputs=["tor_sft_policy", "tor_processor", "tor_train_tasks"],
-        evaluation_inputs=EVALUATION_INPUTS,
-        image_pass=True,  # a vision-language policy: ToR's perception score has its pass
-    )
-    return Pipeline([setup, comparison], tags=["tor"])
+    return world_pipeline(WORLD, strategies)
