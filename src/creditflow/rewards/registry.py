@@ -15,7 +15,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from creditflow.rewards.exact import exact_match_reward
+from creditflow.rewards.exact import exact_match_reward, final_number_reward, number_format_reward
 from creditflow.rewards.format import format_reward
 from creditflow.rewards.reasoning import FLAGS, RIGHT, reasoning_outcomes
 from creditflow.rewards.translation import translation_reward
@@ -53,11 +53,29 @@ def _exact_match(
     return exact_match_reward(completions, answers, **kw), {}
 
 
+def _final_number(
+    completions: list[str], references: list[str], answers: list[str]
+) -> RewardOutput:
+    """1 where the completion's last number is the gold answer (``exact.final_number_reward``);
+    ``references`` is unused."""
+    return final_number_reward(completions, answers), {}
+
+
+def _number_format(
+    completions: list[str], references: list[str], answers: list[str]
+) -> RewardOutput:
+    """1 where the completion is one number alone (``exact.number_format_reward``);
+    ``references`` and ``answers`` are unused."""
+    return number_format_reward(completions), {}
+
+
 REWARD_FUNCTIONS: dict[str, RewardFunction] = {
     "format": _format,
     "translation": _translation,
     "reasoning": _reasoning,
     "exact_match": _exact_match,
+    "final_number": _final_number,
+    "number_format": _number_format,
 }
 # The data arguments each entry reads (it ignores the others): the columns a dataset needs
 # for it (``creditflow.api``).
@@ -66,6 +84,8 @@ REWARD_INPUTS: dict[str, tuple[str, ...]] = {
     "translation": ("references",),
     "reasoning": ("answers",),
     "exact_match": ("answers",),
+    "final_number": ("answers",),
+    "number_format": (),
 }
 # The functions whose keyword arguments each entry forwards (the options it takes).
 _OPTIONS_OF: dict[str, Callable[..., Any]] = {
@@ -73,6 +93,8 @@ _OPTIONS_OF: dict[str, Callable[..., Any]] = {
     "translation": translation_reward,
     "reasoning": reasoning_outcomes,
     "exact_match": exact_match_reward,
+    "final_number": final_number_reward,
+    "number_format": number_format_reward,
 }
 _DATA_ARGUMENTS = {"completions", "references", "answers"}
 
