@@ -170,8 +170,9 @@ def intact(folder: Path) -> bool:
 def convert_gguf(gguf: Path, out: Path) -> None:
     """The GGUF checkpoint ``gguf`` as a Hugging Face folder ``out`` (safetensors weights,
     config, tokenizer and chat template, generation config)."""
-    import torch  # noqa: PLC0415  (torch and transformers load only when converting)
-    from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415
+    # torch and transformers load only when converting: `creditflow --help` stays fast.
+    import torch  # noqa: PLC0415  (as above)
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415  (as above)
 
     folder, file = str(gguf.parent), gguf.name
     logger.info("reading the tokenizer of %s", gguf.name)
