@@ -12,6 +12,7 @@ from creditflow.errors import ConfigError
 from creditflow.hooks.parameter_check import ParameterCheckHook
 from creditflow.pipelines import tapo, tor
 from creditflow.pipelines.comparison import configured_strategies, labelled_tables
+from creditflow.pipelines.parameter_blocks import StrategyComparison, check_baseline
 from tests.pipelines._params import deep_update
 
 pytestmark = pytest.mark.filterwarnings("ignore:register_new_resolver:UserWarning")
@@ -155,3 +156,26 @@ def test_a_strategy_needing_the_image_pass_runs_only_where_the_policy_has_one(pr
     catalog = DataCatalog({"params:tapo": MemoryDataset(params)})
     with pytest.raises(ConfigError, match=r"tapo.strategies.tapo .*the tapo pipeline's policy"):
         ParameterCheckHook().before_pipeline_run(tapo.create_pipeline(), catalog)
+
+
+def test_an_environment_leaves_a_base_strategy_out_by_setting_it_to_null(tmp_path: Path):
+    (tmp_path / "base").mkdir()
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "local").mkdir()
+    base = {"grpo": {"strategies": {"grpo": {"advantage": {"name": "grpo"}}, "dr_grpo": {}}}}
+    (tmp_path / "base" / "parameters_grpo.yml").write_text(yaml.safe_dump(base, sort_keys=False))
+    (tmp_path / "bench" / "parameters_grpo.yml").write_text(
+        "grpo:\n  strategies:\n    dr_grpo: null\n"
+    )
+    assert configured_strategies("grpo", conf_source=tmp_path) == ["grpo", "dr_grpo"]
+    assert configured_strategies("grpo", conf_source=tmp_path, env="bench") == ["grpo"]
+    # The left-out strategy's tables are not expected in the comparison.
+    table = pd.DataFrame({"seed": [0], "x": [1.0]})
+    tables = {"results/grpo": table, "metrics/grpo": table}
+    evaluations, _ = labelled_tables({"grpo": {}, "dr_grpo": None}, table, tables)
+    assert evaluations["policy"].tolist() == ["sft", "grpo"]
+    # Nor may it be the baseline.
+    with pytest.raises(ValueError, match="baseline 'dr_grpo' is not a strategy; valid: grpo"):
+        check_baseline(
+            "grpo", StrategyComparison(n_seeds=1, baseline="dr_grpo"), {"grpo": {}, "dr_grpo": None}
+        )

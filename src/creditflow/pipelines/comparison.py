@@ -77,6 +77,17 @@ def project_root() -> Path:
     return Path(__file__).resolve().parents[3]
 
 
+def active_strategies(strategies: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The strategies of a ``<group>.strategies`` mapping that run: all but those set to null.
+    An environment's parameters merge into base's key by key and cannot delete a key, so
+    ``name: null`` there is how it leaves one of base's strategies out.
+
+    >>> active_strategies({"grpo": {"advantage": {"name": "grpo"}}, "dr_grpo": None})
+    {'grpo': {'advantage': {'name': 'grpo'}}}
+    """
+    return {name: spec for name, spec in (strategies or {}).items() if spec is not None}
+
+
 def configured_strategies(
     group: str, conf_source: str | Path | None = None, env: str | None = None
 ) -> list[str]:
@@ -95,11 +106,11 @@ def configured_strategies(
     loader_args.update({k: v for k, v in settings.CONFIG_LOADER_ARGS.items() if k in loader_args})
     env = env or os.environ.get("KEDRO_ENV")
     loader = OmegaConfigLoader(str(conf_source), env=env, **loader_args)
-    strategies = (loader["parameters"].get(group) or {}).get("strategies") or {}
+    strategies = active_strategies((loader["parameters"].get(group) or {}).get("strategies"))
     if not strategies:
         raise ValueError(
-            f"no strategies under {group}.strategies in {conf_source}/*/parameters_{group}.yml; "
-            "list at least one"
+            f"no strategies under {group}.strategies in {conf_source}/*/parameters_{group}.yml "
+            "(or all of them set to null); list at least one"
         )
     bad = [name for name in strategies if not STRATEGY_NAME.fullmatch(str(name))]
     if bad:
@@ -442,7 +453,7 @@ def labelled_tables(
 
 
 def _check_built(configured: Mapping[str, object], built: Sequence[str]) -> None:
-    missing = sorted(set(configured) - set(built))
+    missing = sorted(set(active_strategies(configured)) - set(built))
     if missing:
         raise ValueError(
             f"strategies {missing} are in the parameters but not in the pipeline: the strategy "

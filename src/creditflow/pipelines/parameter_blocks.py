@@ -130,6 +130,10 @@ class StrategyComparison(Block):
 
 
 def check_baseline(group: str, comparison: StrategyComparison, strategies: Any) -> None:
+    # A strategy set to null does not run (pipelines.comparison.active_strategies).
+    strategies = [name for name, spec in strategies.items() if spec is not None]
+    if not strategies:
+        raise ValueError(f"every one of the {group}.strategies is null: leave at least one")
     if comparison.baseline not in strategies:
         raise ValueError(
             f"comparison.baseline {comparison.baseline!r} is not a strategy; valid: "

@@ -110,7 +110,7 @@ class TapoParams(Block):
     sft: SFT
     reward_functions: list[RewardName] = Field(min_length=1)
     grpo: ComparisonGRPO
-    strategies: dict[str, StrategyOverrides] = Field(min_length=1)
+    strategies: dict[str, StrategyOverrides | None] = Field(min_length=1)
     comparison: StrategyComparison
     evaluation: TapoEvaluation
 
@@ -163,7 +163,7 @@ class TorParams(Block):
     sft: SFT
     reward_functions: list[RewardName] = Field(min_length=1)
     grpo: ComparisonGRPO
-    strategies: dict[str, StrategyOverrides] = Field(min_length=1)
+    strategies: dict[str, StrategyOverrides | None] = Field(min_length=1)
     comparison: StrategyComparison
     evaluation: TorEvaluation
 
@@ -207,7 +207,7 @@ class GrpoParams(Block):
     sft: SFT
     reward_functions: list[RewardName] = Field(min_length=1)
     grpo: ComparisonGRPO
-    strategies: dict[str, StrategyOverrides] = Field(min_length=1)
+    strategies: dict[str, StrategyOverrides | None] = Field(min_length=1)
     comparison: StrategyComparison
     evaluation: GrpoEvaluation
 

@@ -214,7 +214,8 @@ def check_comparison_params(
         SFTConfig.from_params(dict(params["sft"]))
     except ConfigError as error:
         raise ConfigError(f"{group}.sft: {error}") from error
-    configured = params.get("strategies") or {}
+    # A strategy set to null is left out of the run (pipelines.comparison.active_strategies).
+    configured = {k: v for k, v in (params.get("strategies") or {}).items() if v is not None}
     for name in [n for n in configured if strategies is None or n in set(strategies)]:
         try:
             config, _ = strategy_config(params, configured[name])
