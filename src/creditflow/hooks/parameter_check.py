@@ -13,6 +13,7 @@ from kedro.io import CatalogProtocol
 from kedro.pipeline import Pipeline
 
 from creditflow.config.schema import check_override_groups
+from creditflow.hooks.refusal import refuses
 from creditflow.hooks.run_manifest import is_parameter_dataset
 
 if TYPE_CHECKING:
@@ -39,6 +40,7 @@ class ParameterCheckHook:
     """
 
     @hook_impl
+    @refuses
     def after_context_created(self, context: KedroContext) -> None:
         loader = context.config_loader
         overrides = loader.runtime_params or {}
@@ -54,6 +56,7 @@ class ParameterCheckHook:
         check_parameters({group: params[group] for group in overrides if group in GROUPS})
 
     @hook_impl
+    @refuses
     def before_pipeline_run(self, pipeline: Pipeline, catalog: CatalogProtocol) -> None:
         # Imported here: settings.py imports this module for every kedro command (kedro
         # --help, kedro viz), and the strategy checks and the device check pull in the

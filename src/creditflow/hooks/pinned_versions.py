@@ -15,6 +15,7 @@ from kedro.pipeline import Pipeline
 import creditflow.pipelines as package
 from creditflow.errors import MissingInputsError
 from creditflow.hooks.console import replace_dataset
+from creditflow.hooks.refusal import refuses
 from creditflow.ingest.schemas import TASK_TABLE_SCHEMAS, empty_frame
 
 logger = logging.getLogger(__name__)
@@ -37,6 +38,7 @@ class PinnedVersionsHook:
     """
 
     @hook_impl
+    @refuses
     def before_pipeline_run(self, pipeline: Pipeline, catalog: CatalogProtocol) -> None:
         outputs = pipeline.all_outputs()
         pinned: dict[str, str] = {}

@@ -14,6 +14,7 @@ from kedro.pipeline import Pipeline
 from creditflow.config.task_sources import SYNTHETIC, TASK_SOURCES, source_problem
 from creditflow.errors import ConfigError, MissingInputsError
 from creditflow.hooks.console import replace_dataset
+from creditflow.hooks.refusal import refuses
 
 
 class TaskSourceHook:
@@ -48,6 +49,7 @@ class TaskSourceHook:
                 self._sources[spec.dataset] = source
 
     @hook_impl
+    @refuses
     def before_pipeline_run(self, pipeline: Pipeline, catalog: CatalogProtocol) -> None:
         inputs = pipeline.inputs()
         problems = [problem for name, problem in self._problems.items() if name in inputs]

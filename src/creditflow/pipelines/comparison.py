@@ -54,6 +54,7 @@ from kedro.pipeline import Node, Pipeline, pipeline
 
 from creditflow import tracking
 from creditflow.config.grpo import GRPOConfig
+from creditflow.errors import ConfigError
 from creditflow.reporting.credit import credit_html, plot_credit
 from creditflow.training.grpo_runs import check_comparison_params
 
@@ -455,7 +456,7 @@ def labelled_tables(
 def _check_built(configured: Mapping[str, object], built: Sequence[str]) -> None:
     missing = sorted(set(active_strategies(configured)) - set(built))
     if missing:
-        raise ValueError(
+        raise ConfigError(
             f"strategies {missing} are in the parameters but not in the pipeline: the strategy "
             "list is read from conf/base and conf/local (or $KEDRO_ENV) when the pipeline is "
             "built, so --params and --env cannot add one; add it to those parameter files"
