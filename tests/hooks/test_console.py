@@ -24,3 +24,15 @@ def test_the_omegaconf_deprecation_is_silenced(recwarn):
     quiet_known_noise()
     warnings.warn("register_new_resolver() is deprecated and will be removed", stacklevel=1)
     assert not [w for w in recwarn if "register_new_resolver" in str(w.message)]
+
+
+def test_mlflows_predict_type_hint_warning_is_dropped_where_the_cli_logs_warnings(caplog):
+    # MLflow raises it under its own simplefilter("once"), which outranks any warning filter;
+    # Kedro's CLI sends warnings to the py.warnings logger (logging.captureWarnings), where
+    # the filter of quiet_known_noise drops it and nothing else.
+    quiet_known_noise()
+    logger = logging.getLogger("py.warnings")
+    with caplog.at_level(logging.WARNING, logger="py.warnings"):
+        logger.warning("%s", "\x1b[33mAdd type hints to the `predict` method to enable ...")
+        logger.warning("%s", "a warning worth reading")
+    assert [record.getMessage() for record in caplog.records] == ["a warning worth reading"]

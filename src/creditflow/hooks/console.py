@@ -3,8 +3,10 @@ catalog's "Replacing dataset" warning is kept for replacements nobody meant.
 
 - OmegaConf's ``register_new_resolver() is deprecated``: raised inside Kedro's and
   kedro-mlflow's own config loaders, several times a run; nothing in this project calls it.
-- MLflow's ``Add type hints to the `predict` method``: raised when MLflow imports its pyfunc
-  module; this project logs no pyfunc model.
+- MLflow's ``Add type hints to the `predict` method``: raised when kedro-mlflow defines its
+  pyfunc model class; this project logs no pyfunc model. MLflow raises it under its own
+  ``simplefilter("once")``, which outranks any filter of ours, so it is also dropped where
+  Kedro's CLI sends warnings: the ``py.warnings`` logger (``logging.captureWarnings``).
 - ``Replacing dataset 'credentials'`` and the like: the project's hooks put datasets into the
   catalog on purpose (the credentials, a task source under its node's input name, an empty
   stand-in for an optional real-data set); :func:`replace_dataset` records those names, and
@@ -23,7 +25,13 @@ _REPLACED_ON_PURPOSE: set[str] = set()
 def quiet_known_noise() -> None:
     """Install the warning filters and the catalog log filter (idempotent)."""
     warnings.filterwarnings("ignore", message=r"register_new_resolver\(\) is deprecated")
-    warnings.filterwarnings("ignore", message=r"\s*Add type hints to the `predict` method")
+    # MLflow colours this one: its message starts with an ANSI escape ("\x1b[33m").
+    warnings.filterwarnings(
+        "ignore", message=r"(\x1b\[[0-9;]*m)?\s*Add type hints to the `predict` method"
+    )
+    warnings_logger = logging.getLogger("py.warnings")
+    if not any(isinstance(f, _KnownWarnings) for f in warnings_logger.filters):
+        warnings_logger.addFilter(_KnownWarnings())
     catalog_logger = logging.getLogger("kedro.io.data_catalog")
     if not any(isinstance(f, _PlannedReplacements) for f in catalog_logger.filters):
         catalog_logger.addFilter(_PlannedReplacements())
@@ -33,6 +41,11 @@ def replace_dataset(catalog: Any, name: str, dataset: Any) -> None:
     """``catalog[name] = dataset``, a replacement the project means (no warning for it)."""
     _REPLACED_ON_PURPOSE.add(name)
     catalog[name] = dataset
+
+
+class _KnownWarnings(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Add type hints to the `predict` method" not in record.getMessage()
 
 
 class _PlannedReplacements(logging.Filter):
