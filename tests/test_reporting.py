@@ -408,3 +408,27 @@ def test_experience_evaluation_by_hand():
     assert math.isnan(row["pair_accuracy_in_sample"])  # no pair of two train items
     unknown = evaluate_experience_scores(catalogue[["item_id"]], annotations, scores, split, pairs)
     assert unknown.filter(like="kendall_tau").isna().all(axis=None)
+
+
+def test_the_logged_comparison_reads_every_interval_with_its_mde():
+    import doctest  # noqa: PLC0415
+
+    from creditflow.reporting import tables  # noqa: PLC0415
+
+    result = doctest.testmod(tables)
+    assert result.failed == 0 and result.attempted >= 1
+    table = pd.DataFrame(
+        {
+            "policy": ["sft", "tapo"],
+            "ci_basis": [None, "seeds (5)"],
+            "eval_reward": [0.2, 0.3],
+            "eval_reward_vs_baseline_unseen": [float("nan"), 0.05],
+            "eval_reward_vs_baseline_ci_low_unseen": [float("nan"), 0.01],
+            "eval_reward_vs_baseline_ci_high_unseen": [float("nan"), 0.09],
+            "eval_reward_vs_baseline_mde_unseen": [float("nan"), 0.03],
+        }
+    )
+    text = tables.comparison_text(table, baseline="grpo_sum")
+    # A detected difference carries no "not detectable"; every line stays short.
+    assert "  eval_reward vs grpo_sum (unseen): +0.050 [+0.010, +0.090]" in text.splitlines()
+    assert max(len(line) for line in text.splitlines()) < 100

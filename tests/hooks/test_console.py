@@ -36,3 +36,17 @@ def test_mlflows_predict_type_hint_warning_is_dropped_where_the_cli_logs_warning
         logger.warning("%s", "\x1b[33mAdd type hints to the `predict` method to enable ...")
         logger.warning("%s", "a warning worth reading")
     assert [record.getMessage() for record in caplog.records] == ["a warning worth reading"]
+
+
+def test_a_console_that_is_no_terminal_is_wide_and_a_users_columns_win(monkeypatch):
+    import io  # noqa: PLC0415
+
+    from creditflow.hooks import console  # noqa: PLC0415
+
+    monkeypatch.setattr(console.sys, "stdout", io.StringIO())
+    monkeypatch.delenv("COLUMNS", raising=False)
+    console.widen_log_console()
+    assert console.os.environ["COLUMNS"] == str(console.NO_TERMINAL_WIDTH)
+    monkeypatch.setenv("COLUMNS", "120")
+    console.widen_log_console()
+    assert console.os.environ["COLUMNS"] == "120"

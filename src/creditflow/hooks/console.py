@@ -7,6 +7,11 @@ catalog's "Replacing dataset" warning is kept for replacements nobody meant.
   pyfunc model class; this project logs no pyfunc model. MLflow raises it under its own
   ``simplefilter("once")``, which outranks any filter of ours, so it is also dropped where
   Kedro's CLI sends warnings: the ``py.warnings`` logger (``logging.captureWarnings``).
+- Log lines that wrap at 80 columns: without a terminal (a CI log, ``kedro run > run.log``)
+  rich takes the console to be 80 characters wide, and with the time, level and source
+  columns a logged table keeps about 40 of them, one value a line. :func:`widen_log_console`
+  gives such a console ``NO_TERMINAL_WIDTH`` columns through ``COLUMNS``, which rich reads
+  each time it measures the console (a ``COLUMNS`` the user set wins).
 - ``Replacing dataset 'credentials'`` and the like: the project's hooks put datasets into the
   catalog on purpose (the credentials, a task source under its node's input name, an empty
   stand-in for an optional real-data set); :func:`replace_dataset` records those names, and
@@ -16,10 +21,20 @@ catalog's "Replacing dataset" warning is kept for replacements nobody meant.
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import warnings
 from typing import Any
 
 _REPLACED_ON_PURPOSE: set[str] = set()
+NO_TERMINAL_WIDTH = 200
+
+
+def widen_log_console() -> None:
+    """Where standard output is no terminal and ``COLUMNS`` is unset, set it to
+    ``NO_TERMINAL_WIDTH`` (a terminal keeps its own width)."""
+    if not sys.stdout.isatty() and "COLUMNS" not in os.environ:
+        os.environ["COLUMNS"] = str(NO_TERMINAL_WIDTH)
 
 
 def quiet_known_noise() -> None:

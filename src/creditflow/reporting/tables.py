@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 
 import matplotlib
@@ -9,7 +10,11 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from creditflow.reporting.stats import comparison_intervals, interval_basis  # noqa: E402
+from creditflow.reporting.stats import (  # noqa: E402
+    comparison_intervals,
+    interval_basis,
+    interval_text,
+)
 
 matplotlib.use("Agg")  # headless: figures are written to files, never shown
 
@@ -311,3 +316,54 @@ def _row_keys(table: pd.DataFrame) -> list[str]:
     """The columns naming a row of a comparison table: ``policy``, and ``language`` where the
     table has one (``summarise_tapo_by_language``)."""
     return [k for k in ("policy", "language") if k in table.columns]
+
+
+# A comparison table's interval columns: <metric>_gain_<split> / <metric>_vs_baseline_<split>
+# (the mean), each with _se_, _ci_low_, _ci_high_ and _mde_ siblings.
+_INTERVAL = re.compile(r"(?P<metric>.+)_(?P<kind>gain|vs_baseline)_(?P<split>[a-z0-9]+)$")
+
+
+def comparison_text(table: pd.DataFrame, baseline: str | None = None) -> str:
+    """A comparison table as a log reads it without a wide terminal: one block per row (its
+    policy, and language where the table has one), then one line per interval,
+    ``reporting.stats.interval_text``: ``mean [low, high]``, a null with its minimum
+    detectable effect. The table itself (every column) is the saved CSV.
+
+    >>> table = pd.DataFrame(
+    ...     {
+    ...         "policy": ["sft", "grpo"],
+    ...         "ci_basis": [None, "problems (1 seed)"],
+    ...         "eval_reward": [0.25, 0.5],
+    ...         "eval_reward_gain_heldout": [float("nan"), 0.01],
+    ...         "eval_reward_gain_ci_low_heldout": [float("nan"), -0.02],
+    ...         "eval_reward_gain_ci_high_heldout": [float("nan"), 0.04],
+    ...         "eval_reward_gain_mde_heldout": [float("nan"), 0.05],
+    ...     }
+    ... )
+    >>> print(comparison_text(table))
+    sft: eval_reward 0.250
+    grpo (problems (1 seed)): eval_reward 0.500
+      eval_reward gain over sft (heldout): +0.010 [-0.020, +0.040] not detectable (MDE 0.050)
+    """
+    intervals = [m for c in table.columns if (m := _INTERVAL.match(c)) and "_ci_" not in c]
+    intervals = [m for m in intervals if not m["metric"].endswith(("_se", "_mde"))]
+    means = sorted({m["metric"] for m in intervals} & set(table.columns))
+    lines = []
+    for _, row in table.iterrows():
+        name = str(row["policy"]) + (f" [{row['language']}]" if "language" in table else "")
+        basis = f" ({row['ci_basis']})" if isinstance(row.get("ci_basis"), str) else ""
+        values = ", ".join(f"{metric} {row[metric]:.3f}" for metric in means)
+        lines.append(f"{name}{basis}: {values}")
+        for match in intervals:
+            metric, kind, split = match["metric"], match["kind"], match["split"]
+            mean = row[match.string]
+            if pd.isna(mean):
+                continue
+            low, high, mde = (
+                row.get(f"{metric}_{kind}_{part}_{split}") for part in ("ci_low", "ci_high", "mde")
+            )
+            against = "over sft" if kind == "gain" else f"vs {baseline or 'the baseline'}"
+            lines.append(
+                f"  {metric} {'gain ' if kind == 'gain' else ''}{against} ({split}): {interval_text(mean, low, high, mde)}"
+            )
+    return "\n".join(lines)

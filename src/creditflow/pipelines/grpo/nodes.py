@@ -14,7 +14,12 @@ from creditflow.ingest.source_rows import prompt_rows
 from creditflow.models import to_policy_device
 from creditflow.pipelines.comparison import evaluate_each_seed, labelled_tables, train_each_seed
 from creditflow.pipelines.grpo.report import grpo_intervals, summarise_grpo_evaluations
-from creditflow.reporting.tables import plot_reward_curves, summarise_over_seeds, summarise_per_seed
+from creditflow.reporting.tables import (
+    comparison_text,
+    plot_reward_curves,
+    summarise_over_seeds,
+    summarise_per_seed,
+)
 from creditflow.tasks.prompts import PROMPT, prompt_texts, reward_dataset, synthetic_prompt_split
 from creditflow.tasks.prompts import sft_targets as prompt_sft_targets
 from creditflow.tasks.splits import SYNTHETIC, split_by_problem_id, split_options
@@ -192,7 +197,10 @@ def compare_grpo_strategies(
     per_seed = summarise_per_seed(evaluations, metrics, summarise)
     intervals = grpo_intervals(evaluations, weights, params["comparison"]["baseline"])
     table = summarise_over_seeds(per_seed, intervals)
-    logger.info("GRPO comparison:\n%s", table.to_string(index=False))
+    logger.info(
+        "GRPO comparison (every column: grpo_comparison.csv):\n%s",
+        comparison_text(table, params["comparison"]["baseline"]),
+    )
     curves = ["reward/total", *(f"reward/{name}" for name in weights)]
     return table, per_seed, plot_reward_curves(metrics, list(dict.fromkeys(curves)))
 

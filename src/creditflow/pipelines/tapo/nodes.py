@@ -14,6 +14,7 @@ from creditflow.ingest.source_rows import math_text_problems
 from creditflow.models import to_policy_device
 from creditflow.pipelines.comparison import evaluate_each_seed, labelled_tables, train_each_seed
 from creditflow.reporting.tables import (
+    comparison_text,
     plot_reward_curves,
     summarise_over_seeds,
     summarise_per_seed,
@@ -222,7 +223,10 @@ def compare_tapo_strategies(
         intervals = tapo_intervals(evaluations, [], label, baseline, by_language=True)
     per_seed = summarise_per_seed(evaluations, metrics, summarise)
     table = summarise_over_seeds(per_seed, intervals)
-    logger.info("TAPO comparison:\n%s", table.to_string(index=False))
+    logger.info(
+        "TAPO comparison (every column: tapo_comparison.csv):\n%s",
+        comparison_text(table, params["comparison"]["baseline"]),
+    )
     curves = ["reward/total", "reward/reasoning", "reward/translation", "reward/format"]
     return table, per_seed, plot_reward_curves(metrics, curves)
 

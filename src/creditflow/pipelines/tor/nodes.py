@@ -26,6 +26,7 @@ from creditflow.models import (
 from creditflow.pipelines.comparison import evaluate_each_seed, labelled_tables, train_each_seed
 from creditflow.pipelines.tor.report import summarise_tor_runs, tor_intervals
 from creditflow.reporting.tables import (
+    comparison_text,
     metrics_frame,
     plot_reward_curves,
     summarise_over_seeds,
@@ -248,7 +249,10 @@ def compare_tor_strategies(
     per_seed = summarise_per_seed(evaluations, metrics, summarise_tor_runs)
     intervals = tor_intervals(evaluations, label, params["comparison"]["baseline"])
     table = summarise_over_seeds(per_seed, intervals)
-    logger.info("ToR comparison:\n%s", table.to_string(index=False))
+    logger.info(
+        "ToR comparison (every column: tor_comparison.csv):\n%s",
+        comparison_text(table, params["comparison"]["baseline"]),
+    )
     curves = ["reward/total", "tor/selected_frac", "actor/entropy", "completion/length"]
     return table, per_seed, plot_reward_curves(metrics, curves)
 
