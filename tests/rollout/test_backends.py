@@ -98,9 +98,13 @@ class NeverSupported(HFBackend):
 
 def test_an_unsupported_model_falls_back_to_hf_with_one_log_line(monkeypatch, make_model, caplog):
     monkeypatch.setitem(backends_module.ROLLOUT_BACKENDS, "never", f"{__name__}:NeverSupported")
+    monkeypatch.setattr(backends_module, "_logged_fallbacks", set())
+    model = make_model()
     with caplog.at_level(logging.INFO, logger="creditflow.rollout.backends"):
-        backend = rollout_backend({"name": "never"}, make_model())
-    assert type(backend) is HFBackend
+        backend = rollout_backend({"name": "never"}, model)
+        # A run builds a backend per evaluation: the same fallback is not logged again.
+        again = rollout_backend({"name": "never"}, model)
+    assert type(backend) is HFBackend and type(again) is HFBackend
     lines = [r.getMessage() for r in caplog.records if "does not support" in r.getMessage()]
     assert len(lines) == 1 and "a test backend that supports nothing" in lines[0]
 

@@ -17,8 +17,6 @@ import torch
 from transformers import (
     GPT2Config,
     GPT2LMHeadModel,
-    LlamaConfig,
-    LlamaForCausalLM,
     LogitsProcessorList,
     Qwen2Config,
     Qwen2ForCausalLM,
@@ -38,7 +36,7 @@ from creditflow.rollout.backends import (
     rollout_backend,
 )
 from creditflow.rollout.backends.hf import HFBackend
-from creditflow.rollout.backends.lean import LeanBackend, Qwen2Decoder, Sampler
+from creditflow.rollout.backends.lean import LeanBackend, LeanDecoder, Sampler
 
 V = 101  # vocabulary
 PAD = 0
@@ -125,7 +123,7 @@ def hf_logits(model, prompt_ids, prompt_mask, completion_ids) -> torch.Tensor:
 def lean_logits(model, prompt_ids, prompt_mask, group_size, completion_ids) -> torch.Tensor:
     """(B, T, V) logits of the lean decoder fed ``completion_ids`` one step at a time."""
     T = completion_ids.shape[1]
-    decoder = Qwen2Decoder(
+    decoder = LeanDecoder(
         model,
         LeanBackend().fused_weights(model, version=0),
         prompt_ids,
@@ -471,17 +469,6 @@ def test_rows_of_a_group_answer_their_prompt():
 
 
 # ------------------------------------------------------------------ (5) what it refuses
-def tiny_llama() -> LlamaForCausalLM:
-    config = LlamaConfig(
-        vocab_size=V,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-    )
-    return LlamaForCausalLM(config).eval()
-
-
 def tiny_gpt2() -> GPT2LMHeadModel:
     return GPT2LMHeadModel(GPT2Config(vocab_size=V, n_embd=32, n_layer=1, n_head=2)).eval()
 
@@ -502,7 +489,6 @@ def with_adapter() -> Qwen2ForCausalLM:
 @pytest.mark.parametrize(
     ("build", "words"),
     [
-        (tiny_llama, "LlamaForCausalLM"),
         (tiny_gpt2, "GPT2LMHeadModel"),
         (lambda: make_qwen2(use_sliding_window=True, sliding_window=4), "sliding"),
         (

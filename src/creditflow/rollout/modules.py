@@ -27,6 +27,15 @@ def bare_module(module: torch.nn.Module) -> torch.nn.Module:
     return module
 
 
+def base_model(module: torch.nn.Module) -> torch.nn.Module:
+    """The ``transformers`` model that computes ``module``'s forward: ``bare_module``, then
+    the model inside a ``peft`` wrapper (its adapter layers in place), else that module."""
+    model = bare_module(module)
+    if hasattr(model, "peft_config") and hasattr(model, "get_base_model"):
+        return model.get_base_model()
+    return model
+
+
 def output_head(module: torch.nn.Module) -> torch.nn.Linear:
     """The linear LM head of a ``transformers`` model: it maps the final hidden states to the
     logits (tied to the input embedding in Qwen2.5's small checkpoints)."""

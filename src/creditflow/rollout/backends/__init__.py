@@ -37,6 +37,9 @@ ROLLOUT_BACKENDS: dict[str, str] = {
 }
 # The backend every policy can fall back to.
 FALLBACK_BACKEND = "hf"
+# The (backend, model type, reason) fallbacks already logged: a run builds a backend for every
+# evaluation, and one line per cause says all there is to say.
+_logged_fallbacks: set[tuple[str, str, str]] = set()
 
 
 def backend_class(name: str) -> type:
@@ -78,20 +81,21 @@ def rollout_backend(
 ) -> RolloutBackend:
     """The backend ``spec`` names, built with its options; when ``module`` is given and the
     backend cannot sample from it (``unsupported_reason``), the ``hf`` backend instead, with
-    one log line saying why."""
+    one log line saying why (once per backend, model type and reason in a process)."""
     check_rollout_spec(spec)
     name, options = split_spec(spec)
     backend = backend_class(name)(**options)
     if module is not None and name != FALLBACK_BACKEND:
         reason = unsupported_reason(backend, module)
         if reason is not None:
-            logger.info(
-                "rollout backend %r does not support %s (%s): sampling with %r instead",
-                name,
-                type(module).__name__,
-                reason,
-                FALLBACK_BACKEND,
-            )
+            key = (name, type(module).__name__, reason)
+            if key not in _logged_fallbacks:
+                _logged_fallbacks.add(key)
+                logger.info(
+                    "rollout backend %r does not support %s (%s): sampling with %r instead",
+                    *key,
+                    FALLBACK_BACKEND,
+                )
             return backend_class(FALLBACK_BACKEND)()
     return backend
 

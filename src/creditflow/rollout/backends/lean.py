@@ -1,11 +1,13 @@
-"""The ``lean`` rollout backend: a hand-written decode loop for Qwen2 text models.
+"""The ``lean`` rollout backend: a hand-written decode loop for Qwen2 and Llama text models.
 
-It samples from the trained ``Qwen2ForCausalLM`` itself (Qwen2 / Qwen2.5 checkpoints and the
-tiny test models), with what ``model.generate`` spends per step taken out of the loop:
+It samples from the trained ``Qwen2ForCausalLM`` or ``LlamaForCausalLM`` itself (Qwen2 /
+Qwen2.5, SmolLM2 and Llama checkpoints, the tiny test models), a LoRA policy's with its
+adapters applied, with what ``model.generate`` spends per step taken out of the loop:
 
-- fused weights: one ``(Hq*D + 2*Hkv*D, H)`` QKV projection and one ``(2*I, H)`` gate/up
-  projection per layer, built from the module's parameters once per ``weights_version`` (the
-  policy bumps it after every optimizer step), not once per call;
+- fused weights (``lean_weights``): one ``(Hq*D + 2*Hkv*D, H)`` QKV projection and one
+  ``(2*I, H)`` gate/up projection per layer, LoRA adapters merged in, built from the module's
+  parameters once per ``weights_version`` (the policy bumps it after every optimizer step),
+  not once per call;
 - a static KV cache for all ``P + T`` positions, allocated once per call;
 - the prompt prefilled once per group (N rows, not B = N * G) and its KV copied to the G rows;
 - sampling on the ``(B, V)`` float32 logits with the exact semantics of ``HFBackend``:
@@ -26,141 +28,24 @@ heads, D head size, I MLP size, V vocabulary.
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
-from transformers import Qwen2_5_VLForConditionalGeneration, Qwen2ForCausalLM
-from transformers.models.qwen2.modeling_qwen2 import Qwen2RMSNorm
-from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLRMSNorm
+from transformers import Qwen2_5_VLForConditionalGeneration
 
 from creditflow.algorithms.logprobs import CHUNK_LOGITS
 from creditflow.algorithms.tor import topp_entropy
 from creditflow.rollout.backends.base import Generation, GenerationRequest, finish_reasons
-from creditflow.rollout.modules import bare_module
-
-# RoPE types whose frequencies do not depend on the sequence length: their cos/sin table is
-# computed once per call by the model's own rotary module. "dynamic" and "longrope" change
-# their frequencies with the longest position seen so far, which a table cannot reproduce.
-STATIC_ROPE_TYPES = ("default", "linear", "yarn", "llama3", "proportional")
-# The norms whose forward ``rms_norm`` reproduces (Qwen2.5-VL's is Qwen2's, renamed).
-RMS_NORMS = (Qwen2RMSNorm, Qwen2_5_VLRMSNorm)
-# The models the loop samples from: Qwen2 text models, and Qwen2.5-VL, whose language model
-# has the same layers (its prompts prefilled by its own forward, ``lean_vl``).
-SUPPORTED_MODELS = (Qwen2ForCausalLM, Qwen2_5_VLForConditionalGeneration)
-
-
-@dataclass
-class LayerWeights:
-    """One decoder layer's weights in the layout the loop multiplies with."""
-
-    qkv_weight: torch.Tensor  # (Hq*D + 2*Hkv*D, H): q_proj, k_proj, v_proj stacked
-    qkv_bias: torch.Tensor  # (Hq*D + 2*Hkv*D,)
-    o_weight: torch.Tensor  # (H, Hq*D)
-    gate_up_weight: torch.Tensor  # (2*I, H): gate_proj, up_proj stacked
-    down_weight: torch.Tensor  # (H, I)
-    input_norm: torch.Tensor  # (H,) the module's own parameter
-    post_attention_norm: torch.Tensor  # (H,) the module's own parameter
-
-
-@dataclass
-class FusedQwen2Weights:
-    """A ``Qwen2ForCausalLM``'s weights for one ``weights_version``.
-
-    The fused QKV and gate/up weights are copies; the other matmul weights are the module's own
-    parameters, or copies cast to the autocast dtype when the call runs under
-    ``torch.autocast`` (which would cast them on every call); the embedding and the norms are
-    always the module's own. ``module`` (a weak reference), ``version``, ``device`` and
-    ``dtype`` are the cache key: a module changed in place without a new ``weights_version``
-    samples with partly stale weights.
-    """
-
-    module: weakref.ref
-    version: int
-    device: torch.device
-    dtype: torch.dtype  # the matmuls' dtype: the module's, or the ambient autocast dtype
-    layers: list[LayerWeights]
-    embed: torch.Tensor  # (V, H)
-    norm: torch.Tensor  # (H,)
-    head: torch.Tensor  # (V, H), the embedding itself when tied and not cast
-    eps: float
-    num_heads: int  # Hq
-    num_kv_heads: int  # Hkv
-    head_dim: int  # D
-
-    def matches(self, model: torch.nn.Module, version: int, dtype: torch.dtype) -> bool:
-        return (
-            self.module() is model
-            and self.version == version
-            and self.dtype == dtype
-            and self.device == model.lm_head.weight.device
-        )
-
-
-def matmul_dtype(model: torch.nn.Module) -> torch.dtype:
-    """The dtype the module's linear layers run in now: the ambient autocast dtype on the
-    module's device, else the module's own."""
-    weight = model.lm_head.weight
-    device_type = weight.device.type
-    if torch.is_autocast_enabled(device_type):
-        return torch.get_autocast_dtype(device_type)
-    return weight.dtype
-
-
-def text_decoder(model: torch.nn.Module) -> torch.nn.Module:
-    """The Qwen2 decoder stack (embedding, layers, final norm, rotary table) of a
-    ``Qwen2ForCausalLM`` or of a ``Qwen2_5_VLForConditionalGeneration``'s language model."""
-    if isinstance(model, Qwen2_5_VLForConditionalGeneration):
-        return model.model.language_model
-    return model.model
-
-
-def fuse_qwen2_weights(model: Qwen2ForCausalLM, version: int) -> FusedQwen2Weights:
-    """The fused weights of ``model``'s current parameters (see ``FusedQwen2Weights``); a
-    Qwen2.5-VL model's language model has the same layers."""
-    config = model.config.get_text_config()
-    decoder = text_decoder(model)
-    dtype = matmul_dtype(model)
-
-    def cast(tensor: torch.Tensor) -> torch.Tensor:
-        return tensor.detach().to(dtype)
-
-    layers = []
-    with torch.no_grad():
-        for layer in decoder.layers[: config.num_hidden_layers]:
-            attn, mlp = layer.self_attn, layer.mlp
-            layers.append(
-                LayerWeights(
-                    qkv_weight=cast(
-                        torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight])
-                    ),
-                    qkv_bias=cast(
-                        torch.cat([attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias])
-                    ),
-                    o_weight=cast(attn.o_proj.weight),
-                    gate_up_weight=cast(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])),
-                    down_weight=cast(mlp.down_proj.weight),
-                    input_norm=layer.input_layernorm.weight.detach(),
-                    post_attention_norm=layer.post_attention_layernorm.weight.detach(),
-                )
-            )
-    attn = decoder.layers[0].self_attn
-    return FusedQwen2Weights(
-        module=weakref.ref(model),
-        version=version,
-        device=model.lm_head.weight.device,
-        dtype=dtype,
-        layers=layers,
-        embed=decoder.embed_tokens.weight.detach(),
-        norm=decoder.norm.weight.detach(),
-        head=cast(model.lm_head.weight),
-        eps=decoder.norm.variance_epsilon,
-        num_heads=config.num_attention_heads,
-        num_kv_heads=config.num_key_value_heads,
-        head_dim=attn.head_dim,
-    )
+from creditflow.rollout.backends.lean_weights import (
+    FusedWeights,
+    LayerWeights,
+    fuse_weights,
+    matmul_dtype,
+    model_reason,
+)
+from creditflow.rollout.modules import base_model
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -231,7 +116,7 @@ def eager_attention(
 ATTENTIONS = {"eager": eager_attention, "sdpa": sdpa_attention}
 
 
-class Qwen2Decoder:
+class LeanDecoder:
     """One call's decode state: the static KV cache, the RoPE table and the key mask.
 
     ``prefill`` runs the N prompts once and returns the ``(B, V)`` float32 logits of the first
@@ -246,8 +131,8 @@ class Qwen2Decoder:
 
     def __init__(
         self,
-        model: Qwen2ForCausalLM,
-        weights: FusedQwen2Weights,
+        model: torch.nn.Module,
+        weights: FusedWeights,
         prompt_ids: torch.Tensor,
         prompt_mask: torch.Tensor,
         group_size: int,
@@ -291,8 +176,8 @@ class Qwen2Decoder:
 
     def _mlp(self, layer: LayerWeights, x: torch.Tensor) -> torch.Tensor:
         h = rms_norm(x, layer.post_attention_norm, self.weights.eps)
-        gate, up = F.linear(h, layer.gate_up_weight).chunk(2, dim=-1)
-        return x + F.linear(F.silu(gate) * up, layer.down_weight)
+        gate, up = F.linear(h, layer.gate_up_weight, layer.gate_up_bias).chunk(2, dim=-1)
+        return x + F.linear(F.silu(gate) * up, layer.down_weight, layer.down_bias)
 
     def _logits(self, x: torch.Tensor) -> torch.Tensor:
         """x: (R, H) last hidden states -> (R, V) float32 logits."""
@@ -328,7 +213,7 @@ class Qwen2Decoder:
             self.cache_k.append(cache_k)
             self.cache_v.append(cache_v)
             attn = self.attention(q, k, v, allowed, self.scale)  # (N, P, Hq*D)
-            x = x + F.linear(attn, layer.o_weight)
+            x = x + F.linear(attn, layer.o_weight, layer.o_bias)
             x = self._mlp(layer, x)
         self.length = P
         logits = self._logits(x[:, -1])  # (N, V)
@@ -352,7 +237,7 @@ class Qwen2Decoder:
             keys = self.cache_k[i][:, :, : slot + 1]  # (B, Hkv, slot+1, D)
             values = self.cache_v[i][:, :, : slot + 1]
             attn = self.attention(q.unsqueeze(2), keys, values, allowed, self.scale)
-            x = x + F.linear(attn, layer.o_weight)  # (B, 1, H)
+            x = x + F.linear(attn, layer.o_weight, layer.o_bias)  # (B, 1, H)
             x = self._mlp(layer, x)
         self.length += 1
         self.next_position = self.next_position + 1
@@ -431,48 +316,6 @@ def check_request(request: GenerationRequest) -> None:
             raise ValueError(f"top_k must be >= 0 (0 = off), got {request.top_k}")
 
 
-def config_reason(config) -> str | None:
-    """What in a ``Qwen2Config`` the loop does not implement (None: nothing)."""
-    if config.use_sliding_window or any(t != "full_attention" for t in config.layer_types):
-        return "sliding-window attention"
-    rope_type = (config.rope_parameters or {}).get("rope_type", "default")
-    if rope_type not in STATIC_ROPE_TYPES:
-        return f"RoPE type {rope_type!r} (supported: {list(STATIC_ROPE_TYPES)})"
-    if config.hidden_act != "silu":
-        return f"hidden_act {config.hidden_act!r} (only 'silu')"
-    if config.attention_dropout:
-        return f"attention_dropout {config.attention_dropout} (only 0)"
-    return None
-
-
-def layers_reason(model: Qwen2ForCausalLM) -> str | None:
-    """A layer whose forward is not the plain one (an adapter, a quantised linear), else None."""
-    config = model.config.get_text_config()
-    for i, layer in enumerate(text_decoder(model).layers[: config.num_hidden_layers]):
-        attn, mlp = layer.self_attn, layer.mlp
-        linears = {
-            "q_proj": attn.q_proj,
-            "k_proj": attn.k_proj,
-            "v_proj": attn.v_proj,
-            "o_proj": attn.o_proj,
-            "gate_proj": mlp.gate_proj,
-            "up_proj": mlp.up_proj,
-            "down_proj": mlp.down_proj,
-        }
-        for name, linear in linears.items():
-            if type(linear) is not torch.nn.Linear:
-                return (
-                    f"layer {i} {name} is a {type(linear).__name__}, not a torch.nn.Linear "
-                    "(adapters and quantised layers are not fused)"
-                )
-        norms = (layer.input_layernorm, layer.post_attention_layernorm)
-        if any(type(norm) not in RMS_NORMS for norm in norms):
-            return f"layer {i} has a norm other than Qwen2RMSNorm"
-    if type(model.lm_head) is not torch.nn.Linear or model.lm_head.bias is not None:
-        return "the LM head is not a bias-free torch.nn.Linear"
-    return None
-
-
 @dataclass(frozen=True)
 class ScoreSettings:
     """What ``decode`` also reports of each drawn token, from the logits it drew from: the
@@ -499,7 +342,7 @@ def flush_entropy(
 
 
 def decode(
-    decoder: Qwen2Decoder,
+    decoder: LeanDecoder,
     request: GenerationRequest,
     vocab_size: int,
     device: torch.device,
@@ -561,10 +404,12 @@ def decode(
 
 
 class LeanBackend:
-    """Samples from a ``Qwen2ForCausalLM`` with a hand-written decode loop (module docstring).
+    """Samples from a Qwen2 or Llama causal LM, or a LoRA (peft) policy on one, with a
+    hand-written decode loop (module docstring).
 
     Keeps one set of fused weights, rebuilt when the request's ``weights_version``, the module,
-    its device or the matmul dtype (autocast) changes. Runs in the module's dtype, under the
+    its device, the matmul dtype (autocast) or its adapters' state (disabled, merged, active)
+    changes. Runs in the module's dtype, under the
     caller's ``torch.autocast`` when one is active, with the module's attention implementation
     ("eager" as transformers' eager attention, anything else as "sdpa").
 
@@ -577,23 +422,18 @@ class LeanBackend:
     samples_module: ClassVar[bool] = True
 
     def __init__(self) -> None:
-        self.fused: FusedQwen2Weights | None = None
+        self.fused: FusedWeights | None = None
 
     def unsupported_reason(self, module: torch.nn.Module) -> str | None:
         """Why the loop cannot reproduce ``module``'s forward exactly (None: it can)."""
-        model = bare_module(module)
-        if hasattr(model, "peft_config"):
-            return f"{type(model).__name__} is a PEFT wrapper; adapters are not fused"
-        if type(model) not in SUPPORTED_MODELS:
-            return f"{type(model).__name__} is not a Qwen2ForCausalLM or Qwen2.5-VL model"
-        return config_reason(model.config.get_text_config()) or layers_reason(model)
+        return model_reason(base_model(module))
 
-    def fused_weights(self, model: Qwen2ForCausalLM, version: int) -> FusedQwen2Weights:
+    def fused_weights(self, model: torch.nn.Module, version: int) -> FusedWeights:
         """The cached fused weights of ``model`` at ``version``, rebuilt when stale."""
         fused = self.fused
         if fused is None or not fused.matches(model, version, matmul_dtype(model)):
             self.fused = None  # free the old copy before the new one is built
-            fused = self.fused = fuse_qwen2_weights(model, version)
+            fused = self.fused = fuse_weights(model, version)
         return fused
 
     @torch.no_grad()
@@ -613,7 +453,7 @@ class LeanBackend:
                 "rollout.backends.lean_vl.generate_with_images (VisionLanguagePolicy does)"
             )
         device = model.lm_head.weight.device
-        decoder = Qwen2Decoder(
+        decoder = LeanDecoder(
             model,
             self.fused_weights(model, request.weights_version),
             request.prompt_ids.to(device),
@@ -624,10 +464,11 @@ class LeanBackend:
         return decode(decoder, request, model.lm_head.weight.shape[0], device, scores)
 
     def checked_model(self, module: torch.nn.Module, request: GenerationRequest):
-        """The bare model of ``module``, after the checks of ``unsupported_reason`` and
+        """The transformers model of ``module`` (``modules.base_model``: a LoRA policy's
+        adapter layers in place), after the checks of ``unsupported_reason`` and
         ``check_request`` (ValueError saying what to change)."""
-        model = bare_module(module)
-        reason = self.unsupported_reason(model)
+        model = base_model(module)
+        reason = model_reason(model)
         if reason is not None:
             raise ValueError(
                 f"the 'lean' rollout backend cannot sample from {type(model).__name__}: "

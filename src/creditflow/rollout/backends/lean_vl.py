@@ -1,5 +1,5 @@
 """The ``lean`` decode loop for Qwen2.5-VL: its language model is a Qwen2 decoder, so after the
-prompts are prefilled the steps are ``Qwen2Decoder.step``'s.
+prompts are prefilled the steps are ``LeanDecoder.step``'s.
 
 Shape symbols as in ``lean``: N prompts, G completions per prompt, B = N * G rows, P prompt
 tokens (left-padded), T new tokens, S cache slots, Hkv key-value heads, D head size, V
@@ -23,13 +23,13 @@ from transformers import DynamicCache, Qwen2_5_VLForConditionalGeneration
 from creditflow.rollout.backends.base import Generation, GenerationRequest
 from creditflow.rollout.backends.lean import (
     ATTENTIONS,
-    FusedQwen2Weights,
     LeanBackend,
-    Qwen2Decoder,
+    LeanDecoder,
     ScoreSettings,
     decode,
     sdpa_attention,
 )
+from creditflow.rollout.backends.lean_weights import FusedWeights
 
 
 @torch.no_grad()
@@ -59,8 +59,8 @@ def generate_with_images(
     return decode(decoder, request, model.lm_head.weight.shape[0], device, scores)
 
 
-class VisionDecoder(Qwen2Decoder):
-    """``Qwen2Decoder`` whose prompts carry images (module docstring).
+class VisionDecoder(LeanDecoder):
+    """``LeanDecoder`` whose prompts carry images (module docstring).
 
     Args:
         model: the ``Qwen2_5_VLForConditionalGeneration`` the weights were fused from.
@@ -71,10 +71,10 @@ class VisionDecoder(Qwen2Decoder):
             ``image_grid_thw`` (N, 3) and ``mm_token_type_ids`` (N, P).
     """
 
-    def __init__(  # noqa: PLR0913 - Qwen2Decoder's arguments plus the images
+    def __init__(  # noqa: PLR0913 - LeanDecoder's arguments plus the images
         self,
         model: Qwen2_5_VLForConditionalGeneration,
-        weights: FusedQwen2Weights,
+        weights: FusedWeights,
         prompt_ids: torch.Tensor,
         prompt_mask: torch.Tensor,
         group_size: int,
