@@ -1,4 +1,5 @@
-"""creditflow from Python, outside Kedro: build a policy, configure GRPO, train, evaluate.
+"""creditflow from Python, outside Kedro: build a policy, configure GRPO, train, evaluate,
+export (``export_policy``: the weights and the tokenizer in one folder).
 
 A thin layer over the functions the Kedro nodes call (``models.load_policy``,
 ``models.train_bpe_tokenizer``, ``training.sft.run_sft``, ``training.grpo_runs.run_grpo``,
@@ -46,6 +47,7 @@ from creditflow.models import (
     load_tokenizer,
     train_bpe_tokenizer,
 )
+from creditflow.models.export import export_policy  # noqa: F401  (part of this API)
 from creditflow.reporting.tables import metrics_frame
 from creditflow.rewards import REWARD_INPUTS
 from creditflow.rewards.plugins import TRLReward, is_builtin_reward
