@@ -164,3 +164,28 @@ def test_no_tracked_file_cites_an_issue_number_or_the_spec():
             if TRACKER_REFERENCE.search(line):
                 offending.append(f"{name}:{number}: {line.strip()[:100]}")
     assert not offending, "\n".join(offending)
+
+
+INTERVAL = re.compile(r"[+-]\d\.\d{3} \[[+-]\d\.\d{3}, [+-]\d\.\d{3}\]")
+SPEED = re.compile(r"^Speed: .*?\n\n", re.MULTILINE | re.DOTALL)
+
+
+def test_published_figures_come_from_the_results_pages():
+    # Every interval the README and the docs home page quote is one that docs/results.md or
+    # benchmarks/README.md (dated, with its command) reports, and the two pages quote the
+    # same speed figures.
+    sources = (ROOT / "docs/results.md").read_text(encoding="utf-8")
+    sources += (ROOT / "benchmarks/README.md").read_text(encoding="utf-8")
+    pages = {
+        name: (ROOT / name).read_text(encoding="utf-8") for name in ("README.md", "docs/index.md")
+    }
+    unsourced = {
+        name: [figure for figure in INTERVAL.findall(text) if figure not in sources]
+        for name, text in pages.items()
+    }
+    assert unsourced == {"README.md": [], "docs/index.md": []}
+    speeds = {
+        name: re.findall(r"\d+(?:\.\d+)?(?:-\d+(?:\.\d+)?)?x", SPEED.search(text)[0])
+        for name, text in pages.items()
+    }
+    assert speeds["README.md"] == speeds["docs/index.md"] != []
