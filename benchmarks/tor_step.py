@@ -40,9 +40,9 @@ from creditflow.config.grpo import GRPOConfig
 from creditflow.config.supervised import SFTConfig
 from creditflow.pipelines.tor import nodes
 from creditflow.rollout import SamplingSettings, VisionLanguagePolicy, as_visual_prompt
-from creditflow.training.evaluation import TextRewards
 from creditflow.training.grpo import GRPOTrainer
 from creditflow.training.grpo_runs import strategy_config, vision_language_policy
+from creditflow.training.rewards import BoundRewards
 from creditflow.training.vl_sft import train_vl_sft
 
 PHASES = ("time/rollout_s", "time/update_s", "time/no_image_pass_s", "time/tor_weights_s")
@@ -101,7 +101,7 @@ def run(
     config, _ = strategy_config(params, params["strategies"][name])
     config = GRPOConfig(**{**config.to_dict(), "seed": seed})
     policy = vision_language_policy(copy.deepcopy(model), processor, config, **cache_bytes)
-    rewards = TextRewards(
+    rewards = BoundRewards(
         params["reward_functions"],
         list(tasks["question"]),
         list(tasks["answer"]),

@@ -17,7 +17,7 @@ from creditflow import api
 from creditflow.errors import ConfigError
 from creditflow.rewards import REWARD_FUNCTIONS, REWARD_INPUTS
 from creditflow.tasks.tapo import format_tapo_target, generate_tapo_problems, tapo_prompt
-from creditflow.training.evaluation import TextRewards
+from creditflow.training.rewards import BoundRewards
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "python_api.md"
 TINY = {"source": "tiny", "tiny": {"hidden_size": 32, "num_hidden_layers": 1}}
@@ -71,7 +71,7 @@ def boxed_matches(prompts, completions, ground_truth, **kwargs):
 
 
 def test_a_trl_style_reward_function_works_unchanged_next_to_a_builtin():
-    rewards = TextRewards(
+    rewards = BoundRewards(
         ["format", length_penalty, boxed_matches],
         references=["Q0", "Q1"],
         answers=["3", "7"],
@@ -101,7 +101,7 @@ def test_bad_rewards_fail_before_training_and_say_why():
         api.reward_names([partial(length_penalty)])
     assert api.reward_names(["reasoning", length_penalty]) == ["reasoning", "length_penalty"]
     with pytest.raises(ValueError, match="returned 1 values for 2 completions"):
-        TextRewards([lambda completions, **kw: [1.0]], ["Q"], ["1"])(
+        BoundRewards([lambda completions, **kw: [1.0]], ["Q"], ["1"])(
             ["a", "b"], torch.tensor([0, 0])
         )
 
@@ -112,7 +112,7 @@ def test_a_none_score_means_does_not_apply_as_in_trl():
     def only_short(completions, **kwargs):
         return [None if len(c) > 3 else 1.0 for c in completions]
 
-    out = TextRewards([only_short], ["Q"], ["1"])(["ab", "abcdef"], torch.tensor([0, 0]))
+    out = BoundRewards([only_short], ["Q"], ["1"])(["ab", "abcdef"], torch.tensor([0, 0]))
     assert out["only_short"].tolist() == [1.0, 0.0]
     assert out["only_short/not_applicable"].tolist() == [0.0, 1.0]
 

@@ -19,7 +19,8 @@ Hugging Face ``Dataset``), one row per prompt:
 - any other column: passed on to callable rewards.
 
 **A reward** is a built-in name (``creditflow.rewards.REWARD_FUNCTIONS``: ``format``,
-``translation``, ``reasoning``, ``exact_match``) or a TRL-style callable ``fn(completions, **kwargs) ->
+``translation``, ``reasoning``, ``exact_match``, ``final_number``, ``number_format``) or a
+TRL-style callable ``fn(completions, **kwargs) ->
 list[float]`` (itself, or named by its import path ``"package.module:function"`` or an entry
 point: ``creditflow.rewards.plugins``), called as TRL calls one: with ``completions`` (B
 strings), ``prompts`` and every other column of the dataset by name, one value per
@@ -52,13 +53,9 @@ from creditflow.reporting.tables import metrics_frame
 from creditflow.rewards import REWARD_INPUTS
 from creditflow.rewards.plugins import TRLReward, is_builtin_reward
 from creditflow.training.checkpoint import CheckpointStore
-from creditflow.training.evaluation import (
-    Reward,
-    TextRewards,
-    evaluate_text_problems,
-    reward_columns,
-)
+from creditflow.training.evaluation import evaluate_text_problems
 from creditflow.training.grpo_runs import check_grpo_config, run_grpo
+from creditflow.training.rewards import BoundRewards, Reward, reward_columns
 from creditflow.training.sft import run_sft
 from creditflow.training.strategies import RewardMetric
 
@@ -172,12 +169,12 @@ def grpo_config(**fields: Any) -> GRPOConfig:
 
 def reward_names(rewards: Sequence[Reward]) -> list[str]:
     """The names ``rewards`` go by (a callable's ``__name__``), checked as training checks
-    them (``training.evaluation.TextRewards``): built-in names exist, no name repeats.
+    them (``training.rewards.BoundRewards``): built-in names exist, no name repeats.
 
     Raises:
         ConfigError / ValueError: naming the reward and the valid ones.
     """
-    return list(TextRewards(rewards, [], []).functions)
+    return list(BoundRewards(rewards, [], []).functions)
 
 
 def as_dataset(data: Any, rewards: Sequence[Reward] = (), *, sft: bool = False) -> pd.DataFrame:
@@ -211,7 +208,7 @@ def as_dataset(data: Any, rewards: Sequence[Reward] = (), *, sft: bool = False) 
     for reward in (reward for reward in rewards if is_builtin_reward(reward)):
         for argument in REWARD_INPUTS[reward]:
             needed.setdefault(_INPUT_COLUMNS[argument], f"the {reward!r} reward")
-    for name, reward in TextRewards(rewards, [], []).functions.items():
+    for name, reward in BoundRewards(rewards, [], []).functions.items():
         if isinstance(reward, TRLReward):  # its required arguments are columns
             for column in reward.missing_columns(frame.columns):
                 needed.setdefault(column, f"the {name!r} reward")

@@ -45,7 +45,7 @@ import torch
 
 from creditflow.config.grpo import GRPOConfig
 from creditflow.rollout.batch import RolloutBatch
-from creditflow.training.evaluation import Reward, TextRewards
+from creditflow.training.rewards import BoundRewards, Reward
 from creditflow.training.strategies import (
     ADVANTAGE_STRATEGIES,
     TOKEN_WEIGHT_STRATEGIES,
@@ -304,7 +304,7 @@ def check_reward(
     seed: int = 0,
 ) -> list[float]:
     """The contract (module docstring) of a reward, called as training calls it
-    (``training.evaluation.TextRewards``); returns its scores of ``completions``.
+    (``training.rewards.BoundRewards``); returns its scores of ``completions``.
 
     Args:
         reward: a built-in name, an import path or entry point, or a TRL-style callable.
@@ -323,7 +323,7 @@ def check_reward(
     )
     columns = {"prompts": problems.get("prompt", [None] * n_problems)}
     columns |= {k: v for k, v in problems.items() if k != "prompt"}
-    scorer = TextRewards(
+    scorer = BoundRewards(
         [reward],
         problems.get("question_en", problems.get("reference", [None] * n_problems)),
         problems.get("answer", [None] * n_problems),

@@ -12,8 +12,8 @@ import torch
 
 from creditflow.algorithms import policy_loss
 from creditflow.rewards import TRANSLATION_CLOSE, translation_segment_end
-from creditflow.training.evaluation import TextRewards
 from creditflow.training.grpo_runs import language_policy
+from creditflow.training.rewards import BoundRewards
 from tests.training.helpers import make_trainer, spy
 
 TAPO_REWARDS = ["format", "translation", "reasoning"]
@@ -205,7 +205,7 @@ def test_tapo_advantages_follow_the_segment_boundary_in_a_real_rollout(
     make_format_model, tapo_tokenizer, format_prompts, monkeypatch
 ):
     model = make_format_model()
-    rewards_fn = TextRewards(TAPO_REWARDS, format_prompts, ["5", "5", "3", "8"])
+    rewards_fn = BoundRewards(TAPO_REWARDS, format_prompts, ["5", "5", "3", "8"])
     trainer = make_trainer(
         model,
         tapo_tokenizer,
@@ -236,7 +236,7 @@ def test_completions_without_a_closing_tag_score_zero_and_train(
     """An untrained policy writes arbitrary text: the real TAPO rewards score a completion with
     no </translation> 0 on format and translation, and the step still updates cleanly."""
     model = make_model()
-    rewards_fn = TextRewards(
+    rewards_fn = BoundRewards(
         TAPO_REWARDS, list(tapo_tasks["question_en"]), list(tapo_tasks["answer"])
     )
     trainer = make_trainer(

@@ -10,7 +10,6 @@ import torch
 from creditflow.rollout import LanguagePolicy, SamplingSettings
 from creditflow.training import CheckpointStore, GRPOConfig
 from creditflow.training.evaluation import (
-    TextRewards,
     evaluate_text_policy,
     evaluate_text_policy_sampled,
     greedy_completions,
@@ -18,6 +17,7 @@ from creditflow.training.evaluation import (
     score_completions,
 )
 from creditflow.training.grpo_runs import merge_overrides, run_grpo
+from creditflow.training.rewards import BoundRewards
 
 
 def test_merge_overrides_merges_mappings_one_level_and_replaces_rewards():
@@ -33,7 +33,7 @@ def test_merge_overrides_merges_mappings_one_level_and_replaces_rewards():
 
 
 def test_text_rewards_score_each_row_against_its_prompt():
-    rewards = TextRewards(["format", "reasoning"], ["Q0", "Q1"], ["3", "7"])
+    rewards = BoundRewards(["format", "reasoning"], ["Q0", "Q1"], ["3", "7"])
     out = rewards(
         ["<translation>Q1</translation> \\boxed{7}", "no tags \\boxed{3}", "\\boxed{3}"],
         torch.tensor([1, 1, 0]),
@@ -43,7 +43,7 @@ def test_text_rewards_score_each_row_against_its_prompt():
     assert out["format"].tolist() == [1.0, 0.0, 0.0]
     assert out["reasoning"].tolist() == [1.0, 0.0, 1.0]
     with pytest.raises(ValueError, match="bleu"):
-        TextRewards(["bleu"], [], [])
+        BoundRewards(["bleu"], [], [])
     table = score_completions(["\\boxed{3}"], ["Q0"], ["3"], ["reasoning"])
     assert list(table.columns) == ["reward/reasoning"]
     assert table["reward/reasoning"].tolist() == [1.0]

@@ -18,8 +18,8 @@ from creditflow.errors import ConfigError
 from creditflow.rewards.plugins import check_reward_name, plugin_reward
 from creditflow.testing import ToyPolicy, toy_batch
 from creditflow.training import GRPOConfig
-from creditflow.training.evaluation import TextRewards
 from creditflow.training.grpo_runs import _plugin_sources, build_grpo_config
+from creditflow.training.rewards import BoundRewards
 from creditflow.training.strategies import (
     TokenWeightStrategy,
     WeightContext,
@@ -132,7 +132,7 @@ def test_the_dataclass_and_entry_points_are_taken_as_they_are(mine):
         _weights({"name": "mine_pkg.mine:HALF"}), _weights(config.token_weights)
     )
     assert check_reward_name("short") == "short"
-    out = TextRewards(["short", "mine_pkg.mine:brevity"], ["Q"], ["1"])(
+    out = BoundRewards(["short", "mine_pkg.mine:brevity"], ["Q"], ["1"])(
         ["abcd", "ab"], torch.tensor([0, 0])
     )
     assert torch.equal(out["short"], out["mine_pkg.mine:brevity"])
@@ -194,7 +194,7 @@ def test_a_strategy_of_the_other_kind_is_refused(mine):
         ("mine_pkg.mine:HALF", r"takes no 'completions'|not a function|does not fit"),
         (
             "bleu",
-            r"unknown reward 'bleu'; valid: \['exact_match', 'format', 'reasoning', 'translation'\] \(built in\), \['short'\] \(installed entry points\)",
+            r"unknown reward 'bleu'; valid: \['exact_match', 'final_number', 'format', 'number_format', 'reasoning', 'translation'\] \(built in\), \['short'\] \(installed entry points\)",
         ),
     ],
 )
@@ -204,7 +204,7 @@ def test_a_reward_that_cannot_work_fails_before_training(mine, name, expected):
 
 
 def test_a_reward_is_called_as_trl_calls_one(mine):
-    by_answer = TextRewards(
+    by_answer = BoundRewards(
         ["mine_pkg.mine:by_answer"],
         ["Q0", "Q1"],
         ["7", "3"],

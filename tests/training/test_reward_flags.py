@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from creditflow.errors import ConfigError
-from creditflow.training.evaluation import TextRewards, score_completions
+from creditflow.training.evaluation import score_completions
 from creditflow.training.grpo_runs import build_grpo_config
+from creditflow.training.rewards import BoundRewards
 from tests.training.helpers import make_trainer, spy
 
 HOSTILE = "\\boxed{9^{9^{9^{9}}}}"
@@ -31,7 +32,7 @@ def test_a_flag_is_counted_and_never_rewarded(
 
 
 def test_text_rewards_return_each_reward_and_its_flags():
-    rewards = TextRewards(["format", "reasoning"], ["Q0", "Q1"], ["3", "7"])
+    rewards = BoundRewards(["format", "reasoning"], ["Q0", "Q1"], ["3", "7"])
     out = rewards(["\\boxed{7}", HOSTILE, "\\boxed{3}"], torch.tensor([1, 1, 0]))
     assert set(out) == {
         "format",
@@ -49,14 +50,14 @@ def test_text_rewards_return_each_reward_and_its_flags():
 
 
 def test_text_rewards_pass_the_options_on():
-    rewards = TextRewards(["reasoning"], ["Q"], ["12345"], {"reasoning": {"max_answer_chars": 4}})
+    rewards = BoundRewards(["reasoning"], ["Q"], ["12345"], {"reasoning": {"max_answer_chars": 4}})
     out = rewards(["\\boxed{12345}"], torch.tensor([0]))
     assert out["reasoning"].tolist() == [0.0]
     assert out["reasoning/rejected"].tolist() == [1.0]
     with pytest.raises(ValueError, match=r"options for rewards \['format'\]"):
-        TextRewards(["reasoning"], ["Q"], ["1"], {"format": {}})
+        BoundRewards(["reasoning"], ["Q"], ["1"], {"format": {}})
     with pytest.raises(ValueError, match="unknown option"):
-        TextRewards(["reasoning"], ["Q"], ["1"], {"reasoning": {"budget": 1.0}})
+        BoundRewards(["reasoning"], ["Q"], ["1"], {"reasoning": {"budget": 1.0}})
 
 
 GRPO = {"steps": 1, "prompts_per_step": 2, "group_size": 2}

@@ -44,11 +44,11 @@ from creditflow.training.checkpoint import (
     run_store,
     tokenizer_digest,
 )
-from creditflow.training.evaluation import Reward, TextRewards
 from creditflow.training.fsdp import unsharded_copy
 from creditflow.training.grpo import GRPOResult, GRPOTrainer
 from creditflow.training.launch import run_data_parallel
 from creditflow.training.memory import check_rollout_fits, device_memory_bytes
+from creditflow.training.rewards import BoundRewards, Reward
 from creditflow.training.strategies import (
     ADVANTAGE_STRATEGIES,
     TOKEN_WEIGHT_STRATEGIES,
@@ -299,7 +299,7 @@ def train_grpo_process(
     reward_columns: dict[str, list[Any]] | None = None,
 ) -> tuple[Any, GRPOResult]:
     """One process of ``run_grpo`` (module level: spawned workers import it by name)."""
-    rewards = TextRewards(
+    rewards = BoundRewards(
         reward_names, references, answers, config.reward_options, columns=reward_columns
     )
     trainer = GRPOTrainer(
@@ -338,8 +338,8 @@ def run_grpo(
     entry point; the code of a callable reward and the columns it reads are not part of that
     key).
 
-    ``reward_names``: built-in reward names and TRL-style callables (``TextRewards``), which
-    get ``reward_columns`` (one value per prompt; ``evaluation.reward_columns``).
+    ``reward_names``: built-in reward names and TRL-style callables (``BoundRewards``), which
+    get ``reward_columns`` (one value per prompt; ``rewards.reward_columns``).
     ``distributed``: ``{"num_processes": N, "accelerate": {...Accelerator options...}}`` runs
     the training data-parallel in N processes (``creditflow.training.launch``; a callable
     reward must then be importable by name, as the workers are spawned); None or N = 1
@@ -400,7 +400,7 @@ def run_vl_grpo(
     """GRPO on a copy of a vision-language ``model`` (ToR when ``config.token_weights`` names
     a ``tor*`` strategy); resumes from ``checkpoints`` when a run with the same starting
     weights, prompts (texts and pixels) and config left one there. ``reward_columns``: the
-    TRL-style rewards' keyword arguments, one value per prompt (``evaluation.reward_columns``).
+    TRL-style rewards' keyword arguments, one value per prompt (``rewards.reward_columns``).
     ``cache_bytes``: the policy's cache budgets (``vision_language_policy``); they change no
     result, so they are not part of the checkpoint key."""
     model = copy.deepcopy(model)
@@ -419,7 +419,7 @@ def run_vl_grpo(
             processor.image_processor.to_dict(),
             *[plugins] if plugins else [],
         )
-    rewards = TextRewards(
+    rewards = BoundRewards(
         reward_names, references, answers, config.reward_options, columns=reward_columns
     )
     policy = vision_language_policy(model, processor, config, **(cache_bytes or {}))

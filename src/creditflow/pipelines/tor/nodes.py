@@ -40,11 +40,12 @@ from creditflow.tasks.splits import (
 )
 from creditflow.tasks.tor import format_tor_target, generate_tor_problems, tor_prompt
 from creditflow.training.checkpoint import CheckpointStore
-from creditflow.training.evaluation import evaluate_vl_problems, reward_columns
+from creditflow.training.evaluation import evaluate_vl_problems
 from creditflow.training.grpo_runs import (
     run_vl_grpo,
     strategy_config,
 )
+from creditflow.training.rewards import reward_columns
 from creditflow.training.threads import torch_threads
 from creditflow.training.vl_sft import run_vl_sft
 
