@@ -31,3 +31,11 @@ def test_a_fresh_clone_runs_each_comparison_in_the_smoke_environment(fresh_clone
     assert len(table) >= 2  # the warm start and the strategies
     if pipeline != "grpo":  # grpo reads no real data set
         assert "has no saved version: the evaluation skips its rows" in done.stdout + done.stderr
+
+
+def test_a_fresh_clone_runs_the_experience_chain_in_the_smoke_environment(fresh_clone):
+    # A bare `kedro run` is the chain, from the synthetic catalogue to the A/B table.
+    done = kedro_cli(fresh_clone, "run", "--env", "smoke")
+    assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
+    (table,) = (fresh_clone / "data/08_reporting/reranker_evaluation.csv").glob("*/*.csv")
+    assert len(pd.read_csv(table)) >= 2
