@@ -22,6 +22,10 @@ Usage::
 
     .venv/bin/python benchmarks/grpo_step.py --impl creditflow --model-dir DIR \\
         --group-size 8 --prompts 4 --max-new-tokens 64 --steps 5 --threads 2 --profile
+
+A real checkpoint (a plain Hugging Face folder with its tokenizer and chat template, e.g. the
+``creditflow fetch-model smollm2-135m-instruct`` one) runs the tiny model's prompts with
+``--model-dir CHECKPOINT --prompts-file DIR/prompts.jsonl``.
 """
 
 from __future__ import annotations
@@ -157,9 +161,11 @@ class PhaseTimer:
         }
 
 
-def read_prompts(model_dir: Path, n_prompts: int) -> tuple[list[str], list[str]]:
-    """The first ``n_prompts`` (prompt, answer) pairs of ``model_dir/prompts.jsonl``."""
-    path = model_dir / PROMPTS_FILE
+def read_prompts(path: Path, n_prompts: int) -> tuple[list[str], list[str]]:
+    """The first ``n_prompts`` (prompt, answer) pairs of ``path``, a ``prompts.jsonl`` or a
+    folder holding one."""
+    if path.is_dir():
+        path = path / PROMPTS_FILE
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
     if len(rows) < n_prompts:
         raise ValueError(f"{path} has {len(rows)} prompts but --prompts asks for {n_prompts}")
@@ -494,6 +500,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--impl", required=True, choices=sorted(IMPLEMENTATIONS))
     parser.add_argument("--model-dir", type=Path, required=True, help="from make_tiny_model.py")
+    parser.add_argument(
+        "--prompts-file",
+        type=Path,
+        default=None,
+        help="the prompts.jsonl to read (default: the one in --model-dir); lets a real "
+        "checkpoint, e.g. the fetched SmolLM2-135M-Instruct, run make_tiny_model.py's prompts",
+    )
     parser.add_argument("--group-size", type=int, default=8, help="G")
     parser.add_argument("--prompts", type=int, default=4, help="P prompts per step")
     parser.add_argument("--max-new-tokens", type=int, default=64, help="T")
@@ -535,7 +548,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
-    prompts, answers = read_prompts(args.model_dir, args.prompts)
+    prompts, answers = read_prompts(args.prompts_file or args.model_dir, args.prompts)
     work = Workload(
         model_dir=args.model_dir,
         prompts=prompts,
