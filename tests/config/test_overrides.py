@@ -193,7 +193,7 @@ def test_an_unknown_group_under_params_fails_before_the_pipelines_load(project):
             session.run(pipeline_names=["tapo"])
     assert str(error.value).startswith(
         "--params: unknown parameter group `tpao` (did you mean `tapo`?); valid parameter "
-        "groups: annotation, data_ingest, "
+        "groups: annotation, credit_gym, data_ingest, "
     )
     assert counter.started == []
     assert not (project / "mlruns").exists()  # before MLflow opened its store

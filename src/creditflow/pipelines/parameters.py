@@ -38,6 +38,7 @@ from creditflow.config.schema import (
     problems,
 )
 from creditflow.errors import ConfigError
+from creditflow.pipelines.credit_gym_parameters import CreditGymParams
 from creditflow.pipelines.parameter_blocks import (
     SFT,
     ComparisonGRPO,
@@ -243,13 +244,17 @@ COMPARISON_SCHEMAS: Mapping[str, type[Block]] = {
     "tor": TorParams,
     "grpo": GrpoParams,
 }
-GROUPS = frozenset(COMPARISON_SCHEMAS) | CHAIN_GROUPS
+# Groups of other pipelines whose schema lives beside them (torch-free modules).
+OTHER_SCHEMAS: Mapping[str, type[Block]] = {"credit_gym": CreditGymParams}
+GROUPS = frozenset(COMPARISON_SCHEMAS) | CHAIN_GROUPS | frozenset(OTHER_SCHEMAS)
 
 
 def schema_of(group: str) -> type[Block] | None:
     """The schema of parameter group ``group``, None for a group without one."""
     if group in COMPARISON_SCHEMAS:
         return COMPARISON_SCHEMAS[group]
+    if group in OTHER_SCHEMAS:
+        return OTHER_SCHEMAS[group]
     if group not in CHAIN_GROUPS:
         return None
     # Imported here, only when a chain group is checked: its configs and option signatures
