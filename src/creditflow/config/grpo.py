@@ -526,6 +526,45 @@ class CreditInspection(_Spec):
         None, description="the 1-based steps recorded; null: the first, a middle and the last"
     )
     rollouts: int = Field(4, description="completions of each recorded batch")
+    deserved: CreditInspection.Deserved | None = Field(
+        None,
+        description="the deserved credit of the recorded tokens, estimated by Monte Carlo "
+        "(training.deserved_credit): {continuations: K, every: n or segments}, the value of "
+        "each prefix ending a span (every n tokens, or TAPO's segment border) from K sampled "
+        "continuations, a span's credit the change in value across it; it samples K "
+        "continuations per span of every recorded completion (measured at the tiny defaults "
+        "of docs/concepts/credit_inspector.md: DESERVED_COST). null: off",
+    )
+
+    class Deserved(_Spec):
+        """``credit_inspector.deserved``: K continuations per prefix and the span spacing."""
+
+        continuations: int = Field(
+            8,
+            description="K: continuations sampled from each prefix (the estimate's error ~ 1/sqrt(K))",
+        )
+        every: int | str = Field(
+            1,
+            description="a prefix value every n completion tokens (1: every token), or 'segments'",
+        )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _parse_deserved(cls, data: Any) -> Any:
+        """``deserved`` checked on its own, so a wrong key is named with its valid ones."""
+        if not isinstance(data, dict) or not isinstance(data.get("deserved"), dict):
+            return data
+        d = _spec(cls.Deserved, "credit_inspector.deserved", data["deserved"])
+        if isinstance(d.continuations, bool) or d.continuations < 1:
+            raise ConfigError(
+                f"credit_inspector.deserved.continuations (K) must be >= 1, got {d.continuations}"
+            )
+        if d.every != "segments" and (isinstance(d.every, bool | str) or d.every < 1):
+            raise ConfigError(
+                f"credit_inspector.deserved.every must be an int >= 1 (a value every n tokens) "
+                f"or 'segments', got {d.every!r}"
+            )
+        return {**data, "deserved": d}
 
     def recorded_steps(self, total: int) -> set[int]:
         """The 1-based steps recorded in a run of ``total`` steps.

@@ -8,6 +8,12 @@ each strategy; later recorded steps show each strategy's own. Only the first see
 The colour scale is shared by every strategy of a step: blue positive, red negative, white 0
 (a token the strategy did not select is white).
 
+With the deserved credit on (``credit_inspector.deserved``: a ``deserved`` column), each
+completion first shows the credit its tokens deserve (one line for the strategies that sampled
+that same completion, on a colour scale of its own: reward units, not advantage units), then
+each strategy's assigned credit; ``deserved_recovery`` scores how well each strategy's credit
+recovers the deserved one (``algorithms.prefix_values.recovery_scores``) and the page lists it.
+
 ``tables``: strategy name -> its credit table (the rows of ``training.credit``, with a ``seed``
 column when they come from a comparison).
 """
@@ -21,7 +27,10 @@ from collections.abc import Mapping
 import matplotlib
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+import torch  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+
+from creditflow.algorithms.prefix_values import recovery_scores  # noqa: E402
 
 matplotlib.use("Agg")  # headless: figures are written to files, never shown
 
@@ -39,10 +48,52 @@ def first_seed(tables: Mapping[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
     return {name: table[table["seed"] == seed] for name, table in tables.items()}
 
 
-def credit_scale(tables: Mapping[str, pd.DataFrame]) -> float:
-    """The largest |credit| of the tables (1.0 when every credit is 0), the colour scale's end."""
-    largest = max((table["credit"].abs().max() for table in tables.values()), default=0.0)
+def credit_scale(tables: Mapping[str, pd.DataFrame], column: str = "credit") -> float:
+    """The largest |``column``| of the tables that have it (1.0 when all are 0), the colour
+    scale's end."""
+    largest = max(
+        (table[column].abs().max() for table in tables.values() if column in table.columns),
+        default=0.0,
+    )
     return float(largest) if largest and math.isfinite(largest) else 1.0
+
+
+def has_deserved(tables: Mapping[str, pd.DataFrame]) -> bool:
+    """Whether any table carries the deserved credit (``credit_inspector.deserved``)."""
+    return any("deserved" in table.columns for table in tables.values())
+
+
+def deserved_recovery(tables: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """Per strategy (and seed) and recorded step, how well its credit (``advantage x weight``)
+    recovers the deserved credit of the same tokens: ``recovery_auc``, ``recovery_spearman``
+    and the completions they average over (``algorithms.prefix_values.recovery_scores``).
+    Tables without a ``deserved`` column are left out; no table: an empty frame."""
+    found = []
+    for name, table in tables.items():
+        if table.empty or "deserved" not in table.columns:
+            continue
+        keys = ["seed", "step"] if "seed" in table.columns else ["step"]
+        for key, at in table.groupby(keys, sort=True):
+            rows = sorted(at["row"].unique())
+            width = int(at["position"].max()) + 1
+            assigned = torch.zeros(len(rows), width, dtype=torch.float64)
+            deserved, mask = torch.zeros_like(assigned), torch.zeros_like(assigned)
+            index = {row: i for i, row in enumerate(rows)}
+            for row, position, credit, value in at[
+                ["row", "position", "credit", "deserved"]
+            ].itertuples(index=False):
+                assigned[index[row], position] = credit
+                deserved[index[row], position] = value
+                mask[index[row], position] = 1.0
+            scores = recovery_scores(assigned, deserved, mask)
+            found.append(
+                {
+                    "strategy": name,
+                    **dict(zip(keys, key if isinstance(key, tuple) else (key,), strict=True)),
+                    **{k.removeprefix("credit/"): v for k, v in scores.items()},
+                }
+            )
+    return pd.DataFrame(found)
 
 
 def credit_colour(value: float, scale: float) -> str:
@@ -91,19 +142,53 @@ def credit_html(tables: Mapping[str, pd.DataFrame], title: str = "Token credit")
         at_step = {name: table[table["step"] == step] for name, table in shown.items()}
         scale = credit_scale(at_step)
         parts.append(f"<h2>Step {step} (colour scale ±{scale:.3g})</h2>")
+        if has_deserved(at_step):
+            parts.append(
+                f"<p>Deserved credit: colour scale ±{credit_scale(at_step, 'deserved'):.3g} "
+                "(reward units).</p>"
+            )
         rows = sorted(set().union(*(table["row"].unique() for table in at_step.values())))
         for row in rows:
             parts.append('<table style="border-collapse:collapse;margin-bottom:1em">')
-            for name, table in at_step.items():
-                tokens = table[table["row"] == row].sort_values("position")
-                if tokens.empty:
-                    continue
-                parts.append(_strategy_line(name, tokens, scale))
+            parts += _completion_lines(at_step, row, scale)
             parts.append("</table>")
+    if has_deserved(shown):
+        parts += _recovery_section(deserved_recovery(shown))
     return "\n".join([*parts, "</body></html>"])
 
 
-def _strategy_line(name: str, tokens: pd.DataFrame, scale: float) -> str:
+def _completion_lines(at_step: Mapping[str, pd.DataFrame], row: int, scale: float) -> list[str]:
+    """The lines of one completion slot: for each distinct completion (the strategies that
+    sampled the same tokens share it), its deserved credit first, when recorded, then each of
+    those strategies' assigned credit."""
+    groups: dict[tuple[int, ...], list[tuple[str, pd.DataFrame]]] = {}
+    for name, table in at_step.items():
+        tokens = table[table["row"] == row].sort_values("position")
+        if not tokens.empty:
+            groups.setdefault(tuple(tokens["token_id"]), []).append((name, tokens))
+    deserved_scale = credit_scale(at_step, "deserved")
+    lines = []
+    for members in groups.values():
+        names, tokens = [n for n, _ in members], members[0][1]
+        if "deserved" in tokens.columns:
+            label = f"deserved ({', '.join(names)})"
+            lines.append(_strategy_line(label, tokens, deserved_scale, "deserved"))
+        lines += [_strategy_line(name, own, scale) for name, own in members]
+    return lines
+
+
+def _recovery_section(scores: pd.DataFrame) -> list[str]:
+    """The recovery scores as an HTML table."""
+    head = (
+        "<h2>Credit recovery</h2><p>Per completion, then averaged: the AUC with which "
+        "|advantage x weight| separates the tokens of high deserved credit (at least half the "
+        "completion's largest |deserved|) from those of about none (at most a tenth), and the "
+        "Spearman rank correlation of assigned and deserved credit.</p>"
+    )
+    return [head, scores.to_html(index=False, float_format=lambda v: f"{v:.3f}", na_rep="NaN")]
+
+
+def _strategy_line(name: str, tokens: pd.DataFrame, scale: float, column: str = "credit") -> str:
     first = tokens.iloc[0]
     rewards = ", ".join(
         f"{column.removeprefix('reward/')} {first[column]:.3g}"
@@ -112,8 +197,12 @@ def _strategy_line(name: str, tokens: pd.DataFrame, scale: float) -> str:
     )
     head = (
         f"<b>{html.escape(name)}</b><br>prompt {first['prompt_id']}, completion "
-        f"{first['completion']}<br>{html.escape(rewards)}<br>selected "
-        f"{tokens['selected'].mean():.0%}"
+        f"{first['completion']}<br>{html.escape(rewards)}<br>"
+        + (
+            f"selected {tokens['selected'].mean():.0%}"
+            if column == "credit"
+            else "Monte Carlo estimate"
+        )
     )
     spans = []
     for token in tokens.itertuples(index=False):
@@ -122,11 +211,14 @@ def _strategy_line(name: str, tokens: pd.DataFrame, scale: float) -> str:
             f"; entropy {token.entropy:.3g}; image logp diff {token.image_logp_diff:.3g}; "
             f"ratio {token.ratio:.4g}{' (clipped)' if token.clipped else ''}"
         )
+        if "deserved" in tokens.columns:
+            tip += f"; deserved {token.deserved:.4g}; prefix value {token.prefix_value:.4g}"
+        value = getattr(token, column)
         style = (
-            f"background:{credit_colour(token.credit, scale)};"
+            f"background:{credit_colour(value, scale)};"
             f"border-bottom:3px solid {SEGMENT_COLOURS.get(token.segment, '#bbbbbb')}"
             # Dark backgrounds get white text, so every token stays readable.
-            + (";color:#ffffff" if abs(token.credit) > 0.6 * scale else "")
+            + (";color:#ffffff" if abs(value) > 0.6 * scale else "")
         )
         spans.append(
             f'<span title="{html.escape(tip)}" style="{style}">{html.escape(token.token)}</span>'

@@ -21,6 +21,12 @@ Where a value comes from:
 - ``segment``: ``translation`` through the token that completes ``</translation>``,
   ``reasoning`` after it; ``other`` in a completion without the closing tag (TAPO credits such a
   completion as all translation).
+- ``deserved`` / ``prefix_value`` (only with ``credit_inspector.deserved``): the credit the
+  token deserves, the change in expected reward across its span estimated from K continuations
+  the policy samples from each span's start (``training.deserved_credit``), and the estimated
+  value of the prefix that ends with the token where a span ends (NaN inside a span). Those
+  continuations draw from their own seeded random stream, so the run's own draws (and so its
+  training) are the same with the estimate on or off.
 
 Shape symbols: ``B`` sequences, ``K`` recorded completions, ``T`` completion tokens.
 """
@@ -35,6 +41,13 @@ from creditflow.algorithms import IMPORTANCE_LEVELS, SURROGATES
 from creditflow.config.grpo import CreditInspection, GRPOConfig
 from creditflow.rewards import translation_segment_end
 from creditflow.rollout.batch import RolloutBatch
+from creditflow.training.deserved_credit import (
+    estimate_deserved_credit,
+    language_prefix_sampler,
+    reward_scorer,
+    span_boundaries,
+)
+from creditflow.training.seeding import step_seed
 from creditflow.training.strategies.tapo import REASONING, translation_segment_ids
 
 CREDIT_COLUMNS = (
@@ -56,6 +69,11 @@ CREDIT_COLUMNS = (
     "clipped",
 )
 SEGMENT_NAMES = ("translation", "reasoning", "other")
+# The columns ``credit_inspector.deserved`` adds after CREDIT_COLUMNS.
+DESERVED_COLUMNS = ("deserved", "prefix_value")
+# The salt of the deserved-credit continuations' seed (training.seeding.step_seed): a stream
+# of their own, apart from the rollout's and the token-weight strategies'.
+DESERVED_SALT = 29
 
 
 def token_texts(ids: list[int], tokenizer) -> list[str]:
@@ -97,13 +115,24 @@ def segment_labels(
 class CreditRecorder:
     """Records the credit of the first ``inspection.rollouts`` completions at the recorded
     steps. The trainer calls ``begin`` before the update of a step it records (``records``),
-    ``observe`` from every loss forward, and ``finish`` after the update for the rows."""
+    ``observe`` from every loss forward, and ``finish`` after the update for the rows.
+    ``reward_fn``: the run's reward function, which the deserved credit scores its sampled
+    continuations with (needed only with ``inspection.deserved``)."""
 
-    def __init__(self, inspection: CreditInspection, config: GRPOConfig, scores_image: bool):
+    def __init__(
+        self,
+        inspection: CreditInspection,
+        config: GRPOConfig,
+        scores_image: bool,
+        reward_fn: Any = None,
+    ):
+        if inspection.deserved is not None and reward_fn is None:
+            raise ValueError("credit_inspector.deserved scores continuations: pass reward_fn")
         self.inspection = inspection
         self.config = config
         self.steps = inspection.recorded_steps(config.steps)
         self.scores_image = scores_image  # the strategy runs the no-image pass (ToR)
+        self.reward_fn = reward_fn
         self._active: dict[str, Any] | None = None
 
     def records(self, step: int) -> bool:
@@ -144,7 +173,43 @@ class CreditRecorder:
             "ratio": torch.ones(len(rows), batch.completion_ids.shape[1]),  # (K, T)
             "clipped": torch.zeros(len(rows), batch.completion_ids.shape[1], dtype=torch.bool),
             "tokenizer": policy.tokenizer,
+            "deserved": self._deserved(step, sub, rewards, rows, policy),
         }
+
+    def _deserved(
+        self,
+        step: int,
+        sub: RolloutBatch,
+        rewards: dict[str, torch.Tensor],
+        rows: torch.Tensor,
+        policy: Any,
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The recorded rows' (K, T) deserved credit and (K, T + 1) prefix values, or None
+        when the estimate is off. Sampled before the update, from the policy that drew them."""
+        spec = self.inspection.deserved
+        if spec is None:
+            return None
+        mask = sub.completion_mask
+        segment_ids = None
+        if spec.every == "segments":
+            segment_ids = translation_segment_ids(
+                sub.completion_ids.cpu(), mask.cpu(), sub.completion_texts, policy.tokenizer
+            )
+        boundaries = span_boundaries(spec.every, mask.cpu(), segment_ids)
+        final = sum(
+            w * rewards[name][rows].float().cpu() for name, w in self.config.rewards.items()
+        )
+        device = getattr(policy, "device", torch.device("cpu"))
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            torch.manual_seed(step_seed(self.config.seed, step, DESERVED_SALT))
+            return estimate_deserved_credit(
+                language_prefix_sampler(policy, sub),
+                reward_scorer(self.reward_fn, self.config.rewards, sub, policy.tokenizer),
+                boundaries,
+                mask.cpu(),
+                final,
+                spec.continuations,
+            )
 
     def observe(
         self,
@@ -196,6 +261,7 @@ class CreditRecorder:
         )
         entropy = None if batch.entropy is None else batch.entropy.float().cpu()
         nan = float("nan")
+        deserved = active["deserved"]  # None, or (K, T) credit and (K, T + 1) values
         rows = []
         for k in range(batch.batch_size):
             n_valid = int(mask[k].sum())
@@ -228,13 +294,21 @@ class CreditRecorder:
                         **rewards,
                     }
                 )
+                if deserved is not None:
+                    rows[-1]["deserved"] = float(deserved[0][k, t])
+                    rows[-1]["prefix_value"] = float(deserved[1][k, t + 1])
         return rows
 
 
-def credit_recorder(config: GRPOConfig, token_weights: Any) -> CreditRecorder | None:
+def credit_recorder(
+    config: GRPOConfig, token_weights: Any, reward_fn: Any = None
+) -> CreditRecorder | None:
     """The run's recorder, None when ``config.credit_inspector`` is off. ``token_weights``: the
-    run's ``TokenWeightStrategy`` (whether it scores the no-image pass)."""
+    run's ``TokenWeightStrategy`` (whether it scores the no-image pass); ``reward_fn``: the
+    run's reward function (the deserved credit's scorer)."""
     inspection = config.credit_inspection()
     if inspection is None:
         return None
-    return CreditRecorder(inspection, config, scores_image=token_weights.needs_rollout_logprobs)
+    return CreditRecorder(
+        inspection, config, scores_image=token_weights.needs_rollout_logprobs, reward_fn=reward_fn
+    )

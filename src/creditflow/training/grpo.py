@@ -178,7 +178,7 @@ class GRPOTrainer:
         self.advantage = advantage_strategy(config)
         self.dynamic_sampling = config.dynamic_sampling_spec()
         self.token_weights = token_weight_strategy(config)
-        self.credit = credit_recorder(config, self.token_weights)  # None: inspector off
+        self.credit = credit_recorder(config, self.token_weights, reward_fn)  # None: off
         # The caller's first, then the strategy's own: a key both report keeps the strategy's.
         self.reward_metrics = [*reward_metrics, *self.advantage.reward_metrics(config.advantage)]
         self.result = GRPOResult()
