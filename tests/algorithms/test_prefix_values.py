@@ -1,4 +1,5 @@
-"""The math of Monte Carlo credit (creditflow.algorithms.prefix_values), by hand."""
+"""The math of Monte Carlo credit (creditflow.algorithms.prefix_values) and the recovery
+scores (creditflow.reporting.recovery), by hand."""
 
 import math
 
@@ -7,12 +8,10 @@ import torch
 from creditflow.algorithms.prefix_values import (
     every_n_boundaries,
     known_prefixes,
-    recovery_scores,
     segment_boundaries,
-    separation_auc,
     span_credits,
-    spearman,
 )
+from creditflow.reporting.recovery import recovery_scores, separation_auc, spearman
 
 NAN = float("nan")
 

@@ -300,7 +300,9 @@ class GRPOConfig(BaseModel):
         description="record the credit of a few completions token by token "
         "(training.credit), {steps: null, rollouts: 4}: at the listed steps (1-based; null: "
         "the first, a middle and the last step) one row per completion token of the first "
-        "rollouts completions of the batch. Observes only, so it is not part of a run's "
+        "rollouts completions of the batch; deserved: {continuations: K, every: n or "
+        "segments} adds the Monte Carlo deserved credit of those tokens (CreditInspection; "
+        "docs/concepts/credit_inspector.md). Observes only, so it is not part of a run's "
         "checkpoint key (run_key). null: off",
     )
 
@@ -530,10 +532,12 @@ class CreditInspection(_Spec):
         None,
         description="the deserved credit of the recorded tokens, estimated by Monte Carlo "
         "(training.deserved_credit): {continuations: K, every: n or segments}, the value of "
-        "each prefix ending a span (every n tokens, or TAPO's segment border) from K sampled "
-        "continuations, a span's credit the change in value across it; it samples K "
-        "continuations per span of every recorded completion (measured at the tiny defaults "
-        "of docs/concepts/credit_inspector.md: DESERVED_COST). null: off",
+        "each prefix that starts a span (every n tokens, or at TAPO's segment border) from K "
+        "continuations the policy samples from it, a span's credit the change in value across "
+        "it. It samples K continuations per span of each recorded completion: at the test "
+        "suite's tiny policy (4 recorded completions of 8 tokens, 2 CPU cores) a recorded step "
+        "took 0.29 s with {} (K 8, every token) and 0.12 s with every: segments, against "
+        "0.08 s without. null: off",
     )
 
     class Deserved(_Spec):

@@ -12,7 +12,7 @@ With the deserved credit on (``credit_inspector.deserved``: a ``deserved`` colum
 completion first shows the credit its tokens deserve (one line for the strategies that sampled
 that same completion, on a colour scale of its own: reward units, not advantage units), then
 each strategy's assigned credit; ``deserved_recovery`` scores how well each strategy's credit
-recovers the deserved one (``algorithms.prefix_values.recovery_scores``) and the page lists it.
+recovers the deserved one (``reporting.recovery.recovery_scores``) and the page lists it.
 
 ``tables``: strategy name -> its credit table (the rows of ``training.credit``, with a ``seed``
 column when they come from a comparison).
@@ -30,7 +30,7 @@ import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from creditflow.algorithms.prefix_values import recovery_scores  # noqa: E402
+from creditflow.reporting.recovery import recovery_scores  # noqa: E402
 
 matplotlib.use("Agg")  # headless: figures are written to files, never shown
 
@@ -66,7 +66,7 @@ def has_deserved(tables: Mapping[str, pd.DataFrame]) -> bool:
 def deserved_recovery(tables: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     """Per strategy (and seed) and recorded step, how well its credit (``advantage x weight``)
     recovers the deserved credit of the same tokens: ``recovery_auc``, ``recovery_spearman``
-    and the completions they average over (``algorithms.prefix_values.recovery_scores``).
+    and the completions they average over (``reporting.recovery.recovery_scores``).
     Tables without a ``deserved`` column are left out; no table: an empty frame."""
     found = []
     for name, table in tables.items():
