@@ -27,6 +27,14 @@ The full run (``benchmarks/README.md``, "Claim cards")::
     .venv/bin/python benchmarks/claims.py --seeds 5 --scratch /tmp/claims \\
         --out benchmarks/results/claims.md
 
+The Credit Gym's cards (``creditflow.reporting.credit_gym.GYM_CLAIMS``: TAPO against summed
+GRPO along the reward conflict, ToR against uniform along perception dependence, top-20 %
+entropy where forks are and are not high-entropy, random 20 % of tokens against full GRPO, and
+the gym's two positive controls) are judged by ``kedro run --pipelines credit_gym`` itself
+(``credit_gym_claims.csv``); ``--gym`` reads them again from a saved per-seed table::
+
+    .venv/bin/python benchmarks/claims.py --gym data/08_reporting/credit_gym_per_seed.csv/<version>/credit_gym_per_seed.csv
+
 tapo: 5 strategies x 5 seeds at the default budget (~75 s of GRPO + ~30 s of evaluation per
 run on the idle 2-core reference machine: ~45 min); tor: 5 strategies x 5 seeds after its
 4,000-step warm start (hours on 2 cores). ``--pipelines tapo`` runs one testbed; ``--params``
@@ -48,6 +56,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from creditflow.reporting.credit_gym import GYM_CLAIMS, claim_cards
 from creditflow.reporting.stats import interval_text, minimum_detectable_effect, t_interval
 
 HERE = Path(__file__).resolve().parent
@@ -194,6 +203,28 @@ def markdown(table: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+GYM_DEFAULTS_FILE = HERE.parent / "conf/base/parameters_credit_gym.yml"
+
+
+def gym_cards(per_seed: pd.DataFrame, defaults: dict[str, float] | None = None) -> pd.DataFrame:
+    """The Credit Gym's cards (``GYM_CLAIMS``) from its per-seed table, the default point
+    being the knob defaults of ``conf/base/parameters_credit_gym.yml`` unless given."""
+    if defaults is None:
+        conf = yaml.safe_load(GYM_DEFAULTS_FILE.read_text(encoding="utf-8"))
+        defaults = conf["credit_gym"]["defaults"]
+    return claim_cards(per_seed, defaults, GYM_CLAIMS)
+
+
+def gym_markdown(cards: pd.DataFrame) -> str:
+    columns = ["claim", "knob", "dose", "n_seeds", "measured", "verdict"]
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += [
+        "| " + " | ".join(str(row.get(c, "")) for c in columns) + " |"
+        for _, row in cards.iterrows()
+    ]
+    return "\n".join(lines)
+
+
 def _seeds_module():
     """benchmarks/seeds.py (its scratch project and session run), loaded by path: the
     benchmarks are scripts, not a package."""
@@ -219,7 +250,17 @@ def main() -> None:
         "<stem>_<group>_per_seed.csv holding the cards' strategies; a group named again adds "
         "a batch of seeds)",
     )
+    parser.add_argument(
+        "--gym",
+        type=Path,
+        metavar="CSV",
+        help="print the Credit Gym's cards from its per-seed table (credit_gym_per_seed.csv)",
+    )
     args = parser.parse_args()
+    if args.gym:
+        cards = gym_cards(pd.read_csv(args.gym))
+        write(f"Credit Gym ({args.gym})\n\n{gym_markdown(cards)}\n", cards, args.out)
+        return
     if args.per_seed:
         per_seed = joined_per_seed(per_seed_tables(args.per_seed))
         table = claim_table(list(CLAIMS), per_seed)

@@ -123,3 +123,48 @@ def test_batches_of_seeds_of_one_group_join_and_a_repeated_seed_is_refused(claim
     assert row["n_seeds"] == 3 and row["mean"] == pytest.approx((-0.1 - 0.12 - 0.09) / 3)
     with pytest.raises(SystemExit, match="in several tables"):
         claims.joined_per_seed([("tapo", first), ("tapo", first)])
+
+
+def _gym_per_seed(gains: dict[str, list[float]]) -> pd.DataFrame:
+    """A gym per-seed table at the default point (knob conflict, dose 0.25) with the given
+    final rewards per strategy and seed."""
+    defaults = {"decisive_fraction": 0.2, "conflict": 0.25, "perception": 0.5,
+                "fork_entropy": 0.5, "noise": 0.0}  # fmt: skip
+    rows = [
+        {
+            "knob": "conflict",
+            "dose": 0.25,
+            "strategy": s,
+            "seed": k,
+            **defaults,
+            "final_reward": v,
+            "gain": v - 0.2,
+        }  # fmt: skip
+        for s, values in gains.items()
+        for k, v in enumerate(values)
+    ]
+    return pd.DataFrame(rows)
+
+
+def test_the_gym_cards_read_the_gym_table(claims):
+    per_seed = _gym_per_seed(
+        {
+            "grpo": [0.40, 0.42, 0.44],
+            "shuffled_advantages": [0.20, 0.21, 0.19],
+            "oracle": [0.60, 0.61, 0.66],
+            "tapo": [0.40, 0.42, 0.44],  # identical to grpo at every seed
+        }
+    )
+    cards = claims.gym_cards(per_seed).set_index("claim")
+    assert (
+        cards.loc["shuffled advantages < uniform GRPO (positive control)", "verdict"]
+        == "reproduced"
+    )
+    assert cards.loc["oracle weights > uniform GRPO (positive control)", "verdict"] == "reproduced"
+    tapo = cards.loc["TAPO > summed GRPO once the conflict share is at least x"]
+    assert tapo["verdict"] == "identical: no signal at this budget"
+    assert math.isnan(tapo["threshold"])
+    # ToR and the entropy selections were not in this sweep
+    assert cards.loc[
+        "ToR > uniform once perception dependence is at least y", "verdict"
+    ].startswith("not run")

@@ -31,6 +31,14 @@ class GymKnobValues(Block):
     noise: Knob
 
 
+class GymSweeps(Block):
+    decisive_fraction: list[float] | None = None
+    conflict: list[float] | None = None
+    perception: list[float] | None = None
+    fork_entropy: list[float] | None = None
+    noise: list[float] | None = None
+
+
 class GymWorldShape(Block):
     n_families: Count
     length: Annotated[int, Field(ge=2)]
@@ -50,7 +58,7 @@ class CreditGymParams(Block):
     torch_threads: Threads = None
     baseline: Annotated[str, Field(min_length=1)]
     defaults: GymKnobValues
-    sweeps: dict[str, list[float]] = Field(min_length=1)
+    sweeps: GymSweeps
     world: GymWorldShape
     hidden: Count
     probe_prompts: Count
@@ -60,10 +68,10 @@ class CreditGymParams(Block):
 
     @model_validator(mode="after")
     def _sweeps_and_baseline(self) -> CreditGymParams:
-        unknown = sorted(set(self.sweeps) - set(KNOB_RANGES))
-        if unknown:
-            raise ValueError(f"sweeps names unknown knobs {unknown}; valid: {list(KNOB_RANGES)}")
-        for knob, doses in self.sweeps.items():
+        sweeps = {k: v for k, v in self.sweeps.model_dump().items() if v is not None}
+        if not sweeps:
+            raise ValueError(f"sweeps must list the doses of at least one of {list(KNOB_RANGES)}")
+        for knob, doses in sweeps.items():
             low, high = KNOB_RANGES[knob]
             bad = [
                 d for d in doses if not low <= d <= high or (knob == "decisive_fraction" and d == 0)

@@ -139,6 +139,7 @@ GYM_CLAIMS = (
 )  # fmt: skip
 
 REPRODUCED, CONTRADICTED, NO_INTERVAL = "reproduced", "contradicted", "no interval"
+IDENTICAL = "identical: no signal at this budget"
 NOT_RUN = "not run: a strategy or knob of the card is absent from the sweep"
 
 
@@ -208,6 +209,9 @@ def _card_row(claim: GymClaim, dose: float, point: pd.DataFrame) -> dict[str, An
     values = values.replace([np.inf, -np.inf], np.nan).dropna().to_numpy()
     mean, se, low, high = t_interval(values)
     mde = minimum_detectable_effect(se, len(values))
+    # Every seed's difference 0 up to float rounding: the two strategies trained the same
+    # policy (TAPO at conflict 0, whose two rewards are equal, is summed GRPO up to rounding).
+    identical = len(values) > 0 and np.allclose(values, 0.0, atol=1e-5)
     return {
         "claim": claim.name,
         "knob": claim.knob,
@@ -220,6 +224,6 @@ def _card_row(claim: GymClaim, dose: float, point: pd.DataFrame) -> dict[str, An
         "ci_low": low,
         "ci_high": high,
         "mde": mde,
-        "verdict": verdict(claim.expected, low, high, mde),
+        "verdict": IDENTICAL if identical else verdict(claim.expected, low, high, mde),
         "source": claim.source,
     }

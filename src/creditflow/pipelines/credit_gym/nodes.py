@@ -31,7 +31,8 @@ def run_credit_gym(params: dict[str, Any]) -> pd.DataFrame:
     )
     strategies = {name: spec for name, spec in params["strategies"].items() if spec is not None}
     seeds = [params["seed"] + k for k in range(params["n_seeds"])]
-    rows = run_sweep(setup, GymKnobs(**params["defaults"]), params["sweeps"], strategies, seeds)
+    sweeps = {knob: doses for knob, doses in params["sweeps"].items() if doses is not None}
+    rows = run_sweep(setup, GymKnobs(**params["defaults"]), sweeps, strategies, seeds)
     return pd.DataFrame(rows)
 
 
