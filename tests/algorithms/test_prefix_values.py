@@ -3,6 +3,7 @@ scores (creditflow.reporting.recovery), by hand."""
 
 import math
 
+import pytest
 import torch
 
 from creditflow.algorithms.prefix_values import (
@@ -11,7 +12,7 @@ from creditflow.algorithms.prefix_values import (
     segment_boundaries,
     span_credits,
 )
-from creditflow.reporting.recovery import recovery_scores, separation_auc, spearman
+from creditflow.reporting.recovery import recovery_scores
 
 NAN = float("nan")
 
@@ -50,25 +51,26 @@ def test_segments_end_where_the_label_changes_and_rows_are_independent():
     torch.testing.assert_close(credit, torch.tensor([[0.5, 0.5, -0.5, -0.5], [0.5, -1.0, 0, 0]]))
 
 
-def test_auc_and_spearman_by_hand():
-    # positives 3, 1 vs negatives 1, 0: pairs (3>1, 3>0, 1=1 -> half, 1>0) = 3.5 / 4.
-    assert separation_auc(torch.tensor([3.0, 1.0]), torch.tensor([1.0, 0.0])) == 0.875
-    assert math.isnan(separation_auc(torch.tensor([1.0]), torch.tensor([])))
-    # ranks (1, 2, 3) vs (1, 3, 2): rho = 1 - 6 * (0 + 1 + 1) / (3 * 8) = 0.5.
-    assert spearman(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([10.0, 30.0, 20.0])) == 0.5
-    assert math.isnan(spearman(torch.ones(3), torch.tensor([1.0, 2.0, 3.0])))
-
-
 def test_recovery_scores_average_over_completions():
     deserved = torch.tensor([[1.0, 0.0, 0.0, -1.0], [0.0, 0.0, 0.0, 0.0]])
     mask = torch.tensor([[1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 0.0]])
     # Row 0: decisive tokens 0 and 3 (|d| = 1) get |a| 2 and 1, free ones 1 and 0:
-    # pairs (2>1, 2>0, 1=1 half, 1>0) -> 0.875. Row 1 deserves nothing: no AUC, no rho.
+    # pairs (2>1, 2>0, 1=1 half, 1>0) -> 3.5 / 4. Row 1 deserves nothing: no AUC, no rho.
     assigned = torch.tensor([[2.0, 1.0, 0.0, -1.0], [5.0, 1.0, 2.0, 9.0]])
     scores = recovery_scores(assigned, deserved, mask)
     assert scores["credit/recovery_auc"] == 0.875
     assert scores["credit/recovery_completions"] == 1.0
-    # Row 0's Spearman is the helper's over its four tokens (checked by hand above).
-    assert scores["credit/recovery_spearman"] == spearman(assigned[0], deserved[0])
+    # Row 0's ranks: a (4, 3, 2, 1), d (4, 2.5, 2.5, 1): centred (1.5, .5, -.5, -1.5) and
+    # (1.5, 0, 0, -1.5): rho = 4.5 / sqrt(5 * 4.5) = 0.9487.
+    assert scores["credit/recovery_spearman"] == pytest.approx(4.5 / math.sqrt(5 * 4.5))
     perfect = recovery_scores(deserved * 3, deserved, mask)
-    assert perfect["credit/recovery_auc"] == 1.0 and perfect["credit/recovery_spearman"] == 1.0
+    assert perfect["credit/recovery_auc"] == 1.0
+    assert perfect["credit/recovery_spearman"] == pytest.approx(1.0)
+
+
+def test_tokens_between_high_and_zero_take_no_part_in_the_auc():
+    # |d| 0.3 is neither >= 0.5 nor <= 0.1 of the largest (1): the AUC compares token 0 with
+    # token 2 only, and token 1's large assigned credit does not count against it.
+    deserved = torch.tensor([[1.0, 0.3, 0.0]])
+    scores = recovery_scores(torch.tensor([[1.0, 5.0, 0.0]]), deserved, torch.ones(1, 3))
+    assert scores["credit/recovery_auc"] == 1.0

@@ -1,5 +1,7 @@
-"""How well an assigned per-token credit recovers a deserved (or exact) one: a rank AUC and a
-rank correlation per completion, averaged (pure tensors in, floats out).
+"""How well an assigned per-token credit recovers a Monte Carlo deserved credit: the Credit
+Gym's recovery scores (``reporting.credit_recovery``: the Mann-Whitney AUC of ``|credit|``
+and Spearman's rank correlation, per completion, averaged), with "decisive" read off the
+estimate, since no world says which tokens decide.
 
 Shape symbols: ``B`` completions, ``T`` completion tokens; masks: 1 means the token counts.
 """
@@ -8,45 +10,10 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
-
-def _average_ranks(x: torch.Tensor) -> torch.Tensor:
-    """Ranks 1..n of the 1-D ``x``, ties sharing their average rank (as Spearman's rho and the
-    Mann-Whitney AUC need)."""
-    order = torch.argsort(x)
-    _, inverse, counts = torch.unique_consecutive(x[order], return_inverse=True, return_counts=True)
-    ends = counts.cumsum(0).double()
-    average = ends - (counts.double() - 1) / 2  # the mean of ranks ends-count+1 .. ends
-    ranks = torch.empty(x.numel(), dtype=torch.float64, device=x.device)
-    ranks[order] = average[inverse]
-    return ranks
-
-
-def spearman(a: torch.Tensor, b: torch.Tensor) -> float:
-    """Spearman's rank correlation of two 1-D tensors (NaN when either is constant).
-
-    >>> spearman(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([10.0, 30.0, 20.0]))
-    0.5
-    """
-    ra, rb = _average_ranks(a), _average_ranks(b)
-    ra, rb = ra - ra.mean(), rb - rb.mean()
-    scale = float((ra.square().sum() * rb.square().sum()).sqrt())
-    return float((ra * rb).sum()) / scale if scale > 0 else math.nan
-
-
-def separation_auc(positive: torch.Tensor, negative: torch.Tensor) -> float:
-    """P(a positive score > a negative one), ties counting half (the Mann-Whitney AUC); NaN
-    when either set is empty.
-
-    >>> separation_auc(torch.tensor([3.0, 1.0]), torch.tensor([1.0, 0.0]))
-    0.875
-    """
-    n_pos, n_neg = positive.numel(), negative.numel()
-    if not n_pos or not n_neg:
-        return math.nan
-    ranks = _average_ranks(torch.cat([positive, negative]))
-    return (float(ranks[:n_pos].sum()) - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
+from creditflow.reporting.credit_recovery import credit_rank_correlation, decisive_auc
 
 
 def recovery_scores(
@@ -59,17 +26,15 @@ def recovery_scores(
     """How well an assigned credit recovers a deserved one, per completion, averaged.
 
     assigned, deserved: (B, T) per-token credit (e.g. advantage x weight, and the Monte Carlo
-    or exact deserved credit); mask: (B, T).
+    deserved credit); mask: (B, T).
 
-    - ``credit/recovery_auc``: the AUC with which ``|assigned|`` separates a completion's tokens
-      of high deserved credit (``|deserved| >= high *`` the completion's largest) from those of
-      about zero (``|deserved| <= zero *`` the largest); tokens in between take no part. A
-      magnitude, because a decisive token may deserve blame as well as praise. 1: every
-      decisive token gets more credit than every free one; 0.5: no better than chance.
-    - ``credit/recovery_spearman``: Spearman's rank correlation of assigned and deserved
-      credit over the completion's tokens (signed).
-    - ``credit/recovery_completions``: how many completions gave an AUC (both kinds of token
-      present); the Spearman mean skips completions where either credit is constant.
+    - ``credit/recovery_auc``: ``decisive_auc`` over a completion's tokens of high deserved
+      credit (``|deserved| >= high *`` the completion's largest: the decisive ones) and those
+      of about zero (``|deserved| <= zero *`` the largest: the free ones); the tokens in
+      between, where Monte Carlo noise could put them on either side, take no part.
+    - ``credit/recovery_spearman``: ``credit_rank_correlation`` of assigned and deserved
+      credit over the completion's valid tokens (a constant assigned credit scores 0).
+    - ``credit/recovery_completions``: how many completions gave an AUC.
 
     A mean over no completion is NaN.
 
@@ -82,17 +47,18 @@ def recovery_scores(
     aucs, rhos = [], []
     for row in range(mask.shape[0]):
         valid = mask[row].bool()
-        a, d = assigned[row][valid].double(), deserved[row][valid].double()
-        if not a.numel():
+        a = assigned[row][valid].double().cpu().numpy()
+        d = deserved[row][valid].double().cpu().numpy()
+        if not a.size:
             continue
-        largest = float(d.abs().max())
+        largest = float(np.abs(d).max())
         if largest > 0:
-            auc = separation_auc(
-                a.abs()[d.abs() >= high * largest], a.abs()[d.abs() <= zero * largest]
-            )
+            high_or_zero = (np.abs(d) >= high * largest) | (np.abs(d) <= zero * largest)
+            decisive = np.abs(d[high_or_zero]) >= high * largest
+            auc = float(decisive_auc(a[high_or_zero][None], decisive[None])[0])
             if not math.isnan(auc):
                 aucs.append(auc)
-        rho = spearman(a, d) if a.numel() > 1 else math.nan
+        rho = float(credit_rank_correlation(a[None], d[None])[0])
         if not math.isnan(rho):
             rhos.append(rho)
     return {
