@@ -249,7 +249,7 @@ def summarize(
 def run_creditflow(work: Workload, profile: bool) -> dict[str, Any]:
     from creditflow.algorithms import logprobs as logprobs_module  # noqa: PLC0415
     from creditflow.training import GRPOConfig, GRPOTrainer  # noqa: PLC0415
-    from creditflow.training.grpo_runs import language_policy  # noqa: PLC0415
+    from creditflow.training.grpo_runs import grpo_policy  # noqa: PLC0415
 
     t0 = time.perf_counter()
     model, tokenizer = load_model(work)
@@ -285,7 +285,7 @@ def run_creditflow(work: Workload, profile: bool) -> dict[str, Any]:
     )
     config = GRPOConfig.from_params({**config.to_dict(), **work.creditflow_overrides})
     # The rollout backend config.rollout names (--rollout), as a Kedro run builds it.
-    policy = language_policy(model, tokenizer, config)
+    policy = grpo_policy(model, tokenizer, config)
     trainer = GRPOTrainer(policy, work.prompts, reward_fn, config, checkpoints=None, progress=False)
     load_s = time.perf_counter() - t0
 

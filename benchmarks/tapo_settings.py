@@ -37,7 +37,7 @@ from transformers import AutoModelForCausalLM
 from creditflow.models import load_tokenizer
 from creditflow.pipelines.tapo.nodes import build_tapo_tasks, train_tapo_policy
 from creditflow.tasks.tapo import tapo_prompt
-from creditflow.training.evaluation import evaluate_text_policy_sampled
+from creditflow.training.evaluation import evaluate_policy_sampled
 
 PARAMETERS = Path(__file__).resolve().parents[1] / "conf/base/parameters_tapo.yml"
 
@@ -120,7 +120,7 @@ def main() -> None:
         seconds = round(time.perf_counter() - started, 1)
 
     grpo = params["grpo"]
-    scores = evaluate_text_policy_sampled(
+    scores = evaluate_policy_sampled(
         model,
         tokenizer,
         [tapo_prompt(q) for q in held_out["question"]],

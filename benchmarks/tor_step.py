@@ -39,11 +39,11 @@ import yaml
 from creditflow.config.grpo import GRPOConfig
 from creditflow.config.supervised import SFTConfig
 from creditflow.pipelines.tor import nodes
-from creditflow.rollout import SamplingSettings, VisionLanguagePolicy, as_visual_prompt
+from creditflow.rollout import as_visual_prompt
 from creditflow.training.grpo import GRPOTrainer
-from creditflow.training.grpo_runs import strategy_config, vision_language_policy
+from creditflow.training.grpo_runs import grpo_policy, strategy_config
 from creditflow.training.rewards import BoundRewards
-from creditflow.training.vl_sft import train_vl_sft
+from creditflow.training.sft import train_sft
 
 PHASES = ("time/rollout_s", "time/update_s", "time/no_image_pass_s", "time/tor_weights_s")
 
@@ -79,16 +79,15 @@ def parse_args() -> argparse.Namespace:
 
 
 def warm_start(model, processor, tasks, params, steps: int, cache_bytes: dict[str, int]):
-    """The pipeline's SFT (the plain path, as ``run_vl_sft`` runs it) for ``steps`` steps on
+    """The pipeline's SFT (the plain path, as ``run_sft`` runs it) for ``steps`` steps on
     a copy of ``model``; returns it and the SFT's wall and CPU seconds per step.
     ``cache_bytes``: ``VisionLanguagePolicy``'s cache budgets (empty: its defaults)."""
     config = SFTConfig.from_params(dict(params["sft"], steps=steps, checkpoint_every=0))
     model = copy.deepcopy(model)
-    sampling = SamplingSettings(shared_prefix=False)
-    policy = VisionLanguagePolicy(model, processor, sampling, **cache_bytes)
     prompts = [as_visual_prompt(p) for p in nodes._train_prompts(tasks)]
     wall, cpu = time.perf_counter(), cpu_seconds()
-    train_vl_sft(policy, prompts, nodes._sft_targets(tasks), config, progress=False)
+    targets = nodes._sft_targets(tasks)
+    train_sft(model, processor, prompts, targets, config, progress=False, cache_bytes=cache_bytes)
     wall, cpu = time.perf_counter() - wall, cpu_seconds() - cpu
     return model.eval(), {"wall_s_per_step": wall / steps, "cpu_s_per_step": cpu / steps}
 
@@ -100,7 +99,7 @@ def run(
     time and the engine's phase timings."""
     config, _ = strategy_config(params, params["strategies"][name])
     config = GRPOConfig(**{**config.to_dict(), "seed": seed})
-    policy = vision_language_policy(copy.deepcopy(model), processor, config, **cache_bytes)
+    policy = grpo_policy(copy.deepcopy(model), processor, config, cache_bytes)
     rewards = BoundRewards(
         params["reward_functions"],
         list(tasks["question"]),

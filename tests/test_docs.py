@@ -47,7 +47,9 @@ def test_the_parameter_reference_lists_every_key_of_the_shipped_conf():
     for path in sorted((ROOT / "conf/base").glob("parameters_*.yml")):
         for key in _conf_keys(path) - {path.stem.removeprefix("parameters_")}:
             # a strategy's name is the user's: the reference lists strategies.<name>.*
-            generic = re.sub(r"^(tapo|tor|grpo|credit_gym)\.strategies\.[^.]+", r"\1.strategies.<name>", key)
+            generic = re.sub(
+                r"^(tapo|tor|grpo|credit_gym)\.strategies\.[^.]+", r"\1.strategies.<name>", key
+            )
             generic = re.sub(
                 r"^(reranker_pretrain)\.rerankers\.[^.]+", r"\1.rerankers.<name>", generic
             )

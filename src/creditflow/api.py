@@ -3,7 +3,7 @@ export (``export_policy``: the weights and the tokenizer in one folder).
 
 A thin layer over the functions the Kedro nodes call (``models.load_policy``,
 ``models.train_bpe_tokenizer``, ``training.sft.run_sft``, ``training.grpo_runs.run_grpo``,
-``training.evaluation.evaluate_text_problems``); the tapo pipeline's nodes call these entry
+``training.evaluation.evaluate_problems``); the tapo pipeline's nodes call these entry
 points themselves. A quickstart that runs: docs/python_api.md.
 
 **A dataset** is a pandas DataFrame, a list of dicts or anything with ``to_pandas()`` (a
@@ -39,7 +39,7 @@ from typing import Any
 import pandas as pd
 
 from creditflow.config.grpo import GRPOConfig
-from creditflow.config.policy import text_policy_spec
+from creditflow.config.policy import TinyQwen2, checked_policy_spec
 from creditflow.config.supervised import SFTConfig
 from creditflow.errors import ConfigError
 from creditflow.models import (
@@ -53,7 +53,7 @@ from creditflow.reporting.tables import metrics_frame
 from creditflow.rewards import REWARD_INPUTS
 from creditflow.rewards.plugins import TRLReward, is_builtin_reward
 from creditflow.training.checkpoint import CheckpointStore
-from creditflow.training.evaluation import evaluate_text_problems
+from creditflow.training.evaluation import evaluate_problems
 from creditflow.training.grpo_runs import check_grpo_config, run_grpo
 from creditflow.training.rewards import BoundRewards, Reward, reward_columns
 from creditflow.training.sft import run_sft
@@ -121,7 +121,7 @@ def build_tokenizer(policy: Policy, texts: Iterable[str] | None = None, **option
         ConfigError: a tiny policy without ``texts``.
         OSError: a checkpoint that is neither a local directory nor in the cache.
     """
-    spec = text_policy_spec(policy_spec(policy))
+    spec = checked_policy_spec(policy_spec(policy), TinyQwen2)
     if spec.source != TINY:
         with explain_missing_checkpoint(spec.name_or_path):
             return load_tokenizer(spec.name_or_path)
@@ -346,14 +346,14 @@ def evaluate(
     seed: int = 0,
 ) -> pd.DataFrame:
     """The dataset with each prompt's greedy ``completion`` and its ``reward/<name>``
-    columns (``training.evaluation.evaluate_text_problems``). With ``samples_per_problem`` >
+    columns (``training.evaluation.evaluate_problems``). With ``samples_per_problem`` >
     0, the rows where ``sampled_rows`` is True (all when None) also get
     ``sampled/reward/<name>``: the mean reward of that many completions sampled at
     ``temperature`` / ``top_p``, the distribution GRPO trains, from draws seeded by ``seed``
     (two policies evaluated with one seed share their random numbers)."""
     frame = as_dataset(dataset, rewards)
     reference, answer = _reward_input_columns(frame)
-    return evaluate_text_problems(
+    return evaluate_problems(
         model,
         tokenizer,
         frame,

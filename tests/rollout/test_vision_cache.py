@@ -9,7 +9,7 @@ from creditflow.models import freeze_vision_encoder
 from creditflow.rollout import SamplingSettings, VisionLanguagePolicy
 from creditflow.rollout.backends.lean import LeanBackend
 from creditflow.rollout.vision_cache import FrozenVisionFeatures, vit_states
-from creditflow.training.vl_sft import target_batch
+from creditflow.training.teacher_forcing import target_batch
 
 
 def _policy(model, processor, cache: bool, **sampling) -> VisionLanguagePolicy:

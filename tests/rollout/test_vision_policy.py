@@ -45,7 +45,7 @@ from creditflow.tasks.tor import (
     tor_prompt,
 )
 from creditflow.training.evaluation import (
-    evaluate_vl_policy_sampled,
+    evaluate_policy_sampled,
     sampled_completions,
     score_completions,
 )
@@ -330,14 +330,14 @@ def test_rollout_batch_select_is_plain_rows_for_vl_extras(sampled):
     assert torch.equal(sub.extras["pixel_values"], batch.extras["pixel_values"][6:])
 
 
-def test_evaluate_vl_policy_sampled_averages_each_prompts_samples(
+def test_evaluate_policy_sampled_averages_each_prompts_samples(
     make_vl_model, vl_processor, vl_prompts, tor_tasks
 ):
     model = make_vl_model()
     prompts = vl_prompts[:3]
     references = list(tor_tasks["question"][:3])  # chrF++ against them varies between samples
     answers = list(tor_tasks["answer"][:3])
-    table = evaluate_vl_policy_sampled(
+    table = evaluate_policy_sampled(
         model,
         vl_processor,
         prompts,
@@ -362,7 +362,7 @@ def test_evaluate_vl_policy_sampled_averages_each_prompts_samples(
         assert table["reward/translation"][row] == pytest.approx(
             scores["reward/translation"].mean()
         )
-    again = evaluate_vl_policy_sampled(
+    again = evaluate_policy_sampled(
         model,
         vl_processor,
         prompts,

@@ -6,7 +6,7 @@ import torch
 
 from creditflow.rollout import LanguagePolicy
 from creditflow.training import GRPOConfig, GRPOTrainer
-from creditflow.training.grpo_runs import language_policy, sampling_settings
+from creditflow.training.grpo_runs import grpo_policy, sampling_settings
 
 
 def length_reward(completions: list[str], prompt_index: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -39,7 +39,7 @@ def make_trainer(
     }
     config = GRPOConfig.from_params(params)
     if backend is None:
-        policy = language_policy(model, tokenizer, config)
+        policy = grpo_policy(model, tokenizer, config)
     else:
         policy = LanguagePolicy(model, tokenizer, sampling_settings(config), backend=backend)
     return GRPOTrainer(

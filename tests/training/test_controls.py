@@ -14,7 +14,7 @@ from creditflow.errors import ConfigError
 from creditflow.rollout import RolloutBatch
 from creditflow.training import ADVANTAGE_STRATEGIES, TOKEN_WEIGHT_STRATEGIES, GRPOConfig
 from creditflow.training.grpo import GRPOTrainer
-from creditflow.training.grpo_runs import check_comparison_params, vision_language_policy
+from creditflow.training.grpo_runs import check_comparison_params, grpo_policy
 from creditflow.training.seeding import step_seed
 from creditflow.training.strategies import (
     WeightContext,
@@ -266,7 +266,7 @@ def test_a_vl_grpo_step_spends_tors_count_on_random_tokens(
             "token_weights": {"name": "random_tokens"},
         }
     )
-    policy = vision_language_policy(model, vl_processor, config)
+    policy = grpo_policy(model, vl_processor, config)
     trainer = GRPOTrainer(policy, vl_prompts, length_reward, config, progress=False)
     seen = {}
     update = trainer.update

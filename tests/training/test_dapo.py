@@ -15,7 +15,7 @@ from creditflow.rollout import RolloutBatch, SamplingSettings, VisionLanguagePol
 from creditflow.rollout.batch import concat_batches
 from creditflow.training import GRPOConfig, GRPOTrainer
 from creditflow.training.dapo import fill_batch, shape_batch
-from creditflow.training.grpo_runs import vision_language_policy
+from creditflow.training.grpo_runs import grpo_policy
 from tests.rollout.test_vision_policy import (  # noqa: F401 - fixtures are found by name
     make_vl_model,
     tor_tasks,
@@ -287,7 +287,7 @@ def test_vision_language_tor_step_with_dynamic_sampling(
             "log_samples_every": 0,
         }
     )
-    policy = vision_language_policy(make_vl_model(), vl_processor, config)
+    policy = grpo_policy(make_vl_model(), vl_processor, config)
     trainer = GRPOTrainer(policy, vl_prompts, parity_reward, config, progress=False)
     seen = _record_update(trainer, monkeypatch)
     metrics = trainer.step(0)

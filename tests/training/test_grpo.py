@@ -12,7 +12,7 @@ import torch
 
 from creditflow.algorithms import policy_loss
 from creditflow.rewards import TRANSLATION_CLOSE, translation_segment_end
-from creditflow.training.grpo_runs import language_policy
+from creditflow.training.grpo_runs import grpo_policy
 from creditflow.training.rewards import BoundRewards
 from tests.training.helpers import make_trainer, spy
 
@@ -75,7 +75,7 @@ def test_optimizer_step_loss_and_gradient_are_policy_loss(
             p.add_(0.05 * torch.randn(p.shape, generator=g))
 
     twin = copy.deepcopy(model).train()
-    logp, _ = language_policy(twin, tapo_tokenizer, trainer.config).completion_logprobs(batch)
+    logp, _ = grpo_policy(twin, tapo_tokenizer, trainer.config).completion_logprobs(batch)
     expected, expected_metrics = policy_loss(
         logp,
         batch.old_logp,
@@ -121,9 +121,7 @@ def test_step_reports_the_policy_loss_of_its_batch(
     monkeypatch.setattr(trainer, "update", recording_update)
     metrics = trainer.step(0)
     batch = seen["batch"]
-    logp, _ = language_policy(seen["model"], tapo_tokenizer, trainer.config).completion_logprobs(
-        batch
-    )
+    logp, _ = grpo_policy(seen["model"], tapo_tokenizer, trainer.config).completion_logprobs(batch)
     # One optimizer step per rollout: the rollout skips its scoring pass and the update uses
     # old_logp = logp.detach() (ratio 1).
     assert batch.old_logp.numel() == 0
@@ -283,7 +281,7 @@ def test_kl_reference_is_built_and_used_only_with_beta(
     # The reference is the initial policy: on the first (on-policy) step its log-probs are the
     # sampling ones and the KL estimate is ~0.
     with torch.no_grad():
-        sampling_logp, _ = language_policy(
+        sampling_logp, _ = grpo_policy(
             initial_model, tapo_tokenizer, trainer.config
         ).completion_logprobs(batch)
     valid = batch.completion_mask.bool()

@@ -10,8 +10,8 @@ import torch
 from creditflow.rollout import LanguagePolicy, SamplingSettings
 from creditflow.training import CheckpointStore, GRPOConfig
 from creditflow.training.evaluation import (
-    evaluate_text_policy,
-    evaluate_text_policy_sampled,
+    evaluate_policy,
+    evaluate_policy_sampled,
     greedy_completions,
     sampled_completions,
     score_completions,
@@ -58,8 +58,8 @@ def test_greedy_completions_do_not_depend_on_the_batching(make_model, tapo_token
     assert len(together) == 4
 
 
-def test_evaluate_text_policy_table(make_model, tapo_tokenizer, tapo_tasks, tapo_prompts):
-    table = evaluate_text_policy(
+def test_evaluate_policy_table(make_model, tapo_tokenizer, tapo_tasks, tapo_prompts):
+    table = evaluate_policy(
         make_model(),
         tapo_tokenizer,
         tapo_prompts[:3],
@@ -130,13 +130,13 @@ def test_sampled_completions_seed_each_call_so_later_calls_share_their_random_nu
     assert second_calls[0] != second_calls[1]
 
 
-def test_evaluate_text_policy_sampled_averages_each_prompts_samples(
+def test_evaluate_policy_sampled_averages_each_prompts_samples(
     make_model, tapo_tokenizer, tapo_tasks, tapo_prompts
 ):
     model = make_model()
     references = list(tapo_tasks["question_en"][:3])
     answers = list(tapo_tasks["answer"][:3])
-    table = evaluate_text_policy_sampled(
+    table = evaluate_policy_sampled(
         model,
         tapo_tokenizer,
         tapo_prompts[:3],

@@ -13,10 +13,10 @@ import torch
 from creditflow.models.lora import ADAPTER_WEIGHTS, LoraSpec, adapter_state_dict, add_lora
 from creditflow.rollout import SamplingSettings, VisionLanguagePolicy
 from creditflow.training.checkpoint import MODEL_WEIGHTS, CheckpointStore
-from creditflow.training.grpo_runs import language_policy
+from creditflow.training.grpo_runs import grpo_policy
 from creditflow.training.reference import AdapterDisabledReference, frozen_reference
-from creditflow.training.sft import SFTConfig, train_sft
-from creditflow.training.vl_sft import run_vl_sft, target_batch
+from creditflow.training.sft import SFTConfig, run_sft, train_sft
+from creditflow.training.teacher_forcing import target_batch
 from tests.rollout.test_vision_policy import (  # noqa: F401 - fixtures are found by name
     make_vl_model,
     tor_tasks,
@@ -69,7 +69,7 @@ def test_grpo_trains_the_adapters_against_the_base_as_reference(
     # the initial policy's, and the policy's own differ from them (so its adapters are back on).
     _, batch, _, _, ref_logp = updates[1]
     with torch.no_grad():
-        initial_policy = language_policy(initial, tapo_tokenizer, trainer.config)
+        initial_policy = grpo_policy(initial, tapo_tokenizer, trainer.config)
         initial_logp, _ = initial_policy.completion_logprobs(batch)  # (B, T)
         policy_logp, _ = trainer.policy.completion_logprobs(batch)  # (B, T)
     valid = batch.completion_mask.bool()
@@ -105,7 +105,7 @@ def test_vl_sft_trains_only_the_adapters_of_the_language_model(
     before = _split(model)
     targets = ["1 + 2 = 3. The answer is \\boxed{3}", "There are 4. \\boxed{4}"] * 2
     config = {"steps": 3, "batch_size": 4, "learning_rate": 1e-2, "warmup_steps": 0}
-    trained, _ = run_vl_sft(model, vl_processor, vl_prompts, targets, config)
+    trained, _ = run_sft(model, vl_processor, vl_prompts, targets, config)
     _assert_only_adapters_moved(before, _split(trained))
     # With its adapters disabled the trained policy scores as the untrained model does.
     policy = VisionLanguagePolicy(trained, vl_processor, SamplingSettings())

@@ -4,14 +4,12 @@ import pytest
 import torch
 
 from creditflow.errors import ConfigError
-from creditflow.training.sft import (
+from creditflow.training.sft import SFTConfig, run_sft, train_sft
+from creditflow.training.teacher_forcing import (
     IGNORE_INDEX,
-    SFTConfig,
     build_sft_examples,
     collate_right_padded,
     completion_nll,
-    run_sft,
-    train_sft,
 )
 
 

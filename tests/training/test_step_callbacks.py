@@ -14,7 +14,7 @@ from mlflow.tracking import MlflowClient
 from creditflow import tracking
 from creditflow.training import GRPOConfig, GRPOTrainer
 from creditflow.training.checkpoint import CheckpointStore
-from creditflow.training.grpo_runs import language_policy
+from creditflow.training.grpo_runs import grpo_policy
 from creditflow.training.launch import run_data_parallel
 from tests.training.helpers import length_reward, make_trainer
 
@@ -37,7 +37,7 @@ def test_grpo_calls_back_after_every_step_with_its_row(
     calls: list[tuple[int, dict, int]] = []
     config = GRPOConfig.from_params(SMALL)
     trainer = GRPOTrainer(
-        language_policy(make_model(), tapo_tokenizer, config),
+        grpo_policy(make_model(), tapo_tokenizer, config),
         tapo_prompts,
         length_reward,
         config,
@@ -53,7 +53,7 @@ def test_grpo_calls_back_after_every_step_with_its_row(
     # A later run resuming the finished checkpoint trains nothing but reports both rows again.
     replayed: list[int] = []
     resumed = GRPOTrainer(
-        language_policy(make_model(), tapo_tokenizer, config),
+        grpo_policy(make_model(), tapo_tokenizer, config),
         tapo_prompts,
         length_reward,
         config,

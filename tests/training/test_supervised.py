@@ -8,19 +8,17 @@ from transformers import get_cosine_schedule_with_warmup
 from creditflow.config.supervised import SCHEDULE_NAMES
 from creditflow.errors import ConfigError
 from creditflow.training.checkpoint import CheckpointStore
-from creditflow.training.sft import (
-    SFTConfig,
-    build_sft_examples,
-    collate_right_padded,
-    completion_nll,
-    run_sft,
-    train_sft,
-)
+from creditflow.training.sft import SFTConfig, run_sft, train_sft
 from creditflow.training.supervised import (
     SCHEDULES,
     EpochSampler,
     SupervisedConfig,
     SupervisedTrainer,
+)
+from creditflow.training.teacher_forcing import (
+    build_sft_examples,
+    collate_right_padded,
+    completion_nll,
 )
 
 

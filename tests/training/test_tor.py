@@ -1,6 +1,6 @@
 """ToR in the engine (docs/methods/tor.md): batch-global selection (one process, two simulated
 ranks), the ``tor`` strategy rows and their options, and a ToR training step on a real tiny
-Qwen2.5-VL (the VL warm start is in test_vl_sft.py)."""
+Qwen2.5-VL (the VL warm start is in test_sft_vision_language.py)."""
 
 # The VL fixtures are imported from the rollout tests and requested by name as parameters.
 # ruff: noqa: F811
@@ -27,7 +27,7 @@ from creditflow.algorithms import (
 from creditflow.errors import ConfigError
 from creditflow.rollout import SamplingSettings, VisionLanguagePolicy
 from creditflow.training import TOKEN_WEIGHT_STRATEGIES, GRPOConfig, GRPOTrainer
-from creditflow.training.grpo_runs import vision_language_policy
+from creditflow.training.grpo_runs import grpo_policy
 from creditflow.training.seeding import step_seed
 from creditflow.training.strategies import WeightContext, check_image_pass, validate_strategies
 from creditflow.training.strategies.tor import (
@@ -388,7 +388,7 @@ def _vl_trainer(model, processor, prompts, **overrides) -> GRPOTrainer:
         **overrides,
     }
     config = GRPOConfig.from_params(params)
-    policy = vision_language_policy(model, processor, config)
+    policy = grpo_policy(model, processor, config)
     return GRPOTrainer(policy, prompts, length_reward, config, progress=False)
 
 
@@ -411,7 +411,7 @@ def test_tor_step_changes_parameters_and_its_loss_is_policy_loss_with_tor_weight
     batch = seen["batch"]
     assert batch.entropy is not None, "the trainer samples with entropy for ToR"
     # The weights are ToR's for this rollout and the step's generator.
-    policy = vision_language_policy(seen["model"], vl_processor, trainer.config)
+    policy = grpo_policy(seen["model"], vl_processor, trainer.config)
     sensitivity = visual_sensitivity(batch.old_logp, policy.no_image_logprobs(batch))
     expected_w, _ = tor_token_weights(
         batch.entropy,

@@ -11,7 +11,7 @@ import os
 import re
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, ClassVar
 
 # Both run the same speed for the tiny model on CPU and both are deterministic there
 # (measured: identical logits across runs and across batch compositions). "eager" is the
@@ -38,6 +38,8 @@ class TinyQwen2:
     attn_implementation: one of ``ATTN_IMPLEMENTATIONS``.
     """
 
+    # the checkpoint a "pretrained" spec's error message suggests
+    example_id: ClassVar[str] = TEXT_EXAMPLE_ID
     hidden_size: int = 64
     num_hidden_layers: int = 2
     num_attention_heads: int = 4
@@ -61,6 +63,7 @@ class TinyQwen2_5VL:
     attn_implementation: one of ``ATTN_IMPLEMENTATIONS`` (text and vision).
     """
 
+    example_id: ClassVar[str] = VL_EXAMPLE_ID
     hidden_size: int = 64
     num_hidden_layers: int = 2
     num_attention_heads: int = 4
@@ -320,28 +323,19 @@ class PolicySpec:
         )
 
 
-def text_policy_spec(
-    spec: Mapping[str, Any], check_device: Callable[[str], Any] = check_device_name
+def checked_policy_spec(
+    spec: Mapping[str, Any],
+    tiny: type[TinyQwen2] | type[TinyQwen2_5VL],
+    check_device: Callable[[str], Any] = check_device_name,
 ) -> PolicySpec:
-    """``spec`` validated as ``models.builders.load_policy`` takes it (the tiny options of
-    ``TinyQwen2``), building nothing: the check a run makes before its first node."""
+    """``spec`` validated as the loader of ``tiny``'s kind takes it (``TinyQwen2``:
+    ``models.builders.load_policy``; ``TinyQwen2_5VL``: ``models.vision.load_vl_policy``),
+    with ``tiny``'s fields as the options of its ``tiny`` block, building nothing: the check
+    a run makes before its first node."""
     return PolicySpec.from_params(
         spec,
-        tiny_options=_field_names(TinyQwen2),
-        example_id=TEXT_EXAMPLE_ID,
-        check_device=check_device,
-    )
-
-
-def vl_policy_spec(
-    spec: Mapping[str, Any], check_device: Callable[[str], Any] = check_device_name
-) -> PolicySpec:
-    """``spec`` validated as ``models.vision.load_vl_policy`` takes it (the tiny options of
-    ``TinyQwen2_5VL``), building nothing: the check a run makes before its first node."""
-    return PolicySpec.from_params(
-        spec,
-        tiny_options=_field_names(TinyQwen2_5VL),
-        example_id=VL_EXAMPLE_ID,
+        tiny_options=_field_names(tiny),
+        example_id=tiny.example_id,
         check_device=check_device,
     )
 

@@ -22,7 +22,8 @@ from transformers import (
 from creditflow.config.policy import (
     ATTN_IMPLEMENTATIONS,
     PolicySpec,
-    text_policy_spec,
+    TinyQwen2,
+    checked_policy_spec,
 )
 from creditflow.models.lora import add_lora
 from creditflow.models.tokenizer import load_tokenizer
@@ -202,7 +203,7 @@ def load_policy(
         OSError: a pretrained checkpoint that is neither a local directory nor cached while
             offline (``HF_HUB_OFFLINE=1``).
     """
-    policy = text_policy_spec(spec, check_device=resolve_device)
+    policy = checked_policy_spec(spec, TinyQwen2, check_device=resolve_device)
     if policy.source == "tiny":
         if tokenizer is None:
             raise ValueError(

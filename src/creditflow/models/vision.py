@@ -39,7 +39,7 @@ from transformers import (
 )
 from transformers.utils import is_torchvision_available
 
-from creditflow.config.policy import ATTN_IMPLEMENTATIONS, vl_policy_spec
+from creditflow.config.policy import ATTN_IMPLEMENTATIONS, TinyQwen2_5VL, checked_policy_spec
 from creditflow.models.builders import (
     explain_missing_checkpoint,
     from_pretrained_kwargs,
@@ -367,7 +367,7 @@ def load_vl_policy(
         ValueError: an invalid spec, with what to set in ``parameters_*.yml``.
         OSError: a pretrained checkpoint that is neither a local directory nor cached.
     """
-    policy = vl_policy_spec(spec, check_device=resolve_device)
+    policy = checked_policy_spec(spec, TinyQwen2_5VL, check_device=resolve_device)
     if policy.source == "tiny":
         if processor is None:
             raise ValueError(

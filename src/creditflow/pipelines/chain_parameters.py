@@ -35,7 +35,7 @@ from creditflow.chain.expmodel.data import (
 from creditflow.chain.world.catalogue import ClickModel, LoggingRanker
 from creditflow.chain.world.movielens import movielens_item_texts, movielens_sessions
 from creditflow.config.grpo import GRPOConfig
-from creditflow.config.policy import TinyQwen2_5VL, vl_policy_spec
+from creditflow.config.policy import TinyQwen2_5VL
 from creditflow.config.schema import (
     Block,
     Count,
@@ -144,9 +144,7 @@ class ExpmodelTokenizer(Block):
 ExpmodelTraining = supervised_block("ExpmodelTraining", EXPMODEL_TRAINING)
 # The experience model trains all its weights or a chosen few (creditflow.chain), and no
 # node moves it off the CPU the catalog loads it on: no lora or device here.
-ExpmodelModel = policy_block(
-    "ExpmodelModel", TinyQwen2_5VL, vl_policy_spec, without=("device", "lora")
-)
+ExpmodelModel = policy_block("ExpmodelModel", TinyQwen2_5VL, without=("device", "lora"))
 
 
 class ExpmodelItemSplit(Block):

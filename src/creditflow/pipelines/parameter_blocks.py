@@ -7,6 +7,7 @@ only, so the groups built from them are checked before torch loads
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+from functools import partial
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field, ValidationInfo, create_model, model_validator
@@ -17,8 +18,7 @@ from creditflow.config.policy import (
     PolicySpec,
     TinyQwen2,
     TinyQwen2_5VL,
-    text_policy_spec,
-    vl_policy_spec,
+    checked_policy_spec,
     without_other_source,
 )
 from creditflow.config.schema import Block, Count, dataclass_block
@@ -50,7 +50,7 @@ Lora = dataclass_block(LoraSpec, check=LoraSpec.from_params, name="Lora")
 
 
 def policy_block(
-    name: str, tiny_options: type, check: Any, without: Collection[str] = ()
+    name: str, tiny_options: type[TinyQwen2] | type[TinyQwen2_5VL], without: Collection[str] = ()
 ) -> type[Block]:
     """The ``PolicySpec`` block, less the keys in ``without``, with ``tiny_options`` (a
     ``config.policy`` dataclass) as its ``tiny`` block. The keys of the source not chosen
@@ -62,7 +62,7 @@ def policy_block(
     extra = {"tiny": (tiny | None, None), "lora": (Lora | None, None)}
     block = dataclass_block(
         PolicySpec,
-        check=check,
+        check=partial(checked_policy_spec, tiny=tiny_options),
         exclude=("tiny", "lora", *without),
         extra_fields={key: spec for key, spec in extra.items() if key not in without},
         name=f"{name}Keys",
@@ -85,8 +85,8 @@ def policy_block(
     return create_model(name, __base__=block, __validators__=validators)
 
 
-TextPolicy = policy_block("TextPolicy", TinyQwen2, text_policy_spec)
-VisionPolicy = policy_block("VisionPolicy", TinyQwen2_5VL, vl_policy_spec)
+TextPolicy = policy_block("TextPolicy", TinyQwen2)
+VisionPolicy = policy_block("VisionPolicy", TinyQwen2_5VL)
 
 
 class Distributed(Block):

@@ -263,6 +263,13 @@ class LanguagePolicy:
             batch.old_logp, batch.entropy = self.completion_logprobs(batch, with_entropy)
         return batch
 
+    @torch.no_grad()
+    def greedy(self, prompts: list[Prompt]) -> list[str]:
+        """Greedy decodes of ``prompts`` (one batch), special tokens removed."""
+        prompt_ids, prompt_mask = self.encode_prompts(list(prompts))
+        generation = self.generate(prompt_ids, prompt_mask, group_size=1, do_sample=False)
+        return self.tokenizer.batch_decode(generation.completion_ids, skip_special_tokens=True)
+
     def _forward_inputs(self, batch: RolloutBatch) -> dict[str, Any]:
         """Inputs of one forward over ``[prompt, completion]`` that keeps the T + 1 last
         positions (the last one predicts past the completion and is dropped)."""

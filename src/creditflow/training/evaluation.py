@@ -13,31 +13,30 @@ from tqdm.auto import tqdm
 
 from creditflow.config.grpo import DEFAULT_ROLLOUT_BACKEND
 from creditflow.rollout import LanguagePolicy, SamplingSettings, VisionLanguagePolicy
-from creditflow.rollout.backends import rollout_backend
+from creditflow.training.policy_kinds import build_policy
 from creditflow.training.rewards import BoundRewards, Reward, reward_columns
 from creditflow.training.seeding import step_seed
 
 
-@torch.no_grad()
 def greedy_completions(
-    policy, prompts: Sequence[str], batch_size: int = 32, progress: bool = False
+    policy, prompts: Sequence[Any], batch_size: int = 32, progress: bool = False
 ) -> list[str]:
-    """Greedy decodes of ``prompts`` with a ``LanguagePolicy`` (its rollout backend), in
-    batches."""
+    """Greedy decodes of ``prompts`` with a ``LanguagePolicy`` or ``VisionLanguagePolicy``
+    (its rollout backend), in batches."""
     texts: list[str] = []
     for start in tqdm(range(0, len(prompts), batch_size), desc="eval", disable=not progress):
-        ids, mask = policy.encode_prompts(list(prompts[start : start + batch_size]))
-        generation = policy.generate(ids, mask, group_size=1, do_sample=False)
-        texts += policy.tokenizer.batch_decode(generation.completion_ids, skip_special_tokens=True)
+        texts += policy.greedy(list(prompts[start : start + batch_size]))
     return texts
 
 
-def evaluation_policy(model, tokenizer, sampling: SamplingSettings) -> LanguagePolicy:
-    """A policy for evaluating ``model``: the default rollout backend where it applies (the
-    ``lean`` decoder draws the same tokens as ``model.generate`` up to float ties), else
-    ``hf``."""
-    backend = rollout_backend({"name": DEFAULT_ROLLOUT_BACKEND}, model)
-    return LanguagePolicy(model, tokenizer, sampling, backend=backend)
+def evaluation_policy(
+    model, processing, sampling: SamplingSettings, cache_bytes: Mapping[str, int] | None = None
+) -> LanguagePolicy | VisionLanguagePolicy:
+    """A policy for evaluating ``model`` with its tokenizer or processor ``processing``: the
+    default rollout backend where it applies (the ``lean`` decoder draws the same tokens as
+    ``model.generate`` up to float ties), else ``hf``; ``cache_bytes``: a vision-language
+    policy's cache budgets (``grpo_runs.grpo_policy``)."""
+    return build_policy(model, processing, sampling, {"name": DEFAULT_ROLLOUT_BACKEND}, cache_bytes)
 
 
 @torch.no_grad()
@@ -97,30 +96,34 @@ def score_completions(
     return pd.DataFrame({f"reward/{k}": scores[k].numpy() for k in rewards.functions})
 
 
-def evaluate_text_policy(
+def evaluate_policy(
     model,
-    tokenizer,
-    prompts: Sequence[str],
+    processing,
+    prompts: Sequence[Any],
     references: Sequence[str],
     answers: Sequence[str],
     reward_names: Sequence[Reward],
     max_new_tokens: int,
     batch_size: int = 32,
     columns: Mapping[str, Sequence[Any]] | None = None,
+    cache_bytes: Mapping[str, int] | None = None,
 ) -> pd.DataFrame:
-    """Greedy completions of ``prompts`` scored with ``reward_names`` (``columns``: the
-    callable rewards' keyword arguments, one value per prompt): one row per prompt with
-    ``completion`` and ``reward/<name>`` columns."""
-    policy = evaluation_policy(model, tokenizer, SamplingSettings(max_new_tokens=max_new_tokens))
+    """Greedy completions of ``prompts`` (texts, chat conversations, or for a
+    vision-language ``model`` what ``as_visual_prompt`` accepts) scored with ``reward_names``
+    (``columns``: the callable rewards' keyword arguments, one value per prompt): one row per
+    prompt with ``completion`` and ``reward/<name>`` columns. ``processing``: the model's
+    tokenizer or processor; ``cache_bytes`` as ``evaluation_policy``'s."""
+    sampling = SamplingSettings(max_new_tokens=max_new_tokens)
+    policy = evaluation_policy(model, processing, sampling, cache_bytes)
     completions = greedy_completions(policy, prompts, batch_size=batch_size, progress=True)
     scores = score_completions(completions, references, answers, reward_names, columns)
     return scores.assign(completion=completions)
 
 
-def evaluate_text_policy_sampled(
+def evaluate_policy_sampled(
     model,
-    tokenizer,
-    prompts: Sequence[str],
+    processing,
+    prompts: Sequence[Any],
     references: Sequence[str],
     answers: Sequence[str],
     reward_names: Sequence[Reward],
@@ -131,17 +134,19 @@ def evaluate_text_policy_sampled(
     batch_size: int = 32,
     seed: int = 0,
     columns: Mapping[str, Sequence[Any]] | None = None,
+    cache_bytes: Mapping[str, int] | None = None,
 ) -> pd.DataFrame:
     """Expected rewards under sampling: ``samples_per_prompt`` completions per prompt (the
     way GRPO samples its rollouts), scored with ``reward_names`` and averaged per prompt.
 
     Returns one row per prompt (prompt order) with ``reward/<name>`` columns, each the mean
-    over that prompt's samples. Greedy decoding (``evaluate_text_policy``) measures the
-    policy's mode; this measures the distribution GRPO optimises, and the two can move
-    apart.
+    over that prompt's samples. Greedy decoding (``evaluate_policy``) measures the policy's
+    mode; this measures the distribution GRPO optimises, and the two can move apart (a
+    policy's greedy answers can stay put while GRPO moves the distribution it samples from:
+    docs/results.md, "The ToR world").
     """
     sampling = SamplingSettings(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
-    policy = evaluation_policy(model, tokenizer, sampling)
+    policy = evaluation_policy(model, processing, sampling, cache_bytes)
     return mean_sampled_rewards(
         policy,
         prompts,
@@ -184,80 +189,11 @@ def mean_sampled_rewards(
     return scores.groupby(scores.index // k).mean().reset_index(drop=True)
 
 
-def vl_evaluation_policy(
-    model, processor, sampling: SamplingSettings, cache_bytes: Mapping[str, int] | None = None
-) -> VisionLanguagePolicy:
-    """A vision-language policy for evaluating ``model``: the default rollout backend where
-    it applies (``lean`` for Qwen2.5-VL), else ``hf``; ``cache_bytes`` as ``run_vl_grpo``'s."""
-    backend = rollout_backend({"name": DEFAULT_ROLLOUT_BACKEND}, model)
-    return VisionLanguagePolicy(model, processor, sampling, backend=backend, **(cache_bytes or {}))
-
-
-def evaluate_vl_policy(
+def evaluate_problems(
     model,
-    processor,
-    prompts: Sequence[Any],
-    references: Sequence[str],
-    answers: Sequence[str],
-    reward_names: Sequence[Reward],
-    max_new_tokens: int,
-    batch_size: int = 32,
-    columns: Mapping[str, Sequence[Any]] | None = None,
-    cache_bytes: Mapping[str, int] | None = None,
-) -> pd.DataFrame:
-    """Greedy completions of image ``prompts`` (anything ``as_visual_prompt`` accepts) scored
-    with ``reward_names`` (``columns`` as in ``evaluate_text_policy``): one row per prompt
-    with ``completion`` and ``reward/<name>``."""
-    sampling = SamplingSettings(max_new_tokens=max_new_tokens)
-    policy = vl_evaluation_policy(model, processor, sampling, cache_bytes)
-    completions: list[str] = []
-    for start in tqdm(range(0, len(prompts), batch_size), desc="eval"):
-        completions += policy.greedy(list(prompts[start : start + batch_size]))
-    scores = score_completions(completions, references, answers, reward_names, columns)
-    return scores.assign(completion=completions)
-
-
-def evaluate_vl_policy_sampled(
-    model,
-    processor,
-    prompts: Sequence[Any],
-    references: Sequence[str],
-    answers: Sequence[str],
-    reward_names: Sequence[Reward],
-    max_new_tokens: int,
-    samples_per_prompt: int,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    batch_size: int = 32,
-    seed: int = 0,
-    columns: Mapping[str, Sequence[Any]] | None = None,
-    cache_bytes: Mapping[str, int] | None = None,
-) -> pd.DataFrame:
-    """``evaluate_text_policy_sampled`` for image ``prompts``: the mean reward of
-    ``samples_per_prompt`` completions per prompt, drawn as GRPO draws its rollouts, one row
-    per prompt with ``reward/<name>`` columns. A policy's greedy answers can stay put while
-    GRPO moves the distribution it samples from (docs/results.md "The ToR world"); this measures the
-    latter."""
-    sampling = SamplingSettings(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
-    policy = vl_evaluation_policy(model, processor, sampling, cache_bytes)
-    return mean_sampled_rewards(
-        policy,
-        prompts,
-        references,
-        answers,
-        reward_names,
-        samples_per_prompt,
-        batch_size,
-        seed,
-        columns,
-    )
-
-
-def evaluate_text_problems(
-    model,
-    tokenizer,
+    processing,
     problems: pd.DataFrame,
-    prompts: Sequence[str],
+    prompts: Sequence[Any],
     reward_names: Sequence[Reward],
     max_new_tokens: int,
     batch_size: int = 32,
@@ -268,57 +204,16 @@ def evaluate_text_problems(
     seed: int = 0,
     reference_column: str | None = "question_en",
     answer_column: str | None = "answer",
+    cache_bytes: Mapping[str, int] | None = None,
 ) -> pd.DataFrame:
     """``problems`` (one row per prompt, with references in ``reference_column`` and gold
     answers in ``answer_column``; None: the table has none, and no reward reads them) with
     the greedy completion and its ``reward/<name>`` columns; with ``samples_per_problem`` > 0
     the rows where ``sampled_rows`` is True (all rows when None) also get
     ``sampled/reward/<name>``: the mean reward of that many completions sampled at
-    ``temperature`` / ``top_p`` (``evaluate_text_policy_sampled``, seeded by ``seed``).
-    Callable rewards get ``problems``' columns (``reward_columns``)."""
-    common = {"reward_names": reward_names, "max_new_tokens": max_new_tokens}
-    return _greedy_and_sampled_scores(
-        problems,
-        prompts,
-        (reference_column, answer_column),
-        partial(evaluate_text_policy, model, tokenizer, **common, batch_size=batch_size),
-        partial(
-            evaluate_text_policy_sampled,
-            model,
-            tokenizer,
-            **common,
-            samples_per_prompt=samples_per_problem,
-            temperature=temperature,
-            top_p=top_p,
-            batch_size=batch_size,
-            seed=seed,
-        ),
-        samples_per_problem,
-        sampled_rows,
-    )
-
-
-def evaluate_vl_problems(
-    model,
-    processor,
-    problems: pd.DataFrame,
-    prompts: Sequence[Any],
-    reward_names: Sequence[Reward],
-    max_new_tokens: int,
-    batch_size: int = 32,
-    samples_per_problem: int = 0,
-    sampled_rows: Sequence[bool] | None = None,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    seed: int = 0,
-    cache_bytes: Mapping[str, int] | None = None,
-) -> pd.DataFrame:
-    """``evaluate_text_problems`` for image ``prompts``: ``problems`` (one row per prompt, with
-    ``prompt`` texts and ``answer``) with the greedy completion and its ``reward/<name>``
-    columns; with ``samples_per_problem`` > 0 the rows where ``sampled_rows`` is True (all
-    rows when None) also get ``sampled/reward/<name>``, the mean over that many completions
-    sampled at ``temperature`` / ``top_p`` (``evaluate_vl_policy_sampled``, seeded by
-    ``seed``); ``cache_bytes`` as ``vl_evaluation_policy``'s."""
+    ``temperature`` / ``top_p`` (``evaluate_policy_sampled``, seeded by ``seed``).
+    Callable rewards get ``problems``' columns (``reward_columns``). ``processing``: the
+    model's tokenizer or processor; ``cache_bytes`` as ``evaluation_policy``'s."""
     common = {
         "reward_names": reward_names,
         "max_new_tokens": max_new_tokens,
@@ -327,12 +222,12 @@ def evaluate_vl_problems(
     return _greedy_and_sampled_scores(
         problems,
         prompts,
-        ("prompt", "answer"),
-        partial(evaluate_vl_policy, model, processor, **common, batch_size=batch_size),
+        (reference_column, answer_column),
+        partial(evaluate_policy, model, processing, **common, batch_size=batch_size),
         partial(
-            evaluate_vl_policy_sampled,
+            evaluate_policy_sampled,
             model,
-            processor,
+            processing,
             **common,
             samples_per_prompt=samples_per_problem,
             temperature=temperature,

@@ -26,28 +26,14 @@ from creditflow.config.supervised import SFTConfig
 from creditflow.errors import ConfigError
 from creditflow.rewards import check_reward_options
 from creditflow.rewards.plugins import is_builtin_reward
-from creditflow.rollout import (
-    LanguagePolicy,
-    SamplingSettings,
-    VisionLanguagePolicy,
-    as_visual_prompt,
-)
-from creditflow.rollout.backends import (
-    FALLBACK_BACKEND,
-    backend_class,
-    check_rollout_spec,
-    rollout_backend,
-)
-from creditflow.training.checkpoint import (
-    CheckpointStore,
-    content_digest,
-    run_store,
-    tokenizer_digest,
-)
+from creditflow.rollout import LanguagePolicy, SamplingSettings, VisionLanguagePolicy
+from creditflow.rollout.backends import FALLBACK_BACKEND, backend_class, check_rollout_spec
+from creditflow.training.checkpoint import CheckpointStore, run_store
 from creditflow.training.fsdp import unsharded_copy
 from creditflow.training.grpo import GRPOResult, GRPOTrainer
 from creditflow.training.launch import run_data_parallel
 from creditflow.training.memory import check_rollout_fits, device_memory_bytes
+from creditflow.training.policy_kinds import build_policy, policy_kind
 from creditflow.training.rewards import BoundRewards, Reward
 from creditflow.training.strategies import (
     ADVANTAGE_STRATEGIES,
@@ -240,32 +226,15 @@ def sampling_settings(config: GRPOConfig) -> SamplingSettings:
     )
 
 
-def language_policy(model, tokenizer, config: GRPOConfig) -> LanguagePolicy:
-    """The policy of a language model, sampling with the backend ``config.rollout`` names
-    (``hf`` when that backend does not support the model, with a log line)."""
-    backend = rollout_backend(config.rollout, model)
-    return LanguagePolicy(model, tokenizer, sampling_settings(config), backend=backend)
-
-
-def vision_language_policy(
-    model, processor, config: GRPOConfig, **cache_bytes: int
-) -> VisionLanguagePolicy:
-    """The policy of a vision-language model, sampling with ``lean`` (Qwen2.5-VL) or ``hf``
-    as ``config.rollout`` names; a text-only backend (vLLM), or ``lean`` on a model it does
-    not support, falls back to ``hf`` with a log line. ``cache_bytes``:
-    ``prompt_cache_bytes`` / ``vision_cache_bytes`` of ``VisionLanguagePolicy``."""
-    name = config.rollout.get("name", FALLBACK_BACKEND)
-    if name not in (FALLBACK_BACKEND, "lean"):
-        logger.info(
-            "rollout backend %r is text-only: the vision-language policy samples with %r",
-            name,
-            FALLBACK_BACKEND,
-        )
-        name = FALLBACK_BACKEND
-    backend = rollout_backend({**config.rollout, "name": name}, model)
-    return VisionLanguagePolicy(
-        model, processor, sampling_settings(config), backend=backend, **cache_bytes
-    )
+def grpo_policy(
+    model, processing, config: GRPOConfig, cache_bytes: Mapping[str, int] | None = None
+) -> LanguagePolicy | VisionLanguagePolicy:
+    """The policy GRPO trains: ``model`` with its tokenizer or processor ``processing``
+    (``policy_kinds.policy_kind``), sampling as ``config`` says with the backend
+    ``config.rollout`` names (``hf`` where that backend does not support the model, with a log
+    line). ``cache_bytes``: a vision-language policy's ``prompt_cache_bytes`` /
+    ``vision_cache_bytes``."""
+    return build_policy(model, processing, sampling_settings(config), config.rollout, cache_bytes)
 
 
 def _plugin_sources(config: GRPOConfig, rewards: Sequence[Reward]) -> dict[str, Any]:
@@ -288,8 +257,8 @@ def _plugin_sources(config: GRPOConfig, rewards: Sequence[Reward]) -> dict[str, 
 def train_grpo_process(
     accelerator,
     model,
-    tokenizer,
-    prompts: list[str],
+    processing,
+    prompts: list[Any],
     references: list[str],
     answers: list[str],
     config: GRPOConfig,
@@ -297,13 +266,14 @@ def train_grpo_process(
     checkpoints: CheckpointStore | None,
     reward_metrics: Sequence[RewardMetric] = (),
     reward_columns: dict[str, list[Any]] | None = None,
+    cache_bytes: dict[str, int] | None = None,
 ) -> tuple[Any, GRPOResult]:
     """One process of ``run_grpo`` (module level: spawned workers import it by name)."""
     rewards = BoundRewards(
         reward_names, references, answers, config.reward_options, columns=reward_columns
     )
     trainer = GRPOTrainer(
-        language_policy(model, tokenizer, config),
+        grpo_policy(model, processing, config, cache_bytes),
         prompts,
         rewards,
         config,
@@ -321,8 +291,8 @@ def train_grpo_process(
 
 def run_grpo(
     model,
-    tokenizer,
-    prompts: Sequence[str],
+    processing,
+    prompts: Sequence[Any],
     references: Sequence[str],
     answers: Sequence[str],
     config: GRPOConfig,
@@ -331,23 +301,46 @@ def run_grpo(
     distributed: dict[str, Any] | None = None,
     reward_metrics: Sequence[RewardMetric] = (),
     reward_columns: Mapping[str, Sequence[Any]] | None = None,
+    cache_bytes: Mapping[str, int] | None = None,
 ) -> tuple[Any, GRPOResult]:
-    """GRPO on a copy of ``model``; resumes from ``checkpoints`` when a run with the same
-    starting weights, prompts, references, answers, config and process count left one there
-    (with the source of the modules of the strategies and rewards named by import path or
-    entry point; the code of a callable reward and the columns it reads are not part of that
-    key).
+    """GRPO on a copy of ``model``, a text or a vision-language policy alike (ToR when
+    ``config.token_weights`` names a ``tor*`` strategy).
 
-    ``reward_names``: built-in reward names and TRL-style callables (``BoundRewards``), which
-    get ``reward_columns`` (one value per prompt; ``rewards.reward_columns``).
-    ``distributed``: ``{"num_processes": N, "accelerate": {...Accelerator options...}}`` runs
-    the training data-parallel in N processes (``creditflow.training.launch``; a callable
-    reward must then be importable by name, as the workers are spawned); None or N = 1
-    trains in this process. ``reward_metrics``: see ``GRPOTrainer``.
+    Resumes from ``checkpoints`` when a run with the same starting weights, prompts (a
+    picture by its pixels' digest), references, answers, config, tokenizer (and image
+    processor) and process count left one there (with the source of the modules of the
+    strategies and rewards named by import path or entry point; the code of a callable reward
+    and the columns it reads are not part of that key).
+
+    Args:
+        model: a causal LM or a vision-language model.
+        processing: its tokenizer, or its processor (``policy_kinds.policy_kind``).
+        prompts: texts or chat conversations; for a vision-language model, what
+            ``rollout.as_visual_prompt`` accepts.
+        reward_names: built-in reward names and TRL-style callables (``BoundRewards``),
+            which get ``reward_columns`` (one value per prompt; ``rewards.reward_columns``).
+        distributed: ``{"num_processes": N, "accelerate": {...Accelerator options...}}``
+            runs the training data-parallel in N processes (``creditflow.training.launch``; a
+            callable reward must then be importable by name, as the workers are spawned);
+            None or N = 1 trains in this process. A text policy only, for now.
+        reward_metrics: see ``GRPOTrainer``.
+        cache_bytes: a vision-language policy's cache budgets (``grpo_policy``); they change
+            no result, so they are not part of the checkpoint key.
+
+    Raises:
+        ConfigError: ``distributed`` asks for several processes for a kind of policy that
+            does not run data-parallel yet.
     """
     distributed = check_distributed(distributed, config)
     num_processes = int(distributed.get("num_processes", 1))
+    kind = policy_kind(processing)
+    if (num_processes > 1 or distributed.get("accelerate")) and not kind.data_parallel:
+        raise ConfigError(
+            f"distributed: a {kind.name} policy trains in one process for now; drop "
+            "grpo.distributed (or set num_processes: 1 without accelerate options)"
+        )
     model = copy.deepcopy(model)
+    prompts = kind.prompts(prompts)  # a picture is decoded once, here
     if checkpoints is not None:
         # Several processes sample differently, so their runs must not resume each other; a
         # sharded run's optimizer state is kept in another layout (training.fsdp).
@@ -359,10 +352,10 @@ def run_grpo(
             checkpoints,
             model,
             config.run_key(),
-            list(prompts),
+            kind.prompt_keys(prompts),
             list(references),
             list(answers),
-            tokenizer_digest(tokenizer),
+            *kind.processing_keys(processing),
             *[extra] if extra else [],
         )
     return run_data_parallel(
@@ -370,8 +363,8 @@ def run_grpo(
         num_processes,
         args=(
             model,
-            tokenizer,
-            list(prompts),
+            processing,
+            prompts,
             list(references),
             list(answers),
             config,
@@ -379,50 +372,7 @@ def run_grpo(
             checkpoints,
             list(reward_metrics),
             None if reward_columns is None else {k: list(v) for k, v in reward_columns.items()},
+            None if cache_bytes is None else dict(cache_bytes),
         ),
         accelerate_config=distributed.get("accelerate"),
     )
-
-
-# ---------------------------------------------------------------- vision-language (ToR)
-def run_vl_grpo(
-    model,
-    processor,
-    prompts: Sequence[Any],
-    references: Sequence[str],
-    answers: Sequence[str],
-    config: GRPOConfig,
-    reward_names: Sequence[Reward],
-    checkpoints: CheckpointStore | None,
-    reward_columns: Mapping[str, Sequence[Any]] | None = None,
-    cache_bytes: Mapping[str, int] | None = None,
-) -> tuple[Any, GRPOResult]:
-    """GRPO on a copy of a vision-language ``model`` (ToR when ``config.token_weights`` names
-    a ``tor*`` strategy); resumes from ``checkpoints`` when a run with the same starting
-    weights, prompts (texts and pixels) and config left one there. ``reward_columns``: the
-    TRL-style rewards' keyword arguments, one value per prompt (``rewards.reward_columns``).
-    ``cache_bytes``: the policy's cache budgets (``vision_language_policy``); they change no
-    result, so they are not part of the checkpoint key."""
-    model = copy.deepcopy(model)
-    visual = [as_visual_prompt(p) for p in prompts]
-    if checkpoints is not None:
-        plugins = _plugin_sources(config, reward_names)
-        prompt_keys = [[p.text, content_digest(p.image.tobytes())] for p in visual]
-        checkpoints = run_store(
-            checkpoints,
-            model,
-            config.run_key(),
-            prompt_keys,
-            list(references),
-            list(answers),
-            tokenizer_digest(processor.tokenizer),
-            processor.image_processor.to_dict(),
-            *[plugins] if plugins else [],
-        )
-    rewards = BoundRewards(
-        reward_names, references, answers, config.reward_options, columns=reward_columns
-    )
-    policy = vision_language_policy(model, processor, config, **(cache_bytes or {}))
-    trainer = GRPOTrainer(policy, visual, rewards, config, checkpoints)
-    result = trainer.train()
-    return model.eval(), result

@@ -12,7 +12,6 @@ import pandas as pd
 from matplotlib.figure import Figure
 from PIL import Image
 
-from creditflow.errors import ConfigError
 from creditflow.ingest.source_rows import visual_problems
 from creditflow.models import (
     ImageOnlyQwen2_5_VLProcessor,
@@ -40,14 +39,11 @@ from creditflow.tasks.splits import (
 )
 from creditflow.tasks.tor import format_tor_target, generate_tor_problems, tor_prompt
 from creditflow.training.checkpoint import CheckpointStore
-from creditflow.training.evaluation import evaluate_vl_problems
-from creditflow.training.grpo_runs import (
-    run_vl_grpo,
-    strategy_config,
-)
+from creditflow.training.evaluation import evaluate_problems
+from creditflow.training.grpo_runs import run_grpo, strategy_config
 from creditflow.training.rewards import reward_columns
+from creditflow.training.sft import run_sft
 from creditflow.training.threads import torch_threads
-from creditflow.training.vl_sft import run_vl_sft
 
 logger = logging.getLogger(__name__)
 
@@ -107,7 +103,7 @@ def warm_start_tor_policy(
     """SFT on gold reasoning + boxed answers, so the policy answers in the format before RL;
     resumes from ``checkpoints`` (a finished run with the same inputs is loaded)."""
     with torch_threads(params["torch_threads"]):
-        model, metrics = run_vl_sft(
+        model, metrics = run_sft(
             _trainable_policy(tor_initial_policy, params),
             tor_processor,
             _train_prompts(tor_train_tasks),
@@ -165,11 +161,9 @@ def train_tor_policy(
     """One GRPO run from the warm start with one token-weight strategy (``strategy``: its
     overrides of ``params['grpo']``, seed included)."""
     config, distributed = strategy_config(params, strategy)
-    if distributed is not None:
-        raise ConfigError("tor.grpo.distributed: the vision-language GRPO runs in one process")
     prompts = _train_prompts(tor_train_tasks)
     with torch_threads(params["torch_threads"]):
-        model, result = run_vl_grpo(
+        model, result = run_grpo(
             _trainable_policy(tor_sft_policy, params),
             tor_processor,
             prompts,
@@ -178,6 +172,7 @@ def train_tor_policy(
             config,
             params["reward_functions"],
             checkpoints,
+            distributed,
             reward_columns=reward_columns(tor_train_tasks, prompts),
             cache_bytes=_cache_bytes(params),
         )
@@ -208,12 +203,13 @@ def evaluate_tor_policy(
         tor_eval_tasks, label, tabmwp_problems, mathvision_problems, evaluation
     )
     with torch_threads(params["torch_threads"]):
-        return evaluate_vl_problems(
+        return evaluate_problems(
             to_policy_device(model, params["policy"]),
             tor_processor,
             problems,
             prompts,
             params["reward_functions"],
+            reference_column="prompt",
             max_new_tokens=evaluation["max_new_tokens"],
             batch_size=evaluation["batch_size"],
             sampled_rows=problems["dataset"] == label,

@@ -1,5 +1,5 @@
 """The VL warm start: teacher-forced target batches, learning the targets, bit-identical to the
-loop the supervised trainer replaced, and resumable through ``run_vl_sft``."""
+loop the supervised trainer replaced, and resumable through ``run_sft``."""
 
 # The VL fixtures are imported from the rollout tests and requested by name as parameters.
 # ruff: noqa: F811
@@ -18,8 +18,8 @@ from creditflow.rollout import (
     as_visual_prompt,
 )
 from creditflow.training.checkpoint import CheckpointStore
-from creditflow.training.sft import SFTConfig
-from creditflow.training.vl_sft import run_vl_sft, target_batch, train_vl_sft
+from creditflow.training.sft import SFTConfig, run_sft, train_sft
+from creditflow.training.teacher_forcing import target_batch
 from tests.rollout.test_vision_policy import (  # noqa: F401 - fixtures are found by name
     make_vl_model,
     tor_tasks,
@@ -32,11 +32,11 @@ TARGETS = ["1 + 2 = 3. The answer is \\boxed{3}"] * 2 + ["There are 4. \\boxed{4
 
 def test_vl_sft_learns_the_targets(make_vl_model, vl_processor, vl_prompts):
     """Four fixed targets, 25 steps: the NLL drops well below its start, and the model is
-    trained in place by train_vl_sft while run_vl_sft leaves its input alone."""
+    trained in place by train_sft while run_sft leaves its input alone."""
     config = {"steps": 25, "batch_size": 4, "learning_rate": 1e-2, "warmup_steps": 1}
     model = make_vl_model()
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    trained, history = run_vl_sft(model, vl_processor, vl_prompts, TARGETS, config)
+    trained, history = run_sft(model, vl_processor, vl_prompts, TARGETS, config)
     assert trained is not model and all(
         torch.equal(v, before[k]) for k, v in model.state_dict().items()
     )
@@ -58,12 +58,9 @@ def test_target_batch_masks_the_targets_and_respects_max_length(
     assert cut.completion_ids.tolist() == [[5, 6]]
     with pytest.raises(ValueError, match="raise sft max_length"):
         target_batch(policy, vl_prompts[:1], [[5, 2]], max_length=prompt_len)
-    hot = VisionLanguagePolicy(policy.module, vl_processor, SamplingSettings(temperature=0.7))
-    with pytest.raises(ValueError, match="temperature 1"):
-        train_vl_sft(hot, vl_prompts[:1], ["x"], SFTConfig(steps=1))
 
 
-# Verbatim from creditflow.training.vl_sft before the supervised trainer (the reference), with
+# Verbatim from the VL SFT loop before the supervised trainer (the reference), with
 # its helpers epoch_batches and sft_optimizer inlined.
 def _old_train_vl_sft(policy, prompts, targets, config):
     tokenizer = policy.tokenizer
@@ -107,9 +104,7 @@ def _old_train_vl_sft(policy, prompts, targets, config):
     return history
 
 
-def test_train_vl_sft_is_bit_identical_to_the_loop_it_replaced(
-    make_vl_model, vl_processor, vl_prompts
-):
+def test_vl_sft_is_bit_identical_to_the_loop_it_replaced(make_vl_model, vl_processor, vl_prompts):
     """4 examples in batches of 3 (the second batch straddles two epochs), clipping active."""
     config = SFTConfig(
         steps=4,
@@ -121,22 +116,25 @@ def test_train_vl_sft_is_bit_identical_to_the_loop_it_replaced(
         seed=2,
     )
     visual = [as_visual_prompt(p) for p in vl_prompts]
-    old = VisionLanguagePolicy(make_vl_model(), vl_processor, SamplingSettings())
-    new = VisionLanguagePolicy(make_vl_model(), vl_processor, SamplingSettings())
+    # SFT scores on the plain forward (its rows share no prompt), as the loop it replaced did
+    # when the pipeline ran it.
+    plain = SamplingSettings(shared_prefix=False)
+    old = VisionLanguagePolicy(make_vl_model(), vl_processor, plain)
+    new = make_vl_model()
     expected = _old_train_vl_sft(old, visual, TARGETS, config)
-    history = train_vl_sft(new, visual, TARGETS, config, progress=False)
+    history = train_sft(new, vl_processor, visual, TARGETS, config, progress=False)
     assert history == expected
-    a, b = new.module.state_dict(), old.module.state_dict()
+    a, b = new.state_dict(), old.module.state_dict()
     assert [k for k in a if not torch.equal(a[k], b[k])] == []
-    assert not new.module.training
+    assert not new.training
 
 
-def test_run_vl_sft_resumes_an_interrupted_run(make_vl_model, vl_processor, vl_prompts, tmp_path):
+def test_vl_sft_resumes_an_interrupted_run(make_vl_model, vl_processor, vl_prompts, tmp_path):
     """Checkpoint at step 2 of 3, a crash in step 3, a re-run: the weights and metrics of one
     uninterrupted run; a different picture is a different run."""
     params = {"steps": 3, "batch_size": 2, "learning_rate": 1e-2, "checkpoint_every": 2}
     model = make_vl_model()
-    expected, expected_metrics = run_vl_sft(model, vl_processor, vl_prompts, TARGETS, params)
+    expected, expected_metrics = run_sft(model, vl_processor, vl_prompts, TARGETS, params)
 
     store = CheckpointStore(tmp_path)
     calls = {"n": 0}
@@ -151,15 +149,15 @@ def test_run_vl_sft_resumes_an_interrupted_run(make_vl_model, vl_processor, vl_p
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(VisionLanguagePolicy, "completion_logprobs", crashing)
         with pytest.raises(KeyboardInterrupt):
-            run_vl_sft(model, vl_processor, vl_prompts, TARGETS, params, store)
+            run_sft(model, vl_processor, vl_prompts, TARGETS, params, store)
     (run_dir,) = tmp_path.iterdir()
     assert CheckpointStore(run_dir).latest().name == "step-000002"
-    resumed, metrics = run_vl_sft(model, vl_processor, vl_prompts, TARGETS, params, store)
+    resumed, metrics = run_sft(model, vl_processor, vl_prompts, TARGETS, params, store)
     a, b = resumed.state_dict(), expected.state_dict()
     assert [k for k in a if not torch.equal(a[k], b[k])] == []
     assert metrics.equals(expected_metrics)
 
     flipped = copy.copy(vl_prompts)
     flipped[0] = (vl_prompts[0][0], as_visual_prompt(vl_prompts[1]).image)
-    run_vl_sft(model, vl_processor, flipped, TARGETS, params, store)
+    run_sft(model, vl_processor, flipped, TARGETS, params, store)
     assert len(list(tmp_path.iterdir())) == 2
