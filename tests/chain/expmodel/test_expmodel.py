@@ -36,8 +36,8 @@ from creditflow.chain.expmodel.sft import (
 from creditflow.chain.world.catalogue import generate_catalogue, generate_sessions
 from creditflow.errors import ConfigError
 from creditflow.models import build_tiny_processor, build_tiny_qwen2_5_vl, train_vl_tokenizer
-from creditflow.training.sft import IGNORE_INDEX
 from creditflow.training.supervised import SupervisedConfig
+from creditflow.training.teacher_forcing import IGNORE_INDEX
 
 IMAGE_SIZE = 56
 # 56 px / 14 px patches = 4 x 4 = 16 patches per image; merged 2 x 2 -> 4 image tokens.

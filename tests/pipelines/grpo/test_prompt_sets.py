@@ -20,7 +20,7 @@ from creditflow.pipelines.grpo import nodes
 from creditflow.pipelines.parameters import check_parameters
 from creditflow.rollout import LanguagePolicy, SamplingSettings
 from creditflow.tasks.prompts import generate_prompt_tasks, synthetic_prompt_split
-from creditflow.training.sft import build_sft_examples
+from creditflow.training.teacher_forcing import build_sft_examples
 
 pytestmark = pytest.mark.filterwarnings("ignore:register_new_resolver:UserWarning")
 

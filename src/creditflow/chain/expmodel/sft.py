@@ -24,8 +24,8 @@ from creditflow.chain.expmodel.data import (
 )
 from creditflow.models.vision import vl_prompt_inputs
 from creditflow.training.checkpoint import CheckpointStore, content_digest, run_store
-from creditflow.training.sft import IGNORE_INDEX
 from creditflow.training.supervised import SupervisedConfig, SupervisedTrainer
+from creditflow.training.teacher_forcing import IGNORE_INDEX
 
 logger = logging.getLogger(__name__)
 
