@@ -3,7 +3,8 @@ pipelines), each built by ``world_pipeline`` from a ``ComparisonWorld``: what it
 tokenizer (or processor), policy, warm start, evaluation and report are. The same node names
 in each: ``build_<group>_tasks``, ``train_<group>_tokenizer`` (or ``_processor``),
 ``build_<group>_policy``, ``warm_start_<group>_policy``, ``evaluate_<group>_policy_sft``,
-then per strategy ``train_policies`` / ``evaluate_policies`` and ``compare_<group>_strategies``.
+then per strategy ``train_<group>_policy`` / ``evaluate_<group>_policy`` (each over the seeds)
+and ``compare_<group>_strategies``.
 
 One template (train -> evaluate, written once per pipeline) is instantiated with
 ``pipeline(template, namespace=strategy)`` for every strategy listed under
@@ -44,6 +45,7 @@ import os
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -193,6 +195,44 @@ def evaluate_each_seed(
     return pd.concat(tables, ignore_index=True)
 
 
+def seeds_trained(train_policy: Callable[..., tuple[Any, ...]]) -> Callable[..., tuple[Any, ...]]:
+    """The strategy's train node: ``train_policy(warm start, text side, train tasks,
+    checkpoints, params, strategy) -> (model, metrics, samples, credit)`` (one GRPO run) once
+    per seed (``train_each_seed``), returning ``({seed: model}, metrics, samples, credit)``."""
+
+    def train_policies(
+        sft_policy: Any,
+        text_side: Any,
+        train_tasks: pd.DataFrame,
+        checkpoints: Any,
+        params: dict[str, Any],
+        strategy: dict[str, Any],
+    ) -> tuple[Any, ...]:
+        train = partial(train_policy, sft_policy, text_side, train_tasks, checkpoints)
+        return train_each_seed(train, params, strategy)
+
+    return _named(train_policies, train_policy, "once per GRPO seed")
+
+
+def seeds_evaluated(evaluate: Callable[..., pd.DataFrame]) -> Callable[..., pd.DataFrame]:
+    """The strategy's evaluate node: ``evaluate(model, *inputs)`` for each seed's policy of
+    ``{seed: model}`` (``evaluate_each_seed``), the rows with a ``seed`` column."""
+
+    def evaluate_policies(policies: Mapping[int, Any], *inputs: Any) -> pd.DataFrame:
+        return evaluate_each_seed(policies, lambda model: evaluate(model, *inputs))
+
+    return _named(evaluate_policies, evaluate, "for each seed's policy")
+
+
+def _named(node_function: Callable, one_run: Callable, how: str) -> Callable:
+    """``node_function`` named and described after the one-run function it loops, so logs
+    and kedro-viz show ``train_tapo_policy`` rather than a template's inner name."""
+    node_function.__name__ = node_function.__qualname__ = one_run.__name__
+    node_function.__module__ = one_run.__module__
+    node_function.__doc__ = f"``{one_run.__name__}`` {how}.\n\n{one_run.__doc__ or ''}"
+    return node_function
+
+
 def _with_seed(table: pd.DataFrame, seed: int) -> pd.DataFrame:
     table = table.copy()
     table.insert(0, SEED, seed)
@@ -330,8 +370,12 @@ class ComparisonWorld:
     - ``warm_start(initial policy, text side, train tasks, <group>_sft_checkpoints, params) ->
       (<group>_sft_policy, <group>_sft_metrics)``;
     - ``evaluate(policy, text side, eval tasks, *evaluation_extra, params) -> results``, for
-      the warm start here and for every strategy's policies in ``evaluate_policies``;
-    - ``train_policies``, ``evaluate_policies``, ``compare``: ``comparison_pipeline``'s.
+      the warm start here and, once per seed (``seeds_evaluated``), for every strategy's
+      policies;
+    - ``train_policy(warm start, text side, train tasks, checkpoints, params, strategy) ->
+      (model, metrics, samples, credit)``: one GRPO run, run once per seed
+      (``seeds_trained``);
+    - ``compare``: ``comparison_pipeline``'s.
 
     source: the dataset the tasks are read from (``config.task_sources.TASK_SOURCES``).
     image_pass: the policy has a no-image pass (vision-language), which ToR's perception
@@ -345,8 +389,7 @@ class ComparisonWorld:
     build_policy: Callable
     warm_start: Callable
     evaluate: Callable
-    train_policies: Callable
-    evaluate_policies: Callable
+    train_policy: Callable
     compare: Callable
     text_side: str = "tokenizer"
     evaluation_extra: tuple[str, ...] = ()
@@ -410,8 +453,8 @@ def world_pipeline(world: ComparisonWorld, strategies: Sequence[str] | None = No
     comparison = comparison_pipeline(
         group,
         strategies,
-        world.train_policies,
-        world.evaluate_policies,
+        seeds_trained(world.train_policy),
+        seeds_evaluated(world.evaluate),
         world.compare,
         train_inputs=[d("sft_policy"), text_side, d("train_tasks")],
         evaluation_inputs=world.evaluation_inputs,

@@ -12,7 +12,7 @@ from matplotlib.figure import Figure
 from creditflow import api
 from creditflow.ingest.source_rows import prompt_rows
 from creditflow.models import to_policy_device
-from creditflow.pipelines.comparison import evaluate_each_seed, labelled_tables, train_each_seed
+from creditflow.pipelines.comparison import labelled_tables
 from creditflow.pipelines.grpo.report import grpo_intervals, summarise_grpo_evaluations
 from creditflow.reporting.tables import (
     comparison_text,
@@ -96,23 +96,6 @@ def warm_start_grpo_policy(
         )
 
 
-def train_grpo_policies(
-    grpo_sft_policy,
-    grpo_tokenizer,
-    grpo_train_tasks: pd.DataFrame,
-    checkpoints: CheckpointStore | None,
-    params: dict[str, Any],
-    strategy: dict[str, Any],
-) -> tuple[dict[int, Any], pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """``train_grpo_policy`` once per GRPO seed (``comparison.n_seeds``, each from the warm
-    start): ``{seed: policy}``, and every run's metrics, samples and credit-inspector rows
-    with a ``seed`` column."""
-    train = partial(
-        train_grpo_policy, grpo_sft_policy, grpo_tokenizer, grpo_train_tasks, checkpoints
-    )
-    return train_each_seed(train, params, strategy)
-
-
 def train_grpo_policy(
     grpo_sft_policy,
     grpo_tokenizer,
@@ -135,23 +118,6 @@ def train_grpo_policy(
             distributed=distributed,
         )
     return trained.model, trained.metrics, trained.samples, trained.credit
-
-
-def evaluate_grpo_policies(
-    grpo_policies: dict[int, Any],
-    grpo_tokenizer,
-    grpo_eval_tasks: pd.DataFrame,
-    params: dict[str, Any],
-) -> pd.DataFrame:
-    """``evaluate_grpo_policy`` for each seed's policy, the rows with a ``seed`` column; every
-    seed's sampled evaluation draws from the same seed (``params['seed']``)."""
-    evaluate = partial(
-        evaluate_grpo_policy,
-        grpo_tokenizer=grpo_tokenizer,
-        grpo_eval_tasks=grpo_eval_tasks,
-        params=params,
-    )
-    return evaluate_each_seed(grpo_policies, evaluate)
 
 
 def evaluate_grpo_policy(

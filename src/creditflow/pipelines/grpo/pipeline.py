@@ -35,8 +35,7 @@ WORLD = ComparisonWorld(
     build_policy=nodes.build_grpo_policy,
     warm_start=nodes.warm_start_grpo_policy,
     evaluate=nodes.evaluate_grpo_policy,
-    train_policies=nodes.train_grpo_policies,
-    evaluate_policies=nodes.evaluate_grpo_policies,
+    train_policy=nodes.train_grpo_policy,
     compare=nodes.compare_grpo_strategies,
 )
 

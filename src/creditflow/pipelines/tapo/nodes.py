@@ -12,7 +12,7 @@ from matplotlib.figure import Figure
 from creditflow import api
 from creditflow.ingest.source_rows import math_text_problems
 from creditflow.models import to_policy_device
-from creditflow.pipelines.comparison import evaluate_each_seed, labelled_tables, train_each_seed
+from creditflow.pipelines.comparison import labelled_tables
 from creditflow.reporting.tables import (
     comparison_text,
     plot_reward_curves,
@@ -97,43 +97,6 @@ def warm_start_tapo_policy(
             params["sft"],
             checkpoints,
         )
-
-
-def train_tapo_policies(
-    tapo_sft_policy,
-    tapo_tokenizer,
-    tapo_train_tasks: pd.DataFrame,
-    checkpoints: CheckpointStore | None,
-    params: dict[str, Any],
-    strategy: dict[str, Any],
-) -> tuple[dict[int, Any], pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """``train_tapo_policy`` once per GRPO seed (``comparison.n_seeds``, each from the warm
-    start): ``{seed: policy}``, and every run's metrics, samples and credit-inspector rows with
-    a ``seed`` column."""
-    train = partial(
-        train_tapo_policy, tapo_sft_policy, tapo_tokenizer, tapo_train_tasks, checkpoints
-    )
-    return train_each_seed(train, params, strategy)
-
-
-def evaluate_tapo_policies(
-    tapo_policies: dict[int, Any],
-    tapo_tokenizer,
-    tapo_eval_tasks: pd.DataFrame,
-    mgsm_problems: pd.DataFrame,
-    params: dict[str, Any],
-) -> pd.DataFrame:
-    """``evaluate_tapo_policy`` for each seed's policy, the rows with a ``seed`` column. Every
-    seed's sampled evaluation draws from the same seed (``params['seed']``), as the warm
-    start's does."""
-    evaluate = partial(
-        evaluate_tapo_policy,
-        tapo_tokenizer=tapo_tokenizer,
-        tapo_eval_tasks=tapo_eval_tasks,
-        mgsm_problems=mgsm_problems,
-        params=params,
-    )
-    return evaluate_each_seed(tapo_policies, evaluate)
 
 
 def train_tapo_policy(

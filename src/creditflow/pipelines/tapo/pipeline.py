@@ -32,8 +32,7 @@ WORLD = ComparisonWorld(
     build_policy=nodes.build_tapo_policy,
     warm_start=nodes.warm_start_tapo_policy,
     evaluate=nodes.evaluate_tapo_policy,
-    train_policies=nodes.train_tapo_policies,
-    evaluate_policies=nodes.evaluate_tapo_policies,
+    train_policy=nodes.train_tapo_policy,
     compare=nodes.compare_tapo_strategies,
     evaluation_extra=("mgsm_problems",),
 )

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import re
 import string
-from functools import partial
 from typing import Any
 
 import pandas as pd
@@ -22,7 +21,7 @@ from creditflow.models import (
     to_policy_device,
     train_vl_tokenizer,
 )
-from creditflow.pipelines.comparison import evaluate_each_seed, labelled_tables, train_each_seed
+from creditflow.pipelines.comparison import labelled_tables
 from creditflow.pipelines.tor.report import summarise_tor_runs, tor_intervals
 from creditflow.reporting.tables import (
     comparison_text,
@@ -113,41 +112,6 @@ def warm_start_tor_policy(
             cache_bytes=_cache_bytes(params),
         )
     return model, metrics_frame(metrics)
-
-
-def train_tor_policies(
-    tor_sft_policy,
-    tor_processor,
-    tor_train_tasks: pd.DataFrame,
-    checkpoints: CheckpointStore,
-    params: dict[str, Any],
-    strategy: dict[str, Any],
-) -> tuple[dict[int, Any], pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """``train_tor_policy`` once per GRPO seed (``comparison.n_seeds``, each from the warm
-    start): ``{seed: policy}``, and every run's metrics, samples and credit-inspector rows with
-    a ``seed`` column."""
-    train = partial(train_tor_policy, tor_sft_policy, tor_processor, tor_train_tasks, checkpoints)
-    return train_each_seed(train, params, strategy)
-
-
-def evaluate_tor_policies(
-    tor_policies: dict[int, Any],
-    tor_processor,
-    tor_eval_tasks: pd.DataFrame,
-    tabmwp_problems: pd.DataFrame,
-    mathvision_problems: pd.DataFrame,
-    params: dict[str, Any],
-) -> pd.DataFrame:
-    """``evaluate_tor_policy`` for each seed's policy, the rows with a ``seed`` column."""
-    evaluate = partial(
-        evaluate_tor_policy,
-        tor_processor=tor_processor,
-        tor_eval_tasks=tor_eval_tasks,
-        tabmwp_problems=tabmwp_problems,
-        mathvision_problems=mathvision_problems,
-        params=params,
-    )
-    return evaluate_each_seed(tor_policies, evaluate)
 
 
 def train_tor_policy(
