@@ -191,3 +191,8 @@ def test_published_figures_come_from_the_results_pages():
         for name, text in pages.items()
     }
     assert speeds["README.md"] == speeds["docs/index.md"] != []
+    # The home page's percentages (the chain's CTR and long views) are the README's, so the
+    # two never tell a reader different defaults.
+    percent = re.compile(r"[+-]\d+(?:\.\d+)? %")
+    home_only = [f for f in percent.findall(pages["docs/index.md"]) if f not in pages["README.md"]]
+    assert home_only == []
