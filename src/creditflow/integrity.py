@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +111,20 @@ def verify_version(folder: Path, name: str, expected: str | None = None) -> str:
             "run manifest recorded"
         )
     return combined
+
+
+def run_versions(manifest: Mapping[str, Any]) -> dict[str, str]:
+    """``{dataset: version}`` of every versioned dataset a run manifest says the run read or
+    wrote (a version it wrote wins over one it read): the versions that belong together, such
+    as a run's policies and the tokenizer they were trained with, for ``catalog.load(name,
+    version=...)``."""
+    records = manifest.get("datasets", {})
+    versions: dict[str, str] = {}
+    for operation in ("loaded", "saved"):
+        for name, record in (records.get(operation) or {}).items():
+            if record.get("version"):
+                versions[name] = record["version"]
+    return versions
 
 
 def verify_manifest(manifest: dict[str, Any]) -> list[str]:

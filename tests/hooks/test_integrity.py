@@ -12,7 +12,7 @@ from kedro_datasets.pandas import ParquetDataset
 
 from creditflow.__main__ import main
 from creditflow.hooks.run_manifest import RunManifestHook
-from creditflow.integrity import DataIntegrityError, digest_path, verify_manifest
+from creditflow.integrity import DataIntegrityError, digest_path, run_versions, verify_manifest
 
 VERSION = "2026-01-01T00.00.00.000Z"
 
@@ -71,3 +71,24 @@ def test_verify_checks_a_manifests_versions(tmp_path, capsys):
         main(["verify", str(manifest)])
     assert exit_.value.code == 1
     assert "DAMAGED" in capsys.readouterr().out
+
+
+def test_run_versions_are_the_versions_one_run_read_and_wrote():
+    manifest = {
+        "datasets": {
+            "loaded": {
+                "tapo_tokenizer": {"version": "2026-01-01T00.00.00.000Z"},
+                "tapo_train_tasks": {"version": "2026-01-01T00.00.00.000Z"},
+                "tapo_source_problems": {"type": "MemoryDataset", "version": None},
+            },
+            "saved": {
+                "tapo_train_tasks": {"version": "2026-01-02T00.00.00.000Z"},
+                "tapo_policies_tapo": {"version": "2026-01-02T00.00.00.000Z"},
+            },
+        }
+    }
+    assert run_versions(manifest) == {
+        "tapo_tokenizer": "2026-01-01T00.00.00.000Z",  # read: trained by an earlier run
+        "tapo_train_tasks": "2026-01-02T00.00.00.000Z",  # written by this run
+        "tapo_policies_tapo": "2026-01-02T00.00.00.000Z",
+    }

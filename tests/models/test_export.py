@@ -6,8 +6,9 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from creditflow.api import export_policy
-from creditflow.models import load_policy
+from creditflow.models import load_policy, train_bpe_tokenizer
 from creditflow.models.lora import adapter_state_dict, is_lora_model
+from tests.models.conftest import TAPO_TOKENS
 from tests.models.test_policy_spec import TINY_TEXT
 
 PROMPT = "<translation>Wie viele Eier?</translation>"
@@ -41,3 +42,14 @@ def test_a_lora_policy_is_merged_by_default_and_left_as_it_was(tokenizer, tmp_pa
     assert all(torch.equal(before[k], v) for k, v in adapter_state_dict(model).items())
     adapters = export_policy(model, tokenizer, tmp_path / "a", merge_lora=False)
     assert (adapters / "adapter_config.json").is_file()
+
+
+def test_another_runs_larger_tokenizer_is_refused_before_anything_is_written(
+    corpus, tokenizer, tmp_path
+):
+    model, _ = load_policy(TINY_TEXT, tokenizer=tokenizer)
+    bigger = train_bpe_tokenizer(corpus, vocab_size=2048, special_tokens=TAPO_TOKENS)
+    assert len(bigger) > model.get_input_embeddings().weight.shape[0]
+    with pytest.raises(ValueError, match="not the tokenizer this policy was trained with"):
+        export_policy(model, bigger, tmp_path / "policy")
+    assert not (tmp_path / "policy").exists()

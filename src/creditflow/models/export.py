@@ -25,7 +25,20 @@ def export_policy(
     config, generation config, tokenizer files and chat template). A LoRA policy is saved
     merged (``merge_lora``, the trained model itself unchanged), or as its adapters alone
     (``merge_lora=False``: peft's adapter folder, loaded over the same base checkpoint).
-    Returns the folder."""
+    Returns the folder.
+
+    Raises:
+        ValueError: ``tokenizer`` has ids past the rows of ``model``'s input embeddings, so
+            it cannot be the tokenizer the model was trained with (another run's, say); the
+            folder is not written.
+    """
+    embeddings = model.get_input_embeddings().weight.shape[0]
+    if len(tokenizer) > embeddings:
+        raise ValueError(
+            f"the tokenizer has {len(tokenizer)} tokens but the model's embeddings have "
+            f"{embeddings} rows: it is not the tokenizer this policy was trained with; load "
+            "both at the versions of one run (integrity.run_versions of its manifest)"
+        )
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     if is_lora_model(model) and merge_lora:
