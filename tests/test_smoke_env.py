@@ -39,3 +39,25 @@ def test_a_fresh_clone_runs_the_experience_chain_in_the_smoke_environment(fresh_
     assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
     (table,) = (fresh_clone / "data/08_reporting/reranker_evaluation.csv").glob("*/*.csv")
     assert len(pd.read_csv(table)) >= 2
+
+
+def test_a_fresh_clone_runs_the_credit_gym_in_the_smoke_environment(fresh_clone):
+    done = kedro_cli(
+        fresh_clone,
+        "run",
+        "--env",
+        "smoke",
+        "--pipelines",
+        "credit_gym",
+        "--params",
+        "credit_gym.grpo.steps=4",
+    )
+    assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
+    (curves,) = (fresh_clone / "data/08_reporting/credit_gym_dose_response.csv").glob("*/*.csv")
+    table = pd.read_csv(curves)
+    # every knob swept at its two smoke doses, every strategy scored
+    assert table.groupby("knob")["dose"].nunique().to_dict() == {
+        knob: 2 for knob in ("conflict", "decisive_fraction", "fork_entropy", "noise", "perception")
+    }
+    assert {"oracle", "grpo", "shuffled_advantages"} <= set(table["strategy"])
+    assert list((fresh_clone / "data/08_reporting/credit_gym_dose_response.png").glob("*/*.png"))
