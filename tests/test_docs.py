@@ -108,6 +108,8 @@ def test_the_site_builds_strictly(site: Path):
     html = (site / "index.html").read_text(encoding="utf-8")
     links = re.findall(r'<a href="([^"#][^"]*)" class="md-nav__link', html)
     assert len(links) > 10 and all(link.endswith(".html") for link in links), links
+    # ... and every one of them opens a page that is there.
+    assert [link for link in links if not (site / link).is_file()] == []
     assert (site / "search" / "search_index.js").is_file()
 
 
