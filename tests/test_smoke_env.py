@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 from tests.kedro_project import checkout_copy, kedro_cli
 
@@ -41,23 +42,34 @@ def test_a_fresh_clone_runs_the_experience_chain_in_the_smoke_environment(fresh_
     assert len(pd.read_csv(table)) >= 2
 
 
-def test_a_fresh_clone_runs_the_credit_gym_in_the_smoke_environment(fresh_clone):
-    done = kedro_cli(
-        fresh_clone,
-        "run",
-        "--env",
-        "smoke",
-        "--pipelines",
-        "credit_gym",
-        "--params",
-        "credit_gym.grpo.steps=4",
+def test_a_fresh_clone_runs_the_credit_gym_at_the_smoke_budget_with_a_plugin_from_conf_local(
+    fresh_clone,
+):
+    """The smoke environment's gym budget, written to conf/local with a strategy of one's own
+    (a module in the project's src/, named by import path) added to the sweep: the run scores
+    it at every dose beside the shipped strategies, and draws its curve."""
+    smoke = yaml.safe_load((fresh_clone / "conf/smoke/parameters.yml").read_text())
+    gym = smoke["credit_gym"]
+    gym["grpo"]["steps"] = 4
+    gym["strategies"] = {"mine": {"token_weights": {"name": "my_gym_plugin:second_half"}}}
+    (fresh_clone / "conf/local/parameters_credit_gym.yml").write_text(
+        yaml.safe_dump({"credit_gym": gym})
     )
+    shutil.copy(
+        Path(__file__).parent / "credit_gym/plugin_weights.py", fresh_clone / "src/my_gym_plugin.py"
+    )
+    try:
+        done = kedro_cli(fresh_clone, "run", "--pipelines", "credit_gym")
+    finally:
+        (fresh_clone / "conf/local/parameters_credit_gym.yml").unlink()
     assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
     (curves,) = (fresh_clone / "data/08_reporting/credit_gym_dose_response.csv").glob("*/*.csv")
     table = pd.read_csv(curves)
-    # every knob swept at its two smoke doses, every strategy scored
+    # every knob swept at its two smoke doses, every strategy scored, the plugin at each dose
     assert table.groupby("knob")["dose"].nunique().to_dict() == {
         knob: 2 for knob in ("conflict", "decisive_fraction", "fork_entropy", "noise", "perception")
     }
-    assert {"oracle", "grpo", "shuffled_advantages"} <= set(table["strategy"])
+    assert {"oracle", "grpo", "shuffled_advantages", "mine"} <= set(table["strategy"])
+    mine = table[(table["strategy"] == "mine") & (table["metric"] == "final_reward")]
+    assert len(mine) == 10 and mine["mean"].notna().all()
     assert list((fresh_clone / "data/08_reporting/credit_gym_dose_response.png").glob("*/*.png"))
