@@ -1,4 +1,4 @@
-"""The report datasets (creditflow.datasets.reports): kedro-datasets' text, CSV and matplotlib
+"""The report datasets (creditflow.datasets.reports): kedro-datasets' text, CSV, Parquet and matplotlib
 datasets whose saves are whole or nothing. A full disk halfway through a new version's write
 leaves the previous version the newest, whole, and no partial file or empty version folder."""
 
@@ -20,6 +20,7 @@ from kedro.io import DataCatalog, DatasetError, Version  # noqa: E402
 from creditflow.datasets import (  # noqa: E402
     AtomicCSVDataset,
     AtomicMatplotlibDataset,
+    AtomicParquetDataset,
     AtomicTextDataset,
 )
 from tests.full_disk import fill_disk_halfway  # noqa: E402
@@ -52,6 +53,12 @@ CASES = {
         {},
         lambda: pd.DataFrame({"policy": ["grpo", "tapo"] * 500, "accuracy": [0.25, 0.5] * 500}),
     ),
+    "parquet": (
+        AtomicParquetDataset,
+        "tapo_tapo_metrics.parquet",
+        {},
+        lambda: pd.DataFrame({"step": range(2000), "reward/total": [0.5] * 2000}),
+    ),
     "png": (
         AtomicMatplotlibDataset,
         "tapo_reward_curves.png",
@@ -69,7 +76,7 @@ def test_a_save_round_trips_like_the_kedro_dataset(tmp_path: Path, kind: str) ->
     assert _files(tmp_path) == [name]
     if kind == "html":
         assert dataset.load() == make()
-    elif kind == "csv":
+    elif kind in ("csv", "parquet"):
         pd.testing.assert_frame_equal(dataset.load(), make())
     else:
         assert (tmp_path / name).read_bytes().startswith(b"\x89PNG")
@@ -104,6 +111,13 @@ def test_the_catalog_writes_every_report_through_the_atomic_datasets(project_roo
     loader = OmegaConfigLoader(str(project_root / "conf"), base_env="base", default_run_env="local")
     types = {entry["type"] for entry in loader["catalog"].values()}
     assert not types & {"text.TextDataset", "pandas.CSVDataset", "matplotlib.MatplotlibDataset"}
+    reporting = {  # the Parquet tables among the reports (metrics, credit-inspector rows)
+        name: entry["type"]
+        for name, entry in loader["catalog"].items()
+        if str(entry.get("filepath", "")).startswith("data/08_reporting")
+        and entry["type"].endswith("ParquetDataset")
+    }
+    assert reporting and set(reporting.values()) == {"creditflow.datasets.AtomicParquetDataset"}
     catalog = DataCatalog.from_config(loader["catalog"])
     assert isinstance(catalog.get("tapo_token_credit_html"), AtomicTextDataset)
     assert isinstance(catalog.get("tapo_comparison"), AtomicCSVDataset)

@@ -14,12 +14,14 @@ from creditflow.datasets.hf_artifacts import (
 from creditflow.datasets.reports import (
     AtomicCSVDataset,
     AtomicMatplotlibDataset,
+    AtomicParquetDataset,
     AtomicTextDataset,
 )
 
 __all__ = [
     "AtomicCSVDataset",
     "AtomicMatplotlibDataset",
+    "AtomicParquetDataset",
     "AtomicTextDataset",
     "CheckpointDirectoryDataset",
     "HFModelDataset",

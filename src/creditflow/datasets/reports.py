@@ -1,4 +1,4 @@
-"""kedro-datasets' text, CSV and matplotlib datasets, each saving through
+"""kedro-datasets' text, CSV, Parquet and matplotlib datasets, each saving through
 :func:`creditflow.io_atomic.atomic_open`: a report cut short by a full disk never becomes the
 newest version of its dataset, and the previous one stays readable.
 
@@ -18,7 +18,7 @@ from typing import IO, Any
 import pandas as pd
 from kedro.io.core import get_filepath_str
 from kedro_datasets.matplotlib import MatplotlibDataset
-from kedro_datasets.pandas import CSVDataset
+from kedro_datasets.pandas import CSVDataset, ParquetDataset
 from kedro_datasets.text import TextDataset
 from matplotlib.figure import Figure
 
@@ -65,6 +65,20 @@ class AtomicCSVDataset(CSVDataset):
         path = get_filepath_str(self._get_save_path(), self._protocol)
         with _open_whole(path, self._fs_open_args_save) as handle:
             data.to_csv(path_or_buf=handle, **self._save_args)
+        self._invalidate_cache()
+
+
+class AtomicParquetDataset(ParquetDataset):
+    """``pandas.ParquetDataset`` (the per-step metrics and credit-inspector tables), saved
+    whole or not at all."""
+
+    def save(self, data: pd.DataFrame) -> None:
+        if self._protocol != "file" or "partition_cols" in self._save_args:
+            super().save(data)  # the parent's checks and messages
+            return
+        path = get_filepath_str(self._get_save_path(), self._protocol)
+        with _open_whole(path, self._fs_open_args_save) as handle:
+            data.to_parquet(handle, **self._save_args)
         self._invalidate_cache()
 
 
