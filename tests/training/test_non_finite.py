@@ -11,7 +11,11 @@ from creditflow.config.grpo import GRPOConfig
 from creditflow.config.supervised import SupervisedConfig
 from creditflow.errors import ConfigError, NonFiniteTrainingError
 from creditflow.training.checkpoint import CheckpointStore
-from creditflow.training.finite import first_non_finite_parameter
+from creditflow.training.finite import (
+    NonFiniteValue,
+    check_finite_weights,
+    first_non_finite_parameter,
+)
 from creditflow.training.strategies import validate_strategies
 from creditflow.training.supervised import SupervisedTrainer
 from tests.training.helpers import length_reward, make_trainer
@@ -38,6 +42,38 @@ def test_the_first_non_finite_weight_is_named():
     with torch.no_grad():
         module[1].bias.fill_(math.nan)
     assert first_non_finite_parameter(module.state_dict().items()) == "1.bias"
+
+
+class _OneOfTwoProcesses:
+    """What ``check_finite_weights`` asks of an accelerator, for this process of two whose
+    peer holds ``peer_found`` (1: a non-finite weight in its shard); the reduction is the
+    collective's sum over both."""
+
+    num_processes, device = 2, torch.device("cpu")
+
+    def __init__(self, peer_found: float):
+        self.peer_found = peer_found
+        self.reduced = 0
+
+    def reduce(self, tensor, reduction):
+        assert reduction == "sum"
+        self.reduced += 1
+        return tensor + self.peer_found
+
+
+def test_every_process_stops_when_one_shard_holds_a_nan():
+    # Under FSDP each process checks its own shards; one stopping alone would leave the others
+    # waiting in the next collective, so all of them take part in the check and all raise.
+    module = torch.nn.Linear(2, 2)
+    clean = _OneOfTwoProcesses(peer_found=0.0)
+    check_finite_weights(module, clean)
+    assert clean.reduced == 1
+    with pytest.raises(NonFiniteValue, match="a shard held by another process"):
+        check_finite_weights(module, _OneOfTwoProcesses(peer_found=1.0))
+    with torch.no_grad():
+        module.bias.fill_(math.nan)
+    with pytest.raises(NonFiniteValue, match="weight `bias`"):
+        check_finite_weights(module, _OneOfTwoProcesses(peer_found=0.0))
 
 
 def test_grpo_stops_at_the_first_nan_reward_and_keeps_the_last_finite_checkpoint(

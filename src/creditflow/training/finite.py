@@ -55,10 +55,18 @@ def first_non_finite_parameter(named: Iterable[tuple[str, torch.Tensor]]) -> str
     return None
 
 
-def check_finite_weights(module: torch.nn.Module) -> None:
+def check_finite_weights(module: torch.nn.Module, accelerator: Any = None) -> None:
     """NonFiniteValue naming the first non-finite weight of ``module`` (its parameters: a
-    buffer such as an attention mask may hold -inf on purpose)."""
+    buffer such as an attention mask may hold -inf on purpose).
+
+    With several processes (``accelerator``) every process raises when any one finds a
+    non-finite weight: under FSDP each holds its own shards, and a process that stopped alone
+    would leave the others waiting in the next collective until it timed out."""
     name = first_non_finite_parameter(module.named_parameters())
+    if accelerator is not None and accelerator.num_processes > 1:
+        found = torch.tensor([0.0 if name is None else 1.0], device=accelerator.device)
+        if float(accelerator.reduce(found, reduction="sum")) > 0 and name is None:
+            name = "(a shard held by another process)"
     if name is not None:
         raise NonFiniteValue(f"weight `{name}` holds NaN or inf")
 

@@ -327,7 +327,7 @@ class GRPOTrainer:
                     metrics = self.step(step)
                     # Every step: the next one samples from these weights, and a sampler fed
                     # NaN fails without saying why (or asserts on a GPU).
-                    check_finite_weights(self.policy.module)
+                    check_finite_weights(self.policy.module, self.accelerator)
                 except NonFiniteValue as problem:
                     raise non_finite_error(problem, done, run, self.checkpoints) from problem
                 self.result.history.append(metrics)
