@@ -16,7 +16,9 @@ you give) and raises ``AssertionError``, saying which part of the contract broke
   (``WeightContext.accelerator`` gathers batch-global statistics), and scores rewards in
   whatever chunks it samples; the loss's micro-batches come later and are exact by
   construction (``GRPOConfig.micro_batch_size``). A strategy is checked on two shares run as
-  two simulated processes; a reward on one group at a time.
+  two simulated processes; a reward on one group at a time. An advantage strategy that
+  declares it reads batch-wide statistics (``AdvantageStrategy.batch_statistics``, GDPO's
+  batch z-score) is exempt: a run of it with several processes is refused instead.
 
 A strategy whose output is a random draw over batch positions (the controls
 ``shuffled_advantages`` and ``random_tokens``: docs/methods/controls.md) cannot keep the
@@ -201,6 +203,8 @@ def check_advantage_strategy(
         return out
     rows = _permuted_rows(batch, seed)
     _check_equal("the groups in another order", run(batch.select(rows), rows), out[rows])
+    if strategy.batch_statistics(spec):
+        return out  # refused with several processes (grpo_runs.check_distributed)
     halves = _halves(batch)
     split = torch.cat([run(batch.select(h), h) for h in halves])
     _check_equal("the batch split into two shares of whole groups", split, out[torch.cat(halves)])

@@ -7,6 +7,7 @@ No Kedro, no I/O: tensors in, a tensor or ``(tensor, metrics)`` out. Shape symbo
 
 from creditflow.algorithms._masked import masked_mean
 from creditflow.algorithms.advantages import (
+    decoupled_group_advantages,
     group_zscore,
     segment_token_advantages,
     shuffle_group_advantages,
@@ -38,6 +39,7 @@ from creditflow.algorithms.tor import (
 )
 
 __all__ = [
+    "decoupled_group_advantages",
     "AGGREGATIONS",
     "IMPORTANCE_LEVELS",
     "KL_ESTIMATORS",

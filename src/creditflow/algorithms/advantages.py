@@ -58,6 +58,59 @@ def group_zscore(
     return advantages.view(-1)  # (B,)
 
 
+def decoupled_group_advantages(
+    rewards: torch.Tensor,
+    weights: torch.Tensor,
+    group_size: int,
+    eps: float = 1e-4,
+    batch_scale: bool = True,
+) -> torch.Tensor:
+    """GDPO's advantage (Liu et al. 2026, arXiv 2601.05242; docs/methods/gdpo.md): each reward
+    z-scored within its group on its own, the z-scores summed with the rewards' weights, and
+    the sum z-scored over the batch.
+
+    Summing first and normalising after (GRPO) lets a reward with a wide spread drown the
+    others, and two completions that differ in different rewards can get the same advantage;
+    normalising each reward first keeps every reward's differences in the signal.
+
+    Args:
+        rewards: ``(B, K)``, ``K`` named rewards of ``B`` completions, groups of ``G``
+            consecutive rows.
+        weights: ``(K,)`` the rewards' weights.
+        group_size: ``G``.
+        eps: added to each standard deviation (unbiased, n - 1), as TRL does (1e-4).
+        batch_scale: z-score the weighted sum over the batch (the paper's and TRL's
+            ``normalize_then_sum``); False keeps the sum of the group z-scores.
+
+    Returns:
+        ``(B,)`` advantages. A reward that is constant within a group adds 0 for that group.
+
+    Group 1's completions each win one reward (a tie: GRPO's sum would say so too); group 2's
+    first wins both:
+
+    >>> r = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.0, 0.0]])
+    >>> decoupled_group_advantages(r, torch.tensor([1.0, 1.0]), 2, batch_scale=False)
+    tensor([ 0.0000,  0.0000,  1.4140, -1.4140])
+    """
+    check_ndim("rewards", rewards, 2, "(B, K)")
+    check_ndim("weights", weights, 1, "(K,)")
+    B, K = rewards.shape
+    if group_size < 2 or B % group_size != 0:
+        raise ValueError(
+            f"GDPO needs groups of at least 2 completions and B = prompts * G; got B={B}, "
+            f"group_size={group_size}"
+        )
+    if weights.numel() != K:
+        raise ValueError(f"{K} rewards but {weights.numel()} weights")
+    grouped = rewards.double().view(-1, group_size, K)  # (B/G, G, K)
+    centred = grouped - grouped.mean(dim=1, keepdim=True)
+    per_reward = centred / (grouped.std(dim=1, unbiased=True, keepdim=True) + eps)
+    total = (per_reward.view(B, K) * weights.double()).sum(dim=1)  # (B,)
+    if batch_scale and B > 1:
+        total = (total - total.mean()) / (total.std(unbiased=True) + eps)
+    return total.to(rewards.dtype if rewards.is_floating_point() else torch.float32)
+
+
 def tapo_advantages(
     r_trans: torch.Tensor,
     r_reason: torch.Tensor,

@@ -172,6 +172,12 @@ def check_distributed(distributed: dict[str, Any] | None, config: GRPOConfig) ->
     accelerate = distributed.get("accelerate") or {}
     if not isinstance(accelerate, dict):
         raise ConfigError(f"distributed.accelerate must be a mapping, got {accelerate!r}")
+    if num_processes > 1 and advantage_strategy(config).batch_statistics(config.advantage):
+        raise ConfigError(
+            f"advantage {config.advantage['name']!r} normalises over the whole batch, which "
+            f"each of {num_processes} processes sees only a part of: train it in one process "
+            "(distributed.num_processes: 1), or turn its batch normalisation off"
+        )
     rollout = config.rollout.get("name", DEFAULT_ROLLOUT_BACKEND)
     if "fsdp" in accelerate and rollout == "lean":
         raise ConfigError(

@@ -4,6 +4,8 @@
 - ``tapo.py``: TAPO's step-level advantages, the translation segment, the sign-conflict rate
   (docs/methods/tapo.md).
 - ``tor.py``: ToR's batch-global token selection and weights, with its ablations (docs/methods/tor.md).
+- ``gdpo.py``: GDPO, each reward normalised within its group before the weighted sum
+  (docs/methods/gdpo.md).
 - ``controls.py``: controls (shuffled advantages, random tokens) and the entropy-fraction
   selections of the high-entropy-minority study (docs/methods/controls.md).
 
@@ -27,6 +29,7 @@ from creditflow.training.strategies.base import (
     weighted_reward,
 )
 from creditflow.training.strategies.controls import CONTROL_TOKEN_WEIGHTS, SHUFFLED_ADVANTAGES
+from creditflow.training.strategies.gdpo import GDPO
 from creditflow.training.strategies.grpo import GRPO, UNIFORM
 from creditflow.training.strategies.plugins import plugin_strategy
 from creditflow.training.strategies.tapo import TAPO, SignConflictRate
@@ -35,6 +38,7 @@ from creditflow.training.strategies.tor import TOR_STRATEGIES
 ADVANTAGE_STRATEGIES: dict[str, AdvantageStrategy] = {
     "grpo": GRPO,
     "tapo": TAPO,
+    "gdpo": GDPO,
     "shuffled_advantages": SHUFFLED_ADVANTAGES,
 }
 TOKEN_WEIGHT_STRATEGIES: dict[str, TokenWeightStrategy] = {

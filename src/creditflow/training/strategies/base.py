@@ -86,12 +86,16 @@ def _no_reward_metrics(spec: Spec) -> list[RewardMetric]:
 class AdvantageStrategy:
     """compute: the advantages; validate: checks the spec before any model is built;
     reward_names: the rewards it reads beyond ``config.rewards`` (checked against the
-    computed ones before training); reward_metrics: the per-step diagnostics it reports."""
+    computed ones before training); reward_metrics: the per-step diagnostics it reports;
+    batch_statistics: whether the spec's advantages read statistics of the whole batch (not
+    only of each group), which one process of several does not see: such a run is refused
+    with more than one process rather than normalised on a part of the batch."""
 
     compute: AdvantageFn
     validate: Callable[[Spec, GRPOConfig], None]
     reward_names: Callable[[Spec], set[str]] = _no_reward_names
     reward_metrics: Callable[[Spec], list[RewardMetric]] = field(default=_no_reward_metrics)
+    batch_statistics: Callable[[Spec], bool] = field(default=lambda spec: False)
 
 
 @dataclass(frozen=True)
