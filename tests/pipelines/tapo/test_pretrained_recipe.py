@@ -64,7 +64,7 @@ def project(project_root: Path, tmp_path: Path) -> Path:
     checkpoint = save_tiny_checkpoint(tmp_path / "tiny-qwen2")
     project = checkout_copy(project_root, tmp_path / "project")
     recipe = readme_recipe(project_root)
-    recipe["tapo"]["policy"]["name_or_path"] = str(checkpoint)  # the README's hub id, here
+    recipe["tapo"]["policy"]["name_or_path"] = str(checkpoint)  # a tiny stand-in for the README's checkpoint
     local = yaml.safe_dump(recipe)
     (project / "conf/local/parameters_tapo.yml").write_text(local, encoding="utf-8")
     save_mgsm_problems(project)
@@ -76,7 +76,7 @@ def test_the_readme_recipe_holds_only_the_keys_that_change(project_root):
         "tapo": {
             "policy": {
                 "source": "pretrained",
-                "name_or_path": "Qwen/Qwen2.5-0.5B-Instruct",
+                "name_or_path": "data/06_models/pretrained/smollm2-135m-instruct",
                 "lora": {"r": 8},
             },
             "sft": {"steps": 0},
