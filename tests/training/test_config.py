@@ -118,3 +118,33 @@ def test_global_batch_must_split_evenly_across_processes(overrides, key):
             progress=False,
             accelerator=two_processes,
         )
+
+
+def test_a_comparison_config_is_checked_once_from_the_hook_to_the_trainer(monkeypatch):
+    # The parameter hook checks each strategy's config before the first node; the node parses
+    # the same parameters again (Kedro hands it a dict) and api.train_grpo checks what it gets:
+    # neither repeats the check of a config of the same content and rewards.
+    from creditflow.training import grpo_runs  # noqa: PLC0415
+
+    monkeypatch.setattr(grpo_runs, "_CHECKED", type(grpo_runs._CHECKED)())
+    checks = []
+    real = grpo_runs.validate_strategies
+    monkeypatch.setattr(grpo_runs, "validate_strategies", lambda c: checks.append(c) or real(c))
+    params = {
+        "sft": {"steps": 0},
+        "reward_functions": REWARDS,
+        "grpo": {**VALID, "steps": 3},
+        "strategies": {"a": {"advantage": {"name": "grpo"}}, "b": {"advantage": {"name": "gdpo"}}},
+    }
+    grpo_runs.check_comparison_params("g", params)  # the hook
+    assert len(checks) == 2
+    for name in ("a", "b"):
+        config, _ = grpo_runs.strategy_config(params, {**params["strategies"][name], "seed": 0})
+        grpo_runs.check_grpo_config(config, REWARDS)  # api.train_grpo
+    assert len(checks) == 2
+    # Other content is checked: another seed, or a config changed after its check.
+    config, _ = grpo_runs.strategy_config(params, {"advantage": {"name": "grpo"}, "seed": 1})
+    assert len(checks) == 3
+    config.advantage = {"name": "tapo", "alpha": 2.0}
+    with pytest.raises(ConfigError, match="alpha"):
+        grpo_runs.check_grpo_config(config, REWARDS)

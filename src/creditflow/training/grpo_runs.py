@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import logging
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -58,6 +59,15 @@ def merge_overrides(base: dict[str, Any], overrides: dict[str, Any] | None) -> d
     return merged
 
 
+# The configs checked whole, by their content and the rewards they were checked against: the
+# parameter hook checks every comparison strategy's config before the first node, and the
+# node that trains it (and ``api.train_grpo`` after it) parse the same parameters into a config
+# of the same content, which is not checked again. The check is a function of that content
+# alone. Bounded: the oldest entries go first.
+_CHECKED: OrderedDict[tuple[str, tuple[str, ...]], None] = OrderedDict()
+_CHECKED_MAX = 1024
+
+
 def build_grpo_config(grpo_params: dict[str, Any], reward_names: Sequence[str]) -> GRPOConfig:
     """A validated ``GRPOConfig`` whose rewards, weighted, read by the advantage strategy
     (TAPO's ``translation_reward`` / ``reasoning_reward``) or given options, all exist in
@@ -72,9 +82,17 @@ def check_grpo_config(config: GRPOConfig, reward_names: Sequence[str] | None = N
     its rollout backend; with ``reward_names`` (the rewards a run computes) also that every
     reward it weights, its advantage strategy reads or it gives options to is among them.
 
+    A config of the same content checked against the same rewards before is not checked again
+    (the parameter hook checks a comparison's configs before the first node; the node and
+    ``api.train_grpo`` then meet the same content).
+
     Raises:
         ConfigError: naming the key to fix.
     """
+    checked_as = (config.model_dump_json(), tuple(sorted(str(r) for r in reward_names or ())))
+    if reward_names is not None and checked_as in _CHECKED:
+        _CHECKED.move_to_end(checked_as)
+        return
     validate_strategies(config)  # its own fields were checked when it was built
     try:
         check_rollout_spec(config.rollout)
@@ -115,6 +133,10 @@ def check_grpo_config(config: GRPOConfig, reward_names: Sequence[str] | None = N
             check_reward_options(name, options)
         except ValueError as error:
             raise ConfigError(f"reward_options.{name}: {error}") from error
+    if reward_names is not None:
+        _CHECKED[checked_as] = None
+        while len(_CHECKED) > _CHECKED_MAX:
+            _CHECKED.popitem(last=False)
 
 
 def _check_dapo_rewards(config: GRPOConfig, computed: Sequence[str], read: set[str]) -> None:
