@@ -18,7 +18,7 @@ from creditflow.training import GRPOConfig
 
 trl_grpo = pytest.importorskip("trl.trainer.grpo_trainer")
 
-LOSS_TYPES = ["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "gspo"]
+LOSS_TYPES = ["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "gspo"]
 # creditflow's loss type -> TRL's (loss_type, importance_sampling_level).
 TRL_NAMES = {name: (name, "token") for name in LOSS_TYPES} | {"gspo": ("grpo", "sequence")}
 B, T, MAX_LEN = 6, 7, 9
@@ -63,7 +63,13 @@ def trl_loss(
         epsilon_low=0.2 if cispo else config.clip_low,
         epsilon_high=config.cispo_max_ratio if cispo else config.clip_high,
         max_completion_length=config.max_new_tokens,
-        args=SimpleNamespace(delta=None, use_bias_correction_kl=False, steps_per_generation=1),
+        args=SimpleNamespace(
+            delta=None,
+            use_bias_correction_kl=False,
+            steps_per_generation=1,
+            sapo_temperature_pos=config.sapo_temperature_pos,
+            sapo_temperature_neg=config.sapo_temperature_neg,
+        ),
         aux_loss_enabled=False,
         top_entropy_quantile=1.0,
         off_policy_mask_threshold=None,
@@ -118,11 +124,12 @@ def ours(
 def random_case(loss_type: str, seed: int, per_token: bool = False) -> dict[str, torch.Tensor]:
     """A padded float64 batch: rows of 7, 5, 3, 1 and 0 valid tokens (and one more of 7); the
     log-ratio spread is sized to the loss type's clip range, so some ratios fall inside it
-    and some outside (GSPO's range is 3e-4 / 4e-4, CISPO's cap 5)."""
+    and some outside (GSPO's range is 3e-4 / 4e-4, CISPO's cap 5, SAPO's gate past half its
+    slope at |tau (r - 1)| > 1.76)."""
     g = torch.Generator().manual_seed(seed)
     lengths = torch.tensor([7, 5, 3, 1, 0, 7])
     mask = (torch.arange(T) < lengths.unsqueeze(1)).long()  # (B, T)
-    spread = {"gspo": 4e-4, "cispo": 2.0}.get(loss_type, 0.4)
+    spread = {"gspo": 4e-4, "cispo": 2.0, "sapo": 2.0}.get(loss_type, 0.4)
     old_logp = -3 * torch.rand(B, T, generator=g, dtype=torch.float64)
     logp = old_logp + spread * torch.randn(B, T, generator=g, dtype=torch.float64)
     shape = (B, T) if per_token else (B,)
@@ -137,9 +144,23 @@ def random_case(loss_type: str, seed: int, per_token: bool = False) -> dict[str,
 
 
 def _config(loss_type: str, beta: float) -> GRPOConfig:
+    # TRL builds SAPO's temperatures as a float32 tensor, so its default 1.05 enters as
+    # 1.0499999523; a temperature a float32 holds exactly compares the formulas to the last bit
+    # (the defaults themselves are held to TRL's below).
+    exact = {"sapo_temperature_neg": 1.25} if loss_type == "sapo" else {}
     return GRPOConfig.from_params(
-        {"loss_type": loss_type, "beta": beta, "max_new_tokens": MAX_LEN, "group_size": 2}
+        {"loss_type": loss_type, "beta": beta, "max_new_tokens": MAX_LEN, "group_size": 2} | exact
     )
+
+
+def test_the_sapo_preset_takes_trls_default_temperatures():
+    from creditflow.config.loss_types import LOSS_TYPES  # noqa: PLC0415
+
+    trl_config = pytest.importorskip("trl.trainer.grpo_config")
+    fields = trl_config.GRPOConfig.__dataclass_fields__
+    preset = LOSS_TYPES["sapo"]
+    assert preset.sapo_temperature_pos == fields["sapo_temperature_pos"].default
+    assert preset.sapo_temperature_neg == fields["sapo_temperature_neg"].default
 
 
 @pytest.mark.parametrize("loss_type", LOSS_TYPES)

@@ -5,6 +5,7 @@ and 0 on padding.
 """
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -165,45 +166,67 @@ IMPORTANCE_LEVELS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor
 }
 
 
+# |x| where sigmoid'(x) is half of sigmoid'(0): sigma(1 - sigma) = 1/8 -> x = 2 acosh(sqrt 2).
+SAPO_HALF_SLOPE = 1.7627471740390859
+
+
+@dataclass(frozen=True)
+class SurrogateKnobs:
+    """The settings the surrogates read; each reads its own (``config.loss_types``)."""
+
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    max_ratio: float = 5.0
+    sapo_temperature_pos: float = 1.0
+    sapo_temperature_neg: float = 1.05
+
+
 def _clipped_surrogate(
-    ratio: torch.Tensor,
-    advantages: torch.Tensor,
-    logp: torch.Tensor,
-    clip_low: float,
-    clip_high: float,
-    max_ratio: float,
+    ratio: torch.Tensor, advantages: torch.Tensor, logp: torch.Tensor, knobs: SurrogateKnobs
 ) -> tuple[torch.Tensor, torch.Tensor]:
     # PPO's pessimistic bound: -min(r A, clip(r, 1 - eps_low, 1 + eps_high) A).
     unclipped = -advantages * ratio
-    clipped = -advantages * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
+    clipped = -advantages * ratio.clamp(1.0 - knobs.clip_low, 1.0 + knobs.clip_high)
     return torch.maximum(unclipped, clipped), clipped > unclipped
 
 
 def _cispo_surrogate(
-    ratio: torch.Tensor,
-    advantages: torch.Tensor,
-    logp: torch.Tensor,
-    clip_low: float,
-    clip_high: float,
-    max_ratio: float,
+    ratio: torch.Tensor, advantages: torch.Tensor, logp: torch.Tensor, knobs: SurrogateKnobs
 ) -> tuple[torch.Tensor, torch.Tensor]:
     # CISPO (MiniMax-M1, 2506.13585, eq. 4): the importance weight is clipped and detached and
     # the gradient goes through logp, so no token ever drops out of the update.
-    weight = ratio.clamp(max=max_ratio).detach()
-    return -weight * advantages * logp, ratio > max_ratio
+    weight = ratio.clamp(max=knobs.max_ratio).detach()
+    return -weight * advantages * logp, ratio > knobs.max_ratio
 
 
-# name -> (ratio, advantages, logp, clip_low, clip_high, max_ratio) -> (per-token loss, where
-# the clip is active); every tensor (B, T).
+def _sapo_surrogate(
+    ratio: torch.Tensor, advantages: torch.Tensor, logp: torch.Tensor, knobs: SurrogateKnobs
+) -> tuple[torch.Tensor, torch.Tensor]:
+    # SAPO (2511.20347): a smooth gate instead of the hard clip, -sigmoid(tau (r - 1)) 4/tau A,
+    # with tau_pos for A > 0 and tau_neg otherwise. At r = 1 its gradient is PPO's (-A); it
+    # fades as r leaves 1, never to exactly 0. "Active" where the gate's slope has fallen below
+    # half its peak (|tau (r - 1)| > 1.76), the soft counterpart of a clipped token.
+    tau = torch.where(
+        advantages > 0,
+        torch.full_like(ratio, knobs.sapo_temperature_pos),
+        torch.full_like(ratio, knobs.sapo_temperature_neg),
+    )
+    gate = torch.sigmoid(tau * (ratio - 1.0)) * 4.0 / tau
+    return -gate * advantages, (tau * (ratio - 1.0)).abs() > SAPO_HALF_SLOPE
+
+
+# name -> (ratio, advantages, logp, knobs) -> (per-token loss, where the clip or gate is
+# active); every tensor (B, T).
 SURROGATES: dict[
     str,
     Callable[
-        [torch.Tensor, torch.Tensor, torch.Tensor, float, float, float],
+        [torch.Tensor, torch.Tensor, torch.Tensor, SurrogateKnobs],
         tuple[torch.Tensor, torch.Tensor],
     ],
 ] = {
     "clip": _clipped_surrogate,
     "cispo": _cispo_surrogate,
+    "sapo": _sapo_surrogate,
 }
 
 
@@ -256,6 +279,8 @@ def policy_loss(  # noqa: PLR0917 - positional order fixed by the public API
     importance_level: str = "token",
     surrogate: str = "clip",
     max_ratio: float = 5.0,
+    sapo_temperature_pos: float = 1.0,
+    sapo_temperature_neg: float = 1.05,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """GRPO's clipped surrogate with per-token weights and optional KL (docs/methods/grpo.md), and
     the GSPO / CISPO variants (docs/methods/loss_types.md).
@@ -265,7 +290,9 @@ def policy_loss(  # noqa: PLR0917 - positional order fixed by the public API
     ``importance_level="sequence"`` (GSPO) every token's ``r`` has the value of its sequence's
     ``s = exp(mean over valid tokens of (logp - old_logp))`` and the gradient of the token's
     own ratio (GSPO-token); with ``surrogate="cispo"``
-    ``l = -sg(min(r, max_ratio)) * A * logp``.
+    ``l = -sg(min(r, max_ratio)) * A * logp``; with ``surrogate="sapo"``
+    ``l = -sigmoid(tau (r - 1)) * 4 / tau * A``, ``tau`` the positive or negative temperature
+    by the sign of ``A``.
 
     Args:
         logp: ``(B, T)`` log-probs under the current policy; gradients flow through it.
@@ -282,14 +309,18 @@ def policy_loss(  # noqa: PLR0917 - positional order fixed by the public API
         kl: KL estimator, ``"k1"`` or ``"k3"``.
         max_len: denominator length of ``seq-mean-token-sum-norm``; defaults to ``T``.
         importance_level: ``"token"`` (PPO / GRPO) or ``"sequence"`` (GSPO), see above.
-        surrogate: ``"clip"`` (PPO's clipped surrogate, ``clip_low`` / ``clip_high``) or
-            ``"cispo"`` (the clipped, detached weight times ``logp``, capped at ``max_ratio``).
+        surrogate: ``"clip"`` (PPO's clipped surrogate, ``clip_low`` / ``clip_high``),
+            ``"cispo"`` (the clipped, detached weight times ``logp``, capped at ``max_ratio``)
+            or ``"sapo"`` (the soft gate, ``sapo_temperature_pos`` / ``_neg``).
         max_ratio: CISPO's cap on the importance weight (``eps_max``, an absolute ratio).
+        sapo_temperature_pos: SAPO's gate temperature where ``A > 0`` (> 0).
+        sapo_temperature_neg: SAPO's gate temperature where ``A <= 0`` (> 0).
 
     Returns:
         ``(loss, metrics)``: a scalar loss and python-float metrics ``actor/pg_loss``,
         ``actor/clip_frac`` (share of valid tokens where the clip is active: the clipped
-        term of ``clip``, the cap of ``cispo``), ``actor/ratio_mean`` and ``actor/kl`` (mean
+        term of ``clip``, the cap of ``cispo``, a gate past half its slope for ``sapo``),
+        ``actor/ratio_mean`` and ``actor/kl`` (mean
         estimate over valid tokens; 0 without ``ref_logp``).
     """
     check_choice("agg", agg, tuple(AGGREGATIONS))
@@ -311,15 +342,20 @@ def policy_loss(  # noqa: PLR0917 - positional order fixed by the public API
         check_same_shape(logp=logp, ref_logp=ref_logp)
     max_len = logp.shape[1] if max_len is None else max_len
     _check_scalars(clip_low, clip_high, max_ratio, beta, max_len)
+    if sapo_temperature_pos <= 0 or sapo_temperature_neg <= 0:
+        raise ValueError(
+            f"SAPO's temperatures must be > 0, got {sapo_temperature_pos}, {sapo_temperature_neg}"
+        )
     if beta > 0 and ref_logp is None:
         raise ValueError("beta > 0 needs ref_logp; pass reference log-probs or set beta=0")
 
     valid = mask.bool()
     aggregate = AGGREGATIONS[agg]
     ratio = torch.exp(IMPORTANCE_LEVELS[importance_level](logp - old_logp, valid))  # (B, T)
-    per_token, clip_active = SURROGATES[surrogate](
-        ratio, advantages, logp, clip_low, clip_high, max_ratio
-    )  # (B, T)
+    knobs = SurrogateKnobs(
+        clip_low, clip_high, max_ratio, sapo_temperature_pos, sapo_temperature_neg
+    )
+    per_token, clip_active = SURROGATES[surrogate](ratio, advantages, logp, knobs)  # (B, T)
     if weights is not None:
         per_token = weights * per_token
     pg_loss = aggregate(per_token, valid, max_len)

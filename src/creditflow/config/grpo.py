@@ -23,7 +23,7 @@ AGG_MODES = ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm")
 # The names of algorithms.IMPORTANCE_LEVELS and algorithms.SURROGATES (this module stays
 # torch-free; a test holds them equal).
 IMPORTANCE_LEVEL_NAMES = ("token", "sequence")
-SURROGATE_NAMES = ("clip", "cispo")
+SURROGATE_NAMES = ("clip", "cispo", "sapo")
 # The rollout backend of GRPO and of the evaluations unless one is named: creditflow's decoder
 # where it applies (Qwen2-family text models), else model.generate (creditflow.rollout.backends).
 DEFAULT_ROLLOUT_BACKEND = "lean"
@@ -116,7 +116,7 @@ class GRPOConfig(BaseModel):
         None,
         group="loss",
         description="a preset of the loss knobs by TRL's name (config.loss_types.LOSS_TYPES, "
-        "docs/methods/loss_types.md): grpo, bnpo, dr_grpo, dapo, cispo or gspo. It sets agg, "
+        "docs/methods/loss_types.md): grpo, bnpo, dr_grpo, dapo, cispo, sapo or gspo. It sets agg, "
         "importance_level, surrogate (and, for dr_grpo, advantage.scale_by_std: false): an "
         "explicit knob that contradicts it is an error naming the key to drop; its clip ranges "
         "are defaults an explicit value overrides. null: the knobs alone (null knobs take "
@@ -154,14 +154,27 @@ class GRPOConfig(BaseModel):
     surrogate: str | None = knob(
         None,
         group="loss",
-        description="clip (PPO's clipped surrogate) or cispo (the clipped, detached importance "
-        "weight times the log-probability); null: the loss type's, else clip",
+        description="clip (PPO's clipped surrogate), cispo (the clipped, detached importance "
+        "weight times the log-probability) or sapo (a smooth temperature gate instead of the "
+        "clip); null: the loss type's, else clip",
     )
     cispo_max_ratio: float | None = knob(
         None,
         group="loss",
         description="CISPO's cap on the importance weight (an absolute ratio, TRL's "
         "epsilon_high under cispo); null: 5.0. Read by surrogate cispo only",
+    )
+    sapo_temperature_pos: float | None = knob(
+        None,
+        group="loss",
+        description="SAPO's gate temperature on tokens with a positive advantage (TRL's "
+        "sapo_temperature_pos); null: 1.0. Read by surrogate sapo only",
+    )
+    sapo_temperature_neg: float | None = knob(
+        None,
+        group="loss",
+        description="SAPO's gate temperature on tokens with a zero or negative advantage; "
+        "null: 1.05. Read by surrogate sapo only",
     )
     mask_truncated_completions: bool = knob(
         False,
@@ -385,6 +398,9 @@ class GRPOConfig(BaseModel):
             need(
                 self.cispo_max_ratio > 0, f"cispo_max_ratio must be > 0, got {self.cispo_max_ratio}"
             )
+        for name in ("sapo_temperature_pos", "sapo_temperature_neg"):
+            value = getattr(self, name)
+            need(value is None or value > 0, f"{name} must be > 0, got {value}")
         need(
             self.importance_level in IMPORTANCE_LEVEL_NAMES,
             f"importance_level must be one of {list(IMPORTANCE_LEVEL_NAMES)}, "
@@ -437,6 +453,8 @@ class GRPOConfig(BaseModel):
             "importance_level": self.importance_level,
             "surrogate": self.surrogate,
             "max_ratio": self.cispo_max_ratio,
+            "sapo_temperature_pos": self.sapo_temperature_pos,
+            "sapo_temperature_neg": self.sapo_temperature_neg,
         }
         return {key: value for key, value in options.items() if value is not None}
 

@@ -6,8 +6,9 @@ A preset has two kinds of settings:
 - *defining* ones (``agg``, ``importance_level``, ``surrogate`` and, where set,
   ``advantage.scale_by_std``): what makes the loss type what it is. An explicit knob that
   agrees is fine; one that contradicts it is a ConfigError naming the key to drop.
-- *defaults* (``clip_low``, ``clip_high``, ``cispo_max_ratio``): the papers' values, used
-  where the knob is unset (null); an explicit value wins.
+- *defaults* (``clip_low``, ``clip_high``, ``cispo_max_ratio``, ``sapo_temperature_pos``,
+  ``sapo_temperature_neg``): the papers' values, used where the knob is unset (null); an
+  explicit value wins.
 
 Without a loss type every unset knob takes the engine's default (``ENGINE_DEFAULTS``): the
 clipped token-level GRPO loss. Standard library only.
@@ -33,6 +34,8 @@ class LossType:
     clip_low: float | None = None
     clip_high: float | None = None
     cispo_max_ratio: float | None = None
+    sapo_temperature_pos: float | None = None
+    sapo_temperature_neg: float | None = None
     source: str = ""
 
 
@@ -62,6 +65,13 @@ LOSS_TYPES: dict[str, LossType] = {
         cispo_max_ratio=5.0,  # TRL's recommended epsilon_high for cispo (ScaleRL)
         source="CISPO, MiniMax-M1 (arXiv 2506.13585); TRL loss_type='cispo'",
     ),
+    "sapo": LossType(
+        agg="seq-mean-token-mean",
+        surrogate="sapo",
+        sapo_temperature_pos=1.0,
+        sapo_temperature_neg=1.05,  # TRL's defaults (its sapo_temperature_pos / _neg)
+        source="SAPO (arXiv 2511.20347); TRL loss_type='sapo'",
+    ),
     "gspo": LossType(
         agg="seq-mean-token-mean",
         importance_level="sequence",
@@ -72,7 +82,13 @@ LOSS_TYPES: dict[str, LossType] = {
 }
 
 DEFINING = ("agg", "importance_level", "surrogate")
-DEFAULTED = ("clip_low", "clip_high", "cispo_max_ratio")
+DEFAULTED = (
+    "clip_low",
+    "clip_high",
+    "cispo_max_ratio",
+    "sapo_temperature_pos",
+    "sapo_temperature_neg",
+)
 # What an unset knob means without a loss type: the clipped token-level GRPO loss.
 ENGINE_DEFAULTS: dict[str, Any] = {
     "agg": "seq-mean-token-mean",
@@ -81,9 +97,15 @@ ENGINE_DEFAULTS: dict[str, Any] = {
     "clip_low": 0.2,
     "clip_high": 0.2,
     "cispo_max_ratio": 5.0,
+    "sapo_temperature_pos": 1.0,
+    "sapo_temperature_neg": 1.05,
 }
 # The knobs only one surrogate reads: set under the other, they would be ignored.
-SURROGATE_KNOBS = {"clip": ("clip_low", "clip_high"), "cispo": ("cispo_max_ratio",)}
+SURROGATE_KNOBS = {
+    "clip": ("clip_low", "clip_high"),
+    "cispo": ("cispo_max_ratio",),
+    "sapo": ("sapo_temperature_pos", "sapo_temperature_neg"),
+}
 
 
 def resolve_loss_knobs(

@@ -33,11 +33,12 @@ Shape symbols: ``B`` sequences, ``K`` recorded completions, ``T`` completion tok
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Any
 
 import torch
 
-from creditflow.algorithms import IMPORTANCE_LEVELS, SURROGATES
+from creditflow.algorithms import IMPORTANCE_LEVELS, SURROGATES, SurrogateKnobs
 from creditflow.config.grpo import CreditInspection, GRPOConfig
 from creditflow.rewards import translation_segment_end
 from creditflow.rollout.batch import RolloutBatch
@@ -236,14 +237,10 @@ class CreditRecorder:
         ratio = log_ratio.exp()  # (b, T)
         if advantages.dim() == 1:
             advantages = advantages[:, None].expand_as(ratio)
-        _, clip_active = SURROGATES[c.surrogate](
-            ratio,
-            advantages,
-            logp.detach(),
-            options.get("clip_low", 0.2),
-            options.get("clip_high", 0.2),
-            options.get("max_ratio", 5.0),
-        )  # (b, T)
+        knobs = SurrogateKnobs(
+            **{f.name: options[f.name] for f in fields(SurrogateKnobs) if f.name in options}
+        )  # what the loss reads; a knob the surrogate does not read keeps its default
+        _, clip_active = SURROGATES[c.surrogate](ratio, advantages, logp.detach(), knobs)  # (b, T)
         for k, j in same.nonzero().tolist():
             self._active["ratio"][k] = ratio[j].float().cpu()
             self._active["clipped"][k] = clip_active[j].cpu()
