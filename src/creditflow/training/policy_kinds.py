@@ -12,7 +12,7 @@ them, and how a (prompt, target) pair becomes a supervised batch.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -28,6 +28,7 @@ from creditflow.rollout import (
 from creditflow.rollout.backends import FALLBACK_BACKEND, rollout_backend
 from creditflow.rollout.batch import RolloutBatch
 from creditflow.training.checkpoint import content_digest, tokenizer_digest
+from creditflow.training.supervised import BatchFn, LossFn
 from creditflow.training.teacher_forcing import (
     build_sft_examples,
     collate_right_padded,
@@ -36,9 +37,6 @@ from creditflow.training.teacher_forcing import (
 )
 
 logger = logging.getLogger(__name__)
-
-BatchFn = Callable[[list[int]], Any]
-LossFn = Callable[[Any], tuple[torch.Tensor, dict[str, float]]]
 
 
 class TextKind:
