@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import io
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -42,6 +42,16 @@ def _open_whole(path: str, open_args: dict[str, Any]) -> Iterator[IO]:
         raise
 
 
+def _save_whole(dataset: Any, write: Callable[[IO], Any]) -> None:
+    """``write(handle)`` into ``dataset``'s save path through :func:`_open_whole` (a local
+    file only), then the cache of its load version dropped, as kedro-datasets' ``save``
+    does."""
+    path = get_filepath_str(dataset._get_save_path(), dataset._protocol)
+    with _open_whole(path, dataset._fs_open_args_save) as handle:
+        write(handle)
+    dataset._invalidate_cache()
+
+
 class AtomicTextDataset(TextDataset):
     """``text.TextDataset`` (the HTML credit reports), saved whole or not at all."""
 
@@ -49,10 +59,7 @@ class AtomicTextDataset(TextDataset):
         if self._protocol != "file":
             super().save(data)
             return
-        path = get_filepath_str(self._get_save_path(), self._protocol)
-        with _open_whole(path, self._fs_open_args_save) as handle:
-            handle.write(data)
-        self._invalidate_cache()
+        _save_whole(self, lambda handle: handle.write(data))
 
 
 class AtomicCSVDataset(CSVDataset):
@@ -62,10 +69,7 @@ class AtomicCSVDataset(CSVDataset):
         if self._protocol != "file":
             super().save(data)
             return
-        path = get_filepath_str(self._get_save_path(), self._protocol)
-        with _open_whole(path, self._fs_open_args_save) as handle:
-            data.to_csv(path_or_buf=handle, **self._save_args)
-        self._invalidate_cache()
+        _save_whole(self, lambda handle: data.to_csv(path_or_buf=handle, **self._save_args))
 
 
 class AtomicParquetDataset(ParquetDataset):
@@ -76,10 +80,7 @@ class AtomicParquetDataset(ParquetDataset):
         if self._protocol != "file" or "partition_cols" in self._save_args:
             super().save(data)  # the parent's checks and messages
             return
-        path = get_filepath_str(self._get_save_path(), self._protocol)
-        with _open_whole(path, self._fs_open_args_save) as handle:
-            data.to_parquet(handle, **self._save_args)
-        self._invalidate_cache()
+        _save_whole(self, lambda handle: data.to_parquet(handle, **self._save_args))
 
 
 class AtomicMatplotlibDataset(MatplotlibDataset):
