@@ -64,7 +64,9 @@ def project(project_root: Path, tmp_path: Path) -> Path:
     checkpoint = save_tiny_checkpoint(tmp_path / "tiny-qwen2")
     project = checkout_copy(project_root, tmp_path / "project")
     recipe = readme_recipe(project_root)
-    recipe["tapo"]["policy"]["name_or_path"] = str(checkpoint)  # a tiny stand-in for the README's checkpoint
+    recipe["tapo"]["policy"]["name_or_path"] = str(
+        checkpoint
+    )  # a tiny stand-in for the README's checkpoint
     local = yaml.safe_dump(recipe)
     (project / "conf/local/parameters_tapo.yml").write_text(local, encoding="utf-8")
     save_mgsm_problems(project)
