@@ -9,8 +9,13 @@ The y_aug reranker every setting starts from is pre-trained here, on the fit par
 targets alone (the chain's own ``reranker_yaug`` saw the validation sessions). Page GRPO trains
 on the fit part, with R_old from the click model fitted to the fit part's logs, and each
 setting's greedy pages and its pages sampled at the training temperature
-go to the simulated users on the validation sessions (CTR, long-view and true-quality nDCG@10
-change against the logged order, paired, with standard errors). The held-out A/B sessions
+are scored on the validation sessions two ways: by an off-policy estimate from the logs alone
+(``chain.clicks.off_policy``: doubly robust, the click model fitted to the fit part at the
+defaults with no pessimism as its direct method and its position weights as the logging
+propensities; columns ``dr_*``), which is what a setting is chosen by (``--select``: the
+setting whose greedy pages have the largest estimated clicks + long views), and, as a
+diagnostic only, by the simulated users (CTR, long-view and true-quality nDCG@10 change against
+the logged order, paired, with standard errors), which read the hidden truth. The held-out A/B sessions
 (``query_logs_heldout``) are never loaded: ``TUNING_INPUTS`` is everything this reads, and a
 test runs it on a catalog whose held-out logs refuse to load.
 
@@ -44,7 +49,8 @@ from creditflow.chain.ab_test.simulated_ab import (
     simulated_users,
     summarise_ab,
 )
-from creditflow.chain.clicks.logged import validation_split
+from creditflow.chain.clicks.logged import click_model_from_table, validation_split
+from creditflow.chain.clicks.off_policy import off_policy_changes, off_policy_feedback
 from creditflow.chain.reranker.data import LOGGED, serve_pages
 from creditflow.chain.world.catalogue import ClickModel
 from creditflow.pipelines.augmented_targets.nodes import build_augmented_targets
@@ -57,7 +63,17 @@ from creditflow.pipelines.reranker_pretrain.nodes import pretrain_reranker
 ROOT = Path(__file__).resolve().parents[1]
 # Every dataset the tuning reads: the training side and what the chain built from it.
 TUNING_INPUTS = ("query_logs_train", "catalogue_items", "item_experience_scores")
+# The off-policy estimate's columns (from the logs alone), then the simulated users'.
+OFF_POLICY = {
+    "clicks_change": "dr_ctr_change",
+    "clicks_change_se": "dr_ctr_change_se",
+    "long_views_change": "dr_long_view_change",
+    "long_views_change_se": "dr_long_view_change_se",
+    "value_change": "dr_value_change",
+    "value_change_se": "dr_value_change_se",
+}
 COLUMNS = [
+    *OFF_POLICY.values(),
     "ctr_change_vs_logged",
     "ctr_change_vs_logged_se",
     "long_view_change_vs_logged",
@@ -120,6 +136,11 @@ def tune(
     world = ClickModel.from_params(params["annotation"]["click_model"])
     users = simulated_users(validation, items, world)
     start = pretrained_on_fit_part(fit_part, items, scores, params["reranker_pretrain"])
+    # The off-policy estimate's click model: the defaults' fit to the fit part, no pessimism.
+    estimation_model = click_model_from_table(
+        fit_click_model_on_logs(fit_part, items, grpo_defaults)[0]
+    )
+    long_view_weight = grpo_defaults["reward"]["long_view_weight"]
     rows = []
     for setting in settings or [""]:
         grpo = overridden(grpo_defaults, setting)
@@ -151,6 +172,13 @@ def tune(
         )
         table = summarise_ab(ab_session_metrics(pages, validation, users, k=10), k=10)
         table = table[(table["ranker"] != LOGGED) & table["band"].isin(["all", "tail"])]
+        estimate = off_policy_changes(
+            off_policy_feedback(pages, validation, items, estimation_model),
+            LOGGED,
+            long_view_weight,
+        )
+        estimate = estimate[estimate["estimator"] == "dr"].rename(columns=OFF_POLICY)
+        table = table.merge(estimate[["ranker", *OFF_POLICY.values()]], on="ranker", how="left")
         reward = metrics["reward/page"]
         table.insert(0, "setting", setting or "(defaults)")
         table["seconds"] = time.perf_counter() - t0
@@ -165,6 +193,11 @@ def main() -> None:
     parser.add_argument("--setting", action="append", default=[], help="reranker_grpo overrides")
     parser.add_argument("--samples", type=int, default=4, help="sampled pages per session")
     parser.add_argument("--out", type=Path, help="write the A/B rows of every setting here (CSV)")
+    parser.add_argument(
+        "--select",
+        action="store_true",
+        help="name the setting whose greedy pages have the largest off-policy clicks + long views",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     bootstrap_project(ROOT)
@@ -177,6 +210,13 @@ def main() -> None:
     sys.stdout.write(table[shown].round(4).to_string(index=False) + "\n")
     if args.out:
         table.to_csv(args.out, index=False)
+    if args.select:
+        greedy = table[(table["ranker"] == "greedy") & (table["band"] == "all")]
+        best = greedy.loc[greedy["dr_value_change"].idxmax()]
+        sys.stdout.write(
+            f"selected by the off-policy estimate: {best['setting']} (clicks + long views "
+            f"{best['dr_value_change']:+.4f} +- {best['dr_value_change_se']:.4f})\n"
+        )
 
 
 if __name__ == "__main__":

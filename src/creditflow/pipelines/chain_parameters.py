@@ -240,6 +240,7 @@ class PageRewardWeights(Block):
     gain_mode: one_of(GAIN_MODES, "gain mode")
     r_old: one_of(R_OLD_SOURCES, "r_old source")
     long_view_weight: Annotated[float, Field(ge=0.0)]
+    pessimism: Annotated[float, Field(ge=0.0)] = 0.0
     feedback_seed: int
     online_user_budget: Count | None
 
@@ -249,9 +250,16 @@ class ValidationSplit(Block):
     seed: int
 
 
+class ClickModelEffects(Block):
+    item: Annotated[float, Field(ge=0.0)] = 0.0
+    query_item: Annotated[float, Field(ge=0.0)] = 0.0
+
+
 class LoggedClickModelFit(Block):
     l2: Annotated[float, Field(ge=0.0)]
     max_iter: Count
+    effects: ClickModelEffects = ClickModelEffects()
+    item_logged_rank_pseudo_count: Annotated[float, Field(ge=0.0)] | None = None
 
 
 class ROldOnlyControl(Block):

@@ -29,7 +29,15 @@ from creditflow.config.grpo import GRPOConfig
 from creditflow.errors import ConfigError
 
 L = 8
-PARAMS = {"validation": {"fraction": 0.25, "seed": 0}, "click_model": {"l2": 1e-3, "max_iter": 100}}
+PARAMS = {
+    "validation": {"fraction": 0.25, "seed": 0},
+    "click_model": {
+        "l2": 1e-3,
+        "max_iter": 100,
+        "effects": {"item": 0.5, "query_item": 0.3},
+        "item_logged_rank_pseudo_count": 2.0,
+    },
+}
 BLOCK = {  # conf/base's reward block at its defaults
     "alpha": 0.9,
     "beta": 0.1,
@@ -84,21 +92,59 @@ def test_fit_recovers_a_known_position_bias_on_synthetic_impressions():
 
 def test_fit_diagnostics_and_table_round_trip(fitted, sessions, catalogue):
     model, diagnostics = fitted
-    assert diagnostics["split"].tolist() == ["fit", "validation"]
-    assert diagnostics["sessions"].sum() == len(sessions)
-    validation = diagnostics.set_index("split").loc["validation"]
-    # Features help beyond position on sessions the fit never saw.
+    assert set(diagnostics["split"]) == {"fit", "validation"}
+    assert diagnostics["model"].unique().tolist() == [
+        "constant",
+        "position_only",
+        "features",
+        "features_logged_rank",
+        "configured",
+    ]
+    assert diagnostics.groupby("model")["sessions"].sum().eq(len(sessions)).all()
+    validation = diagnostics[diagnostics["split"] == "validation"].set_index("model")
+    # Features help beyond position, and position beyond one CTR, on sessions the fit never saw.
     assert (
-        validation["click_loglik"]
-        > validation["position_only_loglik"]
-        > validation["constant_loglik"]
+        validation.loc["features", "click_loglik"]
+        > validation.loc["position_only", "click_loglik"]
+        > validation.loc["constant", "click_loglik"]
     )
+    assert validation.loc["position_only", "loglik_gain_vs_position_only"] == 0.0
+    # Perplexity 1 is perfect and 2 a coin: every model lies between (clicks are rarer than 1/2).
+    assert validation["click_perplexity"].between(1.0, 2.0).all()
+    assert validation["perplexity_at_0"].notna().all()
+    # The configured model has item and query-item effects on both logits and the logged rank.
+    assert [e.group for e in model.model.click_effects] == ["item", "query_item"]
+    assert [e.group for e in model.model.long_view_effects] == ["item", "query_item"]
+    assert model.feature_names[-1] == "item_logged_rank" and len(model.item_logged_rank) > 0
     again = click_model_from_table(click_model_table(model))
     for name in ("examination", "exposure", "click_weights", "long_view_weights", "feature_scale"):
-        torch.testing.assert_close(getattr(again, name), getattr(model, name))
+        torch.testing.assert_close(getattr(again.model, name), getattr(model.model, name))
+    for mine, theirs in zip(
+        again.model.click_effects + again.model.long_view_effects,
+        model.model.click_effects + model.model.long_view_effects,
+        strict=True,
+    ):
+        assert mine.keys == theirs.keys and mine.prior_sd == theirs.prior_sd
+        torch.testing.assert_close(mine.mean, theirs.mean)
+        torch.testing.assert_close(mine.sd, theirs.sd)
+    pd.testing.assert_series_equal(
+        again.item_logged_rank, model.item_logged_rank, check_names=False
+    )
+    assert again.default_rank == model.default_rank
     recovery = recovery_table(model, ClickModel(exposure_depth=(3, 6)))
     assert recovery["examination_fitted"].iloc[0] == recovery["examination_true"].iloc[0] == 1.0
     assert recovery["position_weight_abs_error"].max() < 0.15
+
+
+def test_pessimism_lowers_the_fitted_r_old_where_the_logs_say_little(fitted, sessions, catalogue):
+    model = fitted[0]
+    scores = torch.rand(len(sessions), L, generator=torch.Generator().manual_seed(0))
+    plain = page_reward_of(BLOCK, sessions, catalogue, scores, ClickModel(), model)
+    careful = page_reward_of(
+        {**BLOCK, "pessimism": 2.0}, sessions, catalogue, scores, ClickModel(), model
+    )
+    assert (careful.business.click < plain.business.click).all()
+    assert (careful.business.long_view < plain.business.long_view).all()
 
 
 def _hide_the_truth_differently(sessions, catalogue):

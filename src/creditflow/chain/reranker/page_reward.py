@@ -4,8 +4,10 @@
 from is ``reranker_grpo.reward.r_old`` (``R_OLD_SOURCES``):
 
 - ``fitted_click_model`` (the default): the expected clicks + long views of the page under a
-  click model fitted to the training logs (``chain.clicks.logged``), reading only
-  what a production system has: positions, popularity, category match and title signals.
+  click model fitted to the training logs (``chain.clicks.logged``), reading only what a
+  production system has: positions, popularity, category match, title signals, where its
+  ranker listed an item before, and each item's and query-item pair's own clicks; pessimistic
+  (``pessimism``: a lower confidence bound) where those clicks are few.
 - ``oracle_expected``: the exact expectation under the simulator's own ``ClickModel``, which
   reads the hidden quality, click-bait and relevance: the reward then knows the answer the
   A/B scores, noise-free. A ceiling, never a method's result.
@@ -35,8 +37,7 @@ from creditflow.chain.clicks.feedback import (
     expected_page_feedback,
     sample_page_feedback,
 )
-from creditflow.chain.clicks.logged import fitted_response, observable
-from creditflow.chain.clicks.position_based import PositionBasedClickModel
+from creditflow.chain.clicks.logged import LoggedClickModel, fitted_response, observable
 from creditflow.chain.config import (
     FITTED,
     GAIN_MODES,
@@ -343,11 +344,12 @@ def page_reward_of(  # noqa: PLR0913 - the reward's block, its data and its two 
     catalogue: pd.DataFrame,
     exp_scores: torch.Tensor,
     click_model: ClickModel,
-    fitted_click_model: PositionBasedClickModel | None = None,
+    fitted_click_model: LoggedClickModel | None = None,
 ) -> PageReward:
     """The ``PageReward`` of a ``reranker_grpo.reward`` block on the training ``sessions``.
     ``r_old`` names the business objective (module docstring): ``fitted_click_model``
-    (``FittedClickFeedback`` of ``fitted_click_model`` on the observable columns only),
+    (``FittedClickFeedback`` of ``fitted_click_model`` on the observable columns only, its
+    lower confidence bounds at ``pessimism`` standard deviations),
     ``oracle_expected`` / ``online_sampled`` (``SimulatedFeedback`` of ``click_model``, with
     ``feedback_seed`` and ``online_user_budget``), ``logged_clicks`` (``LoggedClicks`` at
     ``k``); ``long_view_weight`` weighs long views in the first three."""
@@ -360,7 +362,7 @@ def page_reward_of(  # noqa: PLR0913 - the reward's block, its data and its two 
         # The hidden columns are dropped before anything is read: this reward cannot see them.
         seen_sessions, seen_catalogue = observable(sessions, catalogue)
         attractiveness, long_view, weights = fitted_response(
-            fitted_click_model, seen_sessions, seen_catalogue
+            fitted_click_model, seen_sessions, seen_catalogue, reward_params.get("pessimism", 0.0)
         )
         business = FittedClickFeedback(
             attractiveness, long_view, weights, long_view_weight=reward_params["long_view_weight"]
