@@ -9,6 +9,7 @@ from kedro.io.core import DatasetError
 
 from creditflow.datasets import (
     HFModelDataset,
+    HFModelsByNameDataset,
     HFModelsBySeedDataset,
     HFTokenizerDataset,
     resolve_pretrained_class,
@@ -197,6 +198,20 @@ def test_models_by_seed_round_trip_in_seed_order(tmp_path, model_a, model_b, inp
     assert torch.equal(_logits(loaded[2], input_ids), _logits(model_a, input_ids))
     with pytest.raises(DatasetError, match=r"seed \(int\): model"):
         dataset.save({"seed_0": model_a})
+
+
+def test_models_by_name_round_trip_and_an_empty_mapping(tmp_path, model_a, model_b, input_ids):
+    """Page GRPO's R_old variants, one per name; none configured saves an empty folder."""
+    dataset = HFModelsByNameDataset(str(tmp_path / "variants"), load_args=EAGER)
+    dataset.save({"oracle": model_b, "features_only": model_a})
+    loaded = dataset.load()
+    assert list(loaded) == ["features_only", "oracle"]
+    assert torch.equal(_logits(loaded["oracle"], input_ids), _logits(model_b, input_ids))
+    with pytest.raises(DatasetError, match="letters, digits"):
+        dataset.save({"../escape": model_a})
+    empty = HFModelsByNameDataset(str(tmp_path / "none"))
+    empty.save({})
+    assert empty.load() == {}
 
 
 def test_a_save_killed_midway_never_becomes_the_newest_version(

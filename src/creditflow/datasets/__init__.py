@@ -7,6 +7,7 @@ Used from ``conf/base/catalog.yml`` as ``type: creditflow.datasets.HFModelDatase
 from creditflow.datasets.checkpoints import CheckpointDirectoryDataset
 from creditflow.datasets.hf_artifacts import (
     HFModelDataset,
+    HFModelsByNameDataset,
     HFModelsBySeedDataset,
     HFTokenizerDataset,
     resolve_pretrained_class,
@@ -25,6 +26,7 @@ __all__ = [
     "AtomicTextDataset",
     "CheckpointDirectoryDataset",
     "HFModelDataset",
+    "HFModelsByNameDataset",
     "HFModelsBySeedDataset",
     "HFTokenizerDataset",
     "resolve_pretrained_class",

@@ -25,6 +25,7 @@ reads and which may be deleted.
 import contextlib
 import importlib
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -45,6 +46,7 @@ from creditflow.models.tokenizer import load_tokenizer
 from creditflow.training.checkpoint import fsync_path
 
 _LOCAL_PROTOCOLS = ("file",)
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 
 
 def resolve_pretrained_class(name: str) -> type:
@@ -266,6 +268,30 @@ class HFModelsBySeedDataset(HFModelDataset):
         with self._staged_save_dir() as root:
             for seed, model in data.items():
                 self._save_model(model, root / f"{self._SEED_DIR}{seed}")
+
+
+class HFModelsByNameDataset(HFModelDataset):
+    """Models by name (``{name: model}``, page GRPO's R_old variants), each saved as
+    ``HFModelDataset`` saves one, in its own ``<name>/`` subdirectory; an empty mapping saves
+    an empty folder and loads back empty. Names are letters, digits, ``_``, ``-`` and ``.``
+    (a folder name on every system). Arguments as ``HFModelDataset``'s.
+    """
+
+    def load(self) -> dict[str, transformers.PreTrainedModel]:
+        root = Path(self._load_dir())
+        names = sorted(path.name for path in root.iterdir() if path.is_dir())
+        return {name: self._load_model(root / name) for name in names}
+
+    def save(self, data: dict[str, transformers.PreTrainedModel]) -> None:
+        bad = [name for name in data if not (isinstance(name, str) and _SAFE_NAME.fullmatch(name))]
+        if bad:
+            raise DatasetError(
+                f"{type(self).__name__} saves a {{name (str): model}} mapping whose names are "
+                f"letters, digits, '_', '-' and '.'; got {bad[:5]}"
+            )
+        with self._staged_save_dir() as root:
+            for name, model in data.items():
+                self._save_model(model, Path(root) / name)
 
 
 class HFTokenizerDataset(_HFDirectoryDataset):

@@ -283,12 +283,31 @@ class RerankerGRPOControls(Block):
     r_old_only: ROldOnlyControl
 
 
+class ClickModelOverrides(Block):
+    """What an R_old variant changes of ``reranker_grpo.click_model`` (its fit's knobs)."""
+
+    l2: Annotated[float, Field(ge=0.0)] | None = None
+    max_iter: Count | None = None
+    effects: ClickModelEffects | None = None
+    item_logged_rank_pseudo_count: Annotated[float, Field(ge=0.0)] | None = None
+
+
+class ROldVariant(Block):
+    """``reranker_grpo.r_old_variants.<name>``: page GRPO trained like the method's but for
+    where its R_old comes from; a key left out keeps the method's value."""
+
+    r_old: one_of(R_OLD_SOURCES, "r_old source") | None = None
+    pessimism: Annotated[float, Field(ge=0.0)] | None = None
+    click_model: ClickModelOverrides | None = None
+
+
 class RerankerGRPOParams(Block):
     reward: PageRewardWeights
     validation: ValidationSplit
     click_model: LoggedClickModelFit
     grpo: PageGRPO
     controls: RerankerGRPOControls
+    r_old_variants: dict[Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$")], ROldVariant] = {}
 
 
 class SampledPages(Block):

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from creditflow.chain.clicks.logged import (
+    attractiveness_recovery,
     click_model_from_table,
     click_model_table,
     fit_logged_click_model,
@@ -234,3 +235,19 @@ def test_fitted_r_old_hand_case():
     out = feedback(torch.tensor([[1, 2, 0], [0, 2, 1]]), torch.tensor([0, 0]), ["", ""])
     torch.testing.assert_close(out["r_old"], torch.tensor([1.0, 0.35 / 0.93]))
     torch.testing.assert_close(out["clicks"], torch.tensor([0.6, 0.3]))
+
+
+def test_attractiveness_recovery_compares_the_fit_with_the_simulators_users(
+    fitted, sessions, catalogue
+):
+    world = ClickModel(exposure_depth=(3, 6))
+    table = attractiveness_recovery(fitted[0], sessions, catalogue, world).set_index("part")
+    assert table.index.tolist() == ["click", "long_view"]
+    assert (table["candidates"] == len(sessions) * L).all()
+    # The fit sees the clicks these users made: its attractiveness follows theirs.
+    assert table.loc["click", "logit_correlation"] > 0.5
+    assert table.loc["click", "abs_error"] < 0.2
+    # Users who ignore everything but relevance are another world: the fit no longer matches.
+    other = ClickModel(exposure_depth=(3, 6), popularity=0.0, clickbait=0.0, relevance=-3.0)
+    away = attractiveness_recovery(fitted[0], sessions, catalogue, other).set_index("part")
+    assert away.loc["click", "logit_correlation"] < table.loc["click", "logit_correlation"] - 0.3

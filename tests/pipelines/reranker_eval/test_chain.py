@@ -3,11 +3,16 @@ project's catalog entries written to a temporary folder."""
 
 import pytest
 
-from creditflow.chain.ab_test.controls import CONTRASTS, CONTROLLED
+from creditflow.chain.ab_test.controls import CONTROLLED, variant_contrasts, variant_ranker
 from creditflow.chain.reranker.data import LOGGED, RERANKER_INPUTS
 from creditflow.pipeline_registry import DEFAULT_PIPELINES
 from creditflow.pipelines.reranker_eval.nodes import SAMPLED_PAGES
-from tests.pipelines._experience_chain import CHAIN, chain_catalog, chain_pipeline
+from tests.pipelines._experience_chain import (
+    CHAIN,
+    chain_catalog,
+    chain_pipeline,
+    smallest_params,
+)
 
 pytestmark = [
     pytest.mark.slow,
@@ -42,7 +47,9 @@ def test_chain_writes_every_artefact_through_the_catalog():
         | sources
     )
     table = catalog.load("reranker_evaluation")  # read back from CSV
+    variants = list(smallest_params()["reranker_grpo"]["r_old_variants"])
     rankers = {LOGGED, *RERANKER_INPUTS, *CONTROLLED, *SAMPLED_PAGES}
+    rankers |= {variant_ranker(name) for name in variants}
     assert set(table["ranker"]) == rankers
     assert "all" in set(table["band"])
     ab = catalog.load("reranker_ab")
@@ -51,5 +58,5 @@ def test_chain_writes_every_artefact_through_the_catalog():
         "oracle_quality",
     }
     contrasts = ab.loc[ab["kind"] == "contrast", "ranker"].tolist()
-    assert contrasts == [f"{a} - {b}" for a, b, _ in CONTRASTS]
+    assert contrasts == [f"{a} - {b}" for a, b, _ in variant_contrasts(variants)]
     assert {"ctr", "ctr_se", "ctr_change_vs_logged", "ctr_change_vs_logged_se"} <= set(ab.columns)

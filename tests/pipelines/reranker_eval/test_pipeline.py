@@ -9,7 +9,13 @@ from kedro.runner import SequentialRunner
 from matplotlib.figure import Figure
 from scipy.stats import kendalltau
 
-from creditflow.chain.ab_test.controls import CONTRASTS, METRICS, R_OLD_ONLY, SHUFFLED_EXP
+from creditflow.chain.ab_test.controls import (
+    METRICS,
+    R_OLD_ONLY,
+    SHUFFLED_EXP,
+    variant_contrasts,
+    variant_ranker,
+)
 from creditflow.chain.reranker.data import LOGGED, serve_pages
 from creditflow.chain.world.catalogue import ClickModel, candidate_response
 from creditflow.pipelines.reranker_eval import create_pipeline
@@ -21,6 +27,7 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:register_new_resolver:UserWarning"),
 ]
 # Each control right after the ranker it controls for.
+VARIANTS = list(smallest_params()["reranker_grpo"]["r_old_variants"])
 RANKERS = [
     LOGGED,
     "click_pretrained",
@@ -30,6 +37,7 @@ RANKERS = [
     SHUFFLED_EXP,
     "yaug_page_grpo",
     R_OLD_ONLY,
+    *(variant_ranker(name) for name in VARIANTS),
     *SAMPLED_PAGES,
 ]
 ORACLES = ["oracle_clicks", "oracle_quality"]
@@ -215,7 +223,8 @@ def test_the_ab_table_ends_with_the_controls_contrasts_paired_over_sessions(eval
     table = catalog.load("reranker_ab")  # read back from CSV
     n = len(catalog.load("query_logs_heldout"))
     contrasts = table[table["kind"] == "contrast"].set_index("ranker")
-    assert contrasts.index.tolist() == [f"{a} - {b}" for a, b, _ in CONTRASTS]
+    expected = [f"{a} - {b}" for a, b, _ in variant_contrasts(VARIANTS)]
+    assert contrasts.index.tolist() == expected and len(VARIANTS) == 2
     assert (contrasts["band"] == "all").all() and (contrasts["sessions"] == n).all()
     assert (table["basis"] == "held-out sessions, one run").all()
     for metric in METRICS:
@@ -225,7 +234,7 @@ def test_the_ab_table_ends_with_the_controls_contrasts_paired_over_sessions(eval
         assert (contrasts[metric] <= contrasts[f"{metric}_high"]).all()
     # The mean CTR change of a contrast is the difference of its rankers' changes vs logged.
     overall = table[(table["kind"] == "ranker") & (table["band"] == "all")].set_index("ranker")
-    for a, b, _ in CONTRASTS:
+    for a, b, _ in variant_contrasts(VARIANTS):
         row = contrasts.loc[f"{a} - {b}"]
         for metric, column in (
             ("ctr_change", "ctr_change_vs_logged"),

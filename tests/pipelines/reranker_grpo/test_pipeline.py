@@ -57,9 +57,16 @@ def test_page_grpo_trains_from_the_yaug_reranker_and_resumes(tmp_path, capfd):
     assert set(fit["split"]) == {"fit", "validation"} and (fit["click_loglik"] < 0).all()
     assert "configured" in set(fit["model"])
 
-    # Page GRPO and its R_old-only control share the store, one run each (their rewards differ).
-    assert len(list(tmp_path.iterdir())) == 2
-    assert [p.name for p in sorted(tmp_path.glob("*/step-*"))] == ["step-000001", "step-000002"] * 2
+    # Page GRPO, its R_old-only control and each R_old variant share the store, one run each
+    # (their rewards differ).
+    runs = 2 + len(params["reranker_grpo"]["r_old_variants"])
+    assert len(list(tmp_path.iterdir())) == runs
+    assert [p.name for p in sorted(tmp_path.glob("*/step-*"))] == [
+        "step-000001",
+        "step-000002",
+    ] * runs
+    variants = catalog.load("reranker_page_grpo_r_old_variants")
+    assert sorted(variants) == sorted(params["reranker_grpo"]["r_old_variants"])
     # Same inputs again: the node finds the finished checkpoint and does not retrain.
     again = _catalog(pipeline, params, tmp_path)
     rerun = pipeline.only_nodes("fit_click_model_on_logs", "train_reranker_page_grpo")

@@ -39,6 +39,8 @@ R_OLD_ONLY = "yaug_page_grpo_r_old_only"
 SHUFFLED_EXP = "yaug_pretrained_shuffled_exp"
 # control -> the ranker it controls for (the tables show it right after that one).
 CONTROLLED = {SHUFFLED_EXP: "yaug_pretrained", R_OLD_ONLY: "yaug_page_grpo"}
+# Page GRPO on an R_old variant (reranker_grpo.r_old_variants) is ``VARIANT_PREFIX + name``.
+VARIANT_PREFIX = "yaug_page_grpo_with_"
 # (a, b, what a - b measures), the contrast rows of the A/B table.
 CONTRASTS = (
     ("yaug_page_grpo", R_OLD_ONLY, "the experience term of page GRPO's reward (beta > 0 vs 0)"),
@@ -128,6 +130,30 @@ def contrast_rows(
                 | interval_columns(values)
             )
     return pd.DataFrame(rows)
+
+
+def variant_ranker(name: str) -> str:
+    """The A/B name of page GRPO on the R_old variant ``name``."""
+    return f"{VARIANT_PREFIX}{name}"
+
+
+def with_variant_names(
+    controls: Mapping[str, Page], variants: Mapping[str, Page]
+) -> dict[str, Page]:
+    """``controls`` then each R_old variant's entry under its A/B name (``variant_ranker``)."""
+    return dict(controls) | {variant_ranker(name): value for name, value in variants.items()}
+
+
+def variant_contrasts(names: Sequence[str]) -> tuple[tuple[str, str, str], ...]:
+    """``CONTRASTS`` and, per R_old variant, the method against page GRPO on that variant."""
+    return CONTRASTS + tuple(
+        (
+            "yaug_page_grpo",
+            variant_ranker(name),
+            f"page GRPO's R_old from the configured click model vs the {name!r} variant",
+        )
+        for name in names
+    )
 
 
 def with_contrasts(

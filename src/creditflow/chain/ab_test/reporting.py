@@ -377,7 +377,8 @@ def teacher_agreement(
 R_OLD_SEES = {
     "fitted_click_model": (
         "the clicks + long views a click model fitted to the training logs expects (it sees "
-        "positions, popularity, category match and title signals, no hidden truth)"
+        "positions, popularity, category match, title signals, where the logs ranked each item "
+        "and each item's own clicks as reranker_grpo.click_model says; no hidden truth)"
     ),
     "oracle_expected": (
         "the simulator's exact expected clicks + long views, which read the hidden quality, "
@@ -408,10 +409,16 @@ _TRAINED_ON = {
 SAMPLED_SUFFIX = "_sampled"
 
 
-def trained_on(ranker: str, r_old: str, r_old_only_alpha: float = 1.0) -> str:
+def trained_on(
+    ranker: str,
+    r_old: str,
+    r_old_only_alpha: float = 1.0,
+    variants: Mapping[str, str] | None = None,
+) -> str:
     """One sentence: which reward or target ``ranker`` (a name of the A/B table) was trained
     on and what information it could see; page GRPO's depends on ``r_old``, its ``R_OLD_ONLY``
-    control's on ``r_old_only_alpha`` too (``reranker_grpo.controls.r_old_only.alpha``).
+    control's on ``r_old_only_alpha`` too (``reranker_grpo.controls.r_old_only.alpha``);
+    ``variants`` maps an R_old variant's A/B name to its ``r_old``.
 
     >>> trained_on("click_pretrained", "fitted_click_model")[:34]
     "Imitates the logs' click-first ord"
@@ -421,6 +428,11 @@ def trained_on(ranker: str, r_old: str, r_old_only_alpha: float = 1.0) -> str:
     if ranker.endswith(SAMPLED_SUFFIX):
         source = ranker.removesuffix(SAMPLED_SUFFIX)
         return f"{trained_on(source, r_old)[:-1]}; pages sampled at the GRPO temperature."
+    if variants and ranker in variants:
+        return (
+            "Variant: as yaug_page_grpo, but with R_old "
+            f"{R_OLD_SEES[variants[ranker]]}; sees {_FEATURES} and s_exp."
+        )
     if ranker == R_OLD_ONLY:
         return (
             f"Control: y_aug reranker, then page GRPO on R_old alone (alpha {r_old_only_alpha:g}, "

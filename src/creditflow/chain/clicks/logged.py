@@ -43,7 +43,12 @@ from creditflow.chain.clicks.position_based import (
 from creditflow.chain.config import FEATURE_NAMES
 from creditflow.chain.reranker.data import split_sessions
 from creditflow.chain.reranker.training import session_features
-from creditflow.chain.world.catalogue import HIDDEN_COLUMNS, LABEL_UNEXPOSED, ClickModel
+from creditflow.chain.world.catalogue import (
+    HIDDEN_COLUMNS,
+    LABEL_UNEXPOSED,
+    ClickModel,
+    candidate_response,
+)
 
 # What a production system knows of a candidate when it logs an impression; no experience
 # score (that is R_exp's job), no logged position (the position factor is separate), no label.
@@ -91,6 +96,12 @@ def observable(
         sessions.drop(columns=[c for c in HIDDEN_SESSION_COLUMNS if c in sessions.columns]),
         catalogue.drop(columns=[c for c in HIDDEN_COLUMNS if c in catalogue.columns]),
     )
+
+
+def has_truth(sessions: pd.DataFrame) -> bool:
+    """Whether ``sessions`` carry the hidden per-candidate columns the simulated users read
+    (the synthetic world's do; logs of your own only with a known ``true_quality``)."""
+    return set(HIDDEN_SESSION_COLUMNS) <= set(sessions.columns)
 
 
 def validation_split(
@@ -475,3 +486,39 @@ def recovery_table(fitted: LoggedClickModel, world: ClickModel) -> pd.DataFrame:
         frame["position_weight_fitted"] - frame["position_weight_true"]
     ).abs()
     return frame
+
+
+def attractiveness_recovery(
+    fitted: LoggedClickModel, sessions: pd.DataFrame, catalogue: pd.DataFrame, world: ClickModel
+) -> pd.DataFrame:
+    """How well the fit recovers what the simulated users do with each candidate of
+    ``sessions`` (a diagnostic of the evaluation: the fit never sees ``world``): one row per
+    part, ``click`` (fitted attractiveness against the simulator's ``P(click | examined)``)
+    and ``long_view`` (``P(long view | click)``), with the Pearson correlation of their logits
+    (``logit_correlation``), the Spearman correlation (``rank_correlation``) and the mean
+    absolute error of the probabilities (``abs_error``) over the ``candidates``."""
+    attractiveness, long_view, _ = fitted_response(fitted, *observable(sessions, catalogue))
+    click_true, long_view_true = candidate_response(sessions, catalogue, world)
+    rows = []
+    for part, fitted_values, true_values in (
+        ("click", attractiveness.numpy(), click_true),
+        ("long_view", long_view.numpy(), long_view_true),
+    ):
+        fitted_p = fitted_values.ravel()
+        true_p = np.asarray(true_values, dtype=np.float64).ravel()
+        logits = [
+            np.log(p / (1 - p))
+            for p in (np.clip(fitted_p, EPS, 1 - EPS), np.clip(true_p, EPS, 1 - EPS))
+        ]
+        rows.append(
+            {
+                "part": part,
+                "candidates": fitted_p.size,
+                "logit_correlation": float(np.corrcoef(*logits)[0, 1]),
+                "rank_correlation": float(
+                    pd.Series(fitted_p).corr(pd.Series(true_p), method="spearman")
+                ),
+                "abs_error": float(np.abs(fitted_p - true_p).mean()),
+            }
+        )
+    return pd.DataFrame(rows)

@@ -398,6 +398,38 @@ def page_reward_of(  # noqa: PLR0913 - the reward's block, its data and its two 
     )
 
 
+def variant_params(params: Mapping[str, Any], variant: Mapping[str, Any]) -> dict[str, Any]:
+    """``reranker_grpo`` with an R_old variant's changes (``reranker_grpo.r_old_variants``):
+    its ``r_old`` and ``pessimism`` replace the reward's, its ``click_model`` keys the click
+    model's (``effects`` group by group); a key it leaves out (or sets to null under
+    ``r_old`` / ``pessimism``) keeps the method's value.
+
+    >>> base = {
+    ...     "reward": {"r_old": "fitted_click_model", "pessimism": 1.0},
+    ...     "click_model": {"l2": 1.0, "effects": {"item": 0.5, "query_item": 0.3}},
+    ... }
+    >>> out = variant_params(base, {"pessimism": 0.0, "click_model": {"effects": {"item": 0.0}}})
+    >>> out["reward"], out["click_model"]
+    ({'r_old': 'fitted_click_model', 'pessimism': 0.0}, {'l2': 1.0, 'effects': {'item': 0.0, 'query_item': 0.3}})
+    """
+    reward = dict(params["reward"])
+    reward.update({k: variant[k] for k in ("r_old", "pessimism") if variant.get(k) is not None})
+    changes = variant.get("click_model") or {}
+    click_model = {**params["click_model"], **{k: v for k, v in changes.items() if k != "effects"}}
+    if "effects" in changes:
+        click_model["effects"] = {
+            **(params["click_model"].get("effects") or {}),
+            **(changes["effects"] or {}),
+        }
+    return {**params, "reward": reward, "click_model": click_model}
+
+
+def needs_truth(reward_params: Mapping[str, Any]) -> bool:
+    """Whether a ``reranker_grpo.reward`` block's R_old shows pages to the simulated users
+    (who read the hidden truth, which logs of your own do not have)."""
+    return reward_params["r_old"] in SIMULATED_SOURCES
+
+
 def check_user_budget(reward_params: Mapping[str, Any], config: GRPOConfig) -> int:
     """The simulated users a page-GRPO run shows pages to (``online_sampled``: one per sampled
     page, ``steps * prompts_per_step * group_size``; 0 otherwise).

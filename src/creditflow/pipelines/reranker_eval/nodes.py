@@ -14,7 +14,10 @@ from creditflow.chain.ab_test.controls import (
     SHUFFLED_EXP,
     ab_log_text,
     beside_their_methods,
+    variant_contrasts,
+    variant_ranker,
     with_contrasts,
+    with_variant_names,
 )
 from creditflow.chain.ab_test.reporting import (
     evaluate_experience_scores,
@@ -34,7 +37,12 @@ from creditflow.chain.ab_test.simulated_ab import (
     summarise_ab,
     sweep_click_model,
 )
-from creditflow.chain.clicks.logged import click_model_from_table, recovery_table
+from creditflow.chain.clicks.logged import (
+    attractiveness_recovery,
+    click_model_from_table,
+    has_truth,
+    recovery_table,
+)
 from creditflow.chain.expmodel.pft import HELDOUT_ACCURACY
 from creditflow.chain.reranker.data import (
     RERANKER_INPUTS,
@@ -74,34 +82,52 @@ def serve_heldout_pages(  # noqa: PLR0913 - one input per trained reranker
     reranker_yaug: PointerReranker,
     reranker_page_grpo: PointerReranker,
     reranker_page_grpo_r_old_only: PointerReranker,
+    reranker_page_grpo_r_old_variants: dict[str, PointerReranker],
     reranker_yaug_shuffled_exp: PointerReranker,
     params: dict[str, Any],
     pretrain_params: dict[str, Any],
     grpo_params: dict[str, Any],
 ) -> pd.DataFrame:
     """Every ranker's pages of the held-out sessions: the logged order, each reranker's greedy
-    page (each control beside its method), and pages of the y_aug rerankers sampled at the
-    GRPO temperature. The shuffled-s_exp control reads the shuffled scores it was trained on."""
+    page (each control beside its method, then page GRPO on each R_old variant), and pages of
+    the y_aug rerankers sampled at the GRPO temperature. The shuffled-s_exp control reads the
+    shuffled scores it was trained on."""
     models = named_rerankers(
         reranker_click, reranker_click_exp, reranker_yaug_no_exp, reranker_yaug, reranker_page_grpo
-    ) | {R_OLD_ONLY: reranker_page_grpo_r_old_only}
-    sampled, sessions = params["ab"]["sampled_pages"], (query_logs_heldout, catalogue_items)
+    ) | with_variant_names(
+        {R_OLD_ONLY: reranker_page_grpo_r_old_only}, reranker_page_grpo_r_old_variants
+    )
+    sessions = (query_logs_heldout, catalogue_items)
     pages = serve_pages(
         *sessions,
         item_experience_scores,
         models,
-        RERANKER_INPUTS | CONTROL_INPUTS,
+        _kinds(models),
         pretrain_params,
-        sampled=SAMPLED_PAGES,
-        temperature=grpo_params["grpo"]["temperature"],
-        samples=sampled["samples"],
-        seed=sampled["seed"],
+        **_sampled_pages(params, grpo_params),
     )
     shuffled = {SHUFFLED_EXP: reranker_yaug_shuffled_exp}
     pages[SHUFFLED_EXP] = serve_pages(  # its LOGGED page is the same one: not taken
         *sessions, item_experience_scores_shuffled, shuffled, CONTROL_INPUTS, pretrain_params
     )[SHUFFLED_EXP]
     return pages_frame(beside_their_methods(pages), query_logs_heldout)
+
+
+def _kinds(models: dict[str, PointerReranker]) -> dict[str, str]:
+    """The reranker setting each model reads: its own for the chain's rerankers, y_aug's for
+    the controls and the R_old variants."""
+    return RERANKER_INPUTS | dict.fromkeys(set(models) - set(RERANKER_INPUTS), "yaug")
+
+
+def _sampled_pages(params: dict[str, Any], grpo_params: dict[str, Any]) -> dict[str, Any]:
+    """``serve_pages``' keywords of the pages sampled at the GRPO temperature."""
+    sampled = params["ab"]["sampled_pages"]
+    return {
+        "sampled": SAMPLED_PAGES,
+        "temperature": grpo_params["grpo"]["temperature"],
+        "samples": sampled["samples"],
+        "seed": sampled["seed"],
+    }
 
 
 def evaluate_rerankers(
@@ -164,8 +190,10 @@ def summarise_reranker_ab(
     k = params["ab"]["k"]
     table = summarise_ab(reranker_ab_sessions, k=k)
     r_old, alpha = grpo_params["reward"]["r_old"], grpo_params["controls"]["r_old_only"]["alpha"]
-    table["trained_on"] = [trained_on(ranker, r_old, alpha) for ranker in table["ranker"]]
-    table = with_contrasts(table, reranker_ab_sessions, k=k)
+    variants = grpo_params.get("r_old_variants", {})
+    sources = {variant_ranker(n): v.get("r_old") or r_old for n, v in variants.items()}
+    table["trained_on"] = [trained_on(ranker, r_old, alpha, sources) for ranker in table["ranker"]]
+    table = with_contrasts(table, reranker_ab_sessions, variant_contrasts(list(variants)), k=k)
     logger.info("simulated online A/B on held-out sessions:\n%s", ab_log_text(table))
     rankers = table[table["kind"] != CONTRAST]
     return table, plot_metrics_by_band(rankers, ab_plot_columns(k))
@@ -243,21 +271,24 @@ def evaluate_experience_model(  # noqa: PLR0913 - the scores and every truth the
 
 
 def evaluate_click_model_recovery(
-    logged_click_model: pd.DataFrame, annotation_params: dict[str, Any]
-) -> pd.DataFrame:
-    """Per position, the position bias the click model learned from the logs beside the
-    simulator's (``annotation.click_model``): the one place the two meet, after the fit."""
+    logged_click_model: pd.DataFrame,
+    query_logs_heldout: pd.DataFrame,
+    catalogue_items: pd.DataFrame,
+    annotation_params: dict[str, Any],
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """What the click model learned from the logs beside the simulator
+    (``annotation.click_model``), the one place the two meet, after the fit: per position its
+    position bias, and on the held-out sessions' candidates its attractiveness and long-view
+    rate (logs without a known quality: the second is a note)."""
     world = ClickModel.from_params(annotation_params["click_model"])
-    table = recovery_table(click_model_from_table(logged_click_model), world)
+    fitted = click_model_from_table(logged_click_model)
+    table = recovery_table(fitted, world)
     logger.info("click model recovery:\n%s", table.round(3).to_string(index=False))
-    return table
-
-
-def has_truth(sessions: pd.DataFrame) -> bool:
-    """Whether ``sessions`` carry the hidden per-candidate ``relevance`` and ``true_quality``
-    the simulated users read (the synthetic world's do; logs of your own only with a known
-    ``true_quality``)."""
-    return {"relevance", "true_quality"} <= set(sessions.columns)
+    if not has_truth(query_logs_heldout):
+        return table, _note_table()
+    items = attractiveness_recovery(fitted, query_logs_heldout, catalogue_items, world)
+    logger.info("click model recovery per candidate:\n%s", items.round(3).to_string(index=False))
+    return table, items
 
 
 def _note_table() -> pd.DataFrame:

@@ -28,6 +28,7 @@ def create_pipeline(**kwargs) -> Pipeline:
                     "reranker_yaug",
                     "reranker_page_grpo",
                     "reranker_page_grpo_r_old_only",
+                    "reranker_page_grpo_r_old_variants",
                     "reranker_yaug_shuffled_exp",
                     "params:reranker_eval",
                     "params:reranker_pretrain",
@@ -74,8 +75,8 @@ def create_pipeline(**kwargs) -> Pipeline:
             ),
             Node(
                 nodes.evaluate_click_model_recovery,
-                ["logged_click_model", "params:annotation"],
-                "logged_click_model_recovery",
+                ["logged_click_model", HELDOUT, "catalogue_items", "params:annotation"],
+                ["logged_click_model_recovery", "logged_click_model_attractiveness"],
                 name="evaluate_click_model_recovery",
             ),
             Node(

@@ -12,12 +12,18 @@ from creditflow.chain.clicks.logged import (
     click_model_from_table,
     click_model_table,
     fit_logged_click_model,
+    has_truth,
 )
 from creditflow.chain.config import page_grpo_config
 from creditflow.chain.reranker.data import inputs_for, session_exp_scores
 from creditflow.chain.reranker.model import PointerReranker
 from creditflow.chain.reranker.page_grpo import run_page_grpo
-from creditflow.chain.reranker.page_reward import check_user_budget, page_reward_of
+from creditflow.chain.reranker.page_reward import (
+    check_user_budget,
+    needs_truth,
+    page_reward_of,
+    variant_params,
+)
 from creditflow.chain.world.catalogue import ClickModel
 from creditflow.reporting.tables import metrics_frame, plot_reward_curves
 from creditflow.training import CheckpointStore
@@ -31,10 +37,14 @@ def fit_click_model_on_logs(
     query_logs_train: pd.DataFrame, catalogue_items: pd.DataFrame, params: dict[str, Any]
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The click model of page GRPO's default R_old, fitted to the training logs' impressions,
-    clicks and long views (``reranker_grpo.validation`` / ``click_model``), as a table, and its
-    log-likelihoods on the fit and validation sessions."""
+    clicks and long views (``reranker_grpo.validation`` / ``click_model``), as a table, and
+    every candidate click model's fit on the fit and validation sessions."""
     model, diagnostics = fit_logged_click_model(query_logs_train, catalogue_items, params)
-    logger.info("click model fitted to the logs:\n%s", diagnostics.to_string(index=False))
+    shown = [c for c in diagnostics.columns if not c.startswith("perplexity_at_")]
+    logger.info(
+        "click models fitted to the logs (per position: logged_click_model_fit.csv):\n%s",
+        diagnostics[shown].round(4).to_string(index=False),
+    )
     return click_model_table(model), diagnostics
 
 
@@ -100,6 +110,38 @@ def train_reranker_page_grpo_r_old_only(  # noqa: PLR0913 - as train_reranker_pa
         annotation_params,
     )
     return model, metrics
+
+
+def train_reranker_r_old_variants(  # noqa: PLR0913 - as train_reranker_page_grpo
+    reranker_yaug: PointerReranker,
+    query_logs_train: pd.DataFrame,
+    catalogue_items: pd.DataFrame,
+    item_experience_scores: pd.DataFrame,
+    logged_click_model: pd.DataFrame,
+    checkpoints: CheckpointStore,
+    params: dict[str, Any],
+    pretrain_params: dict[str, Any],
+    annotation_params: dict[str, Any],
+) -> dict[str, PointerReranker]:
+    """``train_reranker_page_grpo`` once per ``reranker_grpo.r_old_variants`` entry with its
+    changes (``page_reward.variant_params``; one that changes the click model's knobs fits its
+    own to the same logs); a variant of the simulated users is left out, with a log line, on
+    logs without the hidden truth. Each run has its own key in ``checkpoints``."""
+    models = {}
+    data = (reranker_yaug, query_logs_train, catalogue_items, item_experience_scores)
+    for name, variant in params.get("r_old_variants", {}).items():
+        changed = variant_params(params, variant)
+        if needs_truth(changed["reward"]) and not has_truth(query_logs_train):
+            logger.info("R_old variant %r left out: these logs have no hidden truth", name)
+            continue
+        table = logged_click_model
+        if variant.get("click_model"):
+            table, _ = fit_click_model_on_logs(query_logs_train, catalogue_items, changed)
+        logger.info("page GRPO with the R_old variant %r", name)
+        models[name], _, _ = train_reranker_page_grpo(
+            *data, table, checkpoints, changed, pretrain_params, annotation_params
+        )
+    return models
 
 
 def plot_reranker_grpo_curves(

@@ -1,7 +1,8 @@
 """``reranker_grpo``: a click model fitted to the training logs (page GRPO's default R_old), then
 page-level GRPO from ``reranker_yaug`` -> ``reranker_page_grpo`` (docs/methods/experience.md, step 5),
 and the same on R_old alone -> ``reranker_page_grpo_r_old_only``, the control of the experience
-term (``reranker_grpo.controls.r_old_only``)."""
+term (``reranker_grpo.controls.r_old_only``), and once per R_old variant
+(``reranker_grpo.r_old_variants``) -> ``reranker_page_grpo_r_old_variants``."""
 
 from kedro.pipeline import Node, Pipeline
 
@@ -42,6 +43,12 @@ def create_pipeline(**kwargs) -> Pipeline:
                 GRPO_INPUTS,
                 ["reranker_page_grpo_r_old_only", "reranker_grpo_r_old_only_metrics"],
                 name="train_reranker_page_grpo_r_old_only",
+            ),
+            Node(
+                nodes.train_reranker_r_old_variants,
+                GRPO_INPUTS,
+                "reranker_page_grpo_r_old_variants",
+                name="train_reranker_r_old_variants",
             ),
             Node(
                 nodes.plot_reranker_grpo_curves,
