@@ -12,8 +12,10 @@ saved scores and the same logs:
 - ``page_grpo``: page GRPO at the defaults (R_old from the click model fitted to the logs,
   alpha 0.9, beta 0.1);
 - ``page_grpo_r_old_only``: the same with alpha 1, beta 0 (no experience term);
-- ``page_grpo_oracle``: the default mix with R_old = the simulator's exact expectation
-  (``oracle_expected``, which reads the hidden truth): a ceiling, not a method;
+- ``page_grpo_with_<name>``: page GRPO on each R_old variant of the chain's
+  ``reranker_grpo.r_old_variants`` (``features_only``: the click model on the catalogue's
+  features alone; ``pessimistic``: one posterior sd below the estimate; ``oracle``: the
+  simulator's exact expectation, which reads the hidden truth, a ceiling and not a method);
 - ``shuffled_page_grpo``: page GRPO at the defaults from ``shuffled_yaug_pretrained``.
 
 Their greedy pages of the held-out sessions go to the simulated A/B (exact expectations), and
@@ -67,6 +69,7 @@ from creditflow.chain.ab_test.simulated_ab import (
     true_ndcg_column,
 )
 from creditflow.chain.reranker.data import LOGGED, serve_pages
+from creditflow.chain.reranker.page_reward import variant_params
 from creditflow.chain.world.catalogue import ClickModel
 from creditflow.pipelines.augmented_targets.nodes import build_augmented_targets
 from creditflow.pipelines.reranker_grpo.nodes import (
@@ -78,20 +81,23 @@ from creditflow.pipelines.reranker_pretrain.nodes import pretrain_reranker
 ROOT = Path(__file__).resolve().parents[1]
 K = 10
 NDCG = true_ndcg_column(K)
-# GRPO variants: name -> (which scores / start, reranker_grpo.reward overrides).
+# GRPO runs: name -> (which scores / start, reranker_grpo.reward overrides); each R_old
+# variant of the parameters adds page_grpo_with_<name> (VARIANT).
 VARIANTS: Mapping[str, tuple[str, Mapping[str, Any]]] = {
     "page_grpo": ("real", {}),
     "page_grpo_r_old_only": ("real", {"alpha": 1.0, "beta": 0.0}),
-    "page_grpo_oracle": ("real", {"r_old": "oracle_expected"}),
     "shuffled_page_grpo": ("shuffled", {}),
 }
+VARIANT = "page_grpo_with_"
 PRETRAINED = {"yaug_pretrained": "real", "shuffled_yaug_pretrained": "shuffled"}
 # (a, b, what a - b measures)
 CONTRASTS = (
     ("page_grpo", "page_grpo_r_old_only", "the experience term (beta 0.1 vs 0)"),
     ("page_grpo", "shuffled_page_grpo", "s_exp vs shuffled s_exp, after page GRPO"),
     ("yaug_pretrained", "shuffled_yaug_pretrained", "s_exp vs shuffled s_exp, y_aug alone"),
-    ("page_grpo_oracle", "page_grpo", "R_old from the simulator vs from the fitted click model"),
+    ("page_grpo_with_oracle", "page_grpo", "R_old from the simulator vs the fitted click model"),
+    ("page_grpo", "page_grpo_with_features_only", "a click model that sees each item vs features"),
+    ("page_grpo", "page_grpo_with_pessimistic", "no pessimism vs one posterior sd below"),
 )
 CHAIN_INPUTS = (
     "query_logs_train",
@@ -199,21 +205,27 @@ def run_unit(  # noqa: PLR0913 - the chain's data, its parameters, the seeds and
                 targets, train, items, kind_scores, None, pretrain_params, "yaug"
             )
             pretrained[expmodel_seed, kind] = model
-    click_model, _ = fit_click_model_on_logs(train, items, grpo_defaults)
     models = {name: pretrained[expmodel_seed, kind] for name, kind in PRETRAINED.items()}
-    for name, (kind, reward) in VARIANTS.items():
-        grpo = {
-            **grpo_defaults,
-            "reward": {**grpo_defaults["reward"], **reward},
-            "grpo": {**grpo_defaults["grpo"], "seed": grpo_seed},
-        }
+    runs = {
+        name: (kind, {**grpo_defaults, "reward": {**grpo_defaults["reward"], **reward}})
+        for name, (kind, reward) in VARIANTS.items()
+    } | {
+        f"{VARIANT}{name}": ("real", variant_params(grpo_defaults, variant))
+        for name, variant in grpo_defaults.get("r_old_variants", {}).items()
+    }
+    click_models = {}
+    for name, (kind, run_params) in runs.items():
+        grpo = {**run_params, "grpo": {**run_params["grpo"], "seed": grpo_seed}}
+        key = repr(sorted(grpo["click_model"].items()))
+        if key not in click_models:  # each click-model setting fitted once per unit
+            click_models[key], _ = fit_click_model_on_logs(train, items, grpo)
         t0 = time.perf_counter()
         models[name], _, _ = train_reranker_page_grpo(
             pretrained[expmodel_seed, kind],
             train,
             items,
             scores[kind],
-            click_model,
+            click_models[key],
             None,
             grpo,
             pretrain_params,
@@ -244,7 +256,9 @@ def run_unit(  # noqa: PLR0913 - the chain's data, its parameters, the seeds and
 
 
 def _kind(name: str) -> str:
-    return PRETRAINED[name] if name in PRETRAINED else VARIANTS[name][0]
+    if name in PRETRAINED:
+        return PRETRAINED[name]
+    return "real" if name.startswith(VARIANT) else VARIANTS[name][0]
 
 
 def markdown(table: pd.DataFrame) -> str:

@@ -81,8 +81,8 @@ def test_one_unit_is_paired_over_sessions():
                 LOGGED,
                 "page_grpo",
                 "page_grpo",
-                "page_grpo_oracle",
-                "page_grpo_oracle",
+                "page_grpo_with_oracle",
+                "page_grpo_with_oracle",
             ],
             "session_id": [0, 1] * 3,
             CLICKS: [1.0, 3.0, 1.4, 3.8, 1.2, 3.2],
@@ -92,7 +92,7 @@ def test_one_unit_is_paired_over_sessions():
     )
     table = seeds.summarise_sessions(per_session).set_index("row")
     assert table.loc["page_grpo", "ctr_change"] == pytest.approx(0.3)
-    contrast = table.loc["page_grpo_oracle - page_grpo"]
+    contrast = table.loc["page_grpo_with_oracle - page_grpo"]
     assert contrast["ctr_change"] == pytest.approx(-0.2)
     assert contrast["true_ndcg_diff"] == pytest.approx(0.1)
     assert (table["basis"] == "sessions (1 seed)").all()
