@@ -8,6 +8,7 @@ engine (``chain.reranker.model``, ``chain.reranker.training``, ``chain.reranker.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
@@ -130,3 +131,49 @@ def page_grpo_config(grpo_params: Mapping[str, Any], n_candidates: int) -> GRPOC
 # "exact": the expected clicks and long views of a page, summed over positions; "monte_carlo":
 # the same with common-random-number draws (the exact path's parity check).
 AB_METHODS = ("exact", "monte_carlo")
+
+
+# --- the ExpModel's vision pre-training (docs/methods/experience.md, step 2) -----------------
+
+
+@dataclass(frozen=True)
+class VisionPretraining:
+    """``expmodel_sft.vision_pretraining``: the self-supervised pre-training of the ExpModel's
+    vision tower (``chain.expmodel.vision_pretraining``).
+
+    steps: optimizer steps (0: no pre-training).
+    batch_size: covers per step.
+    learning_rate: AdamW learning rate of the tower and the head.
+    n_images: covers rendered for it (a catalogue of ``n_images`` items, seed ``seed``).
+    seed: the catalogue's seed and the degradations'.
+    max_blur_radius: blur radius drawn uniformly on ``[0, max]`` (pixels at the cover's size).
+    max_log_gain: log brightness gain drawn uniformly on ``[-max, max]``.
+    max_noise_std: pixel-noise std drawn uniformly on ``[0, max]`` (grey levels).
+    """
+
+    steps: int = 0
+    batch_size: int = 16
+    learning_rate: float = 3e-3
+    n_images: int = 1000
+    seed: int = 1000
+    max_blur_radius: float = 4.0
+    max_log_gain: float = 0.5
+    max_noise_std: float = 12.0
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "batch_size", "n_images"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+        if self.batch_size < 1 or self.n_images < 1:
+            raise ValueError("batch_size and n_images must be >= 1")
+        for name in ("learning_rate", "max_blur_radius", "max_log_gain", "max_noise_std"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be finite and > 0, got {value!r}")
+
+    @property
+    def scales(self) -> tuple[float, float, float]:
+        """The range of each degradation (blur, log gain, noise), to regress them on one
+        scale."""
+        return (self.max_blur_radius, self.max_log_gain, self.max_noise_std)

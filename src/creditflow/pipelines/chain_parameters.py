@@ -23,6 +23,7 @@ from creditflow.chain.config import (
     R_OLD_SOURCES,
     RERANKERS,
     RerankerConfig,
+    VisionPretraining,
     page_grpo_config,
 )
 from creditflow.chain.expmodel.data import (
@@ -161,6 +162,7 @@ class ExpmodelSFTParams(Block):
     model: ExpmodelModel
     training: ExpmodelTraining
     max_length: Count
+    vision_pretraining: dataclass_block(VisionPretraining, name="VisionPretraining") | None = None
 
 
 class ExpmodelPFTParams(Block):

@@ -35,7 +35,12 @@ def test_expmodel_sft_trains_a_copy_of_the_initial_model(tmp_path):
     catalog = slice_catalog(pipeline, params)
     catalog["expmodel_sft_checkpoints"] = CheckpointDirectoryDataset(str(tmp_path))
     SequentialRunner().run(
-        pipeline.only_nodes("split_expmodel_items", "build_expmodel_processor", "build_expmodel"),
+        pipeline.only_nodes(
+            "split_expmodel_items",
+            "build_expmodel_processor",
+            "build_expmodel",
+            "pretrain_expmodel_vision",
+        ),
         catalog,
     )
     initial = _state(catalog.load("expmodel_initial_model"))

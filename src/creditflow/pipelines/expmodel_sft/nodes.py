@@ -7,8 +7,11 @@ from typing import Any
 
 import pandas as pd
 
+from creditflow.chain.config import VisionPretraining
 from creditflow.chain.expmodel import data as expmodel_data
 from creditflow.chain.expmodel import sft as expmodel_sft
+from creditflow.chain.expmodel.vision_pretraining import pretrain_vision_tower
+from creditflow.chain.world.catalogue import generate_catalogue
 from creditflow.config.values import reject_moved_keys
 from creditflow.models import (
     ImageOnlyQwen2_5_VLProcessor,
@@ -67,8 +70,34 @@ def build_expmodel(expmodel_processor, params: dict[str, Any]):
     return model
 
 
-def train_expmodel_sft(
+def pretrain_expmodel_vision(
     expmodel_initial_model,
+    expmodel_processor,
+    checkpoints: CheckpointStore,
+    params: dict[str, Any],
+) -> tuple[Any, pd.DataFrame]:
+    """The initial ExpModel with its vision tower pre-trained to see blur, brightness and
+    pixel noise on covers of a catalogue nobody annotated (``vision_pretraining``,
+    ``chain.expmodel.vision_pretraining``; resumes from ``checkpoints``); with ``steps: 0``
+    the initial model itself."""
+    settings = VisionPretraining(**params.get("vision_pretraining", {}))
+    if settings.steps == 0:
+        return expmodel_initial_model, pd.DataFrame({"step": [], "vision/loss": []})
+    image_size = (params.get("tokenizer") or {}).get("image_size", 112)
+    covers = generate_catalogue(settings.n_images, seed=settings.seed, image_size=image_size)
+    with torch_threads(params.get("torch_threads")):
+        model, history = pretrain_vision_tower(
+            copy.deepcopy(expmodel_initial_model),
+            expmodel_processor.image_processor,
+            list(covers["image_png"]),
+            settings,
+            checkpoints,
+        )
+    return model, metrics_frame(history)
+
+
+def train_expmodel_sft(
+    expmodel_vision_pretrained_model,
     expmodel_processor,
     catalogue_items: pd.DataFrame,
     expmodel_annotations: pd.DataFrame,
@@ -84,7 +113,7 @@ def train_expmodel_sft(
     training = SupervisedConfig.from_params(params["training"], **expmodel_data.EXPMODEL_TRAINING)
     with torch_threads(params.get("torch_threads")):
         model, history = expmodel_sft.train_expmodel_sft(
-            copy.deepcopy(expmodel_initial_model),
+            copy.deepcopy(expmodel_vision_pretrained_model),
             expmodel_processor,
             expmodel_data.items_in_split(catalogue_items, expmodel_item_split, expmodel_data.TRAIN),
             expmodel_annotations,

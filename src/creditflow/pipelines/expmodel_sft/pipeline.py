@@ -1,4 +1,5 @@
-"""``expmodel_sft``: train / unseen item split -> processor -> initial tiny VL model -> SFT on
+"""``expmodel_sft``: train / unseen item split -> processor -> initial tiny VL model -> its
+vision tower pre-trained on unannotated covers (``vision_pretraining``; off at 0 steps) -> SFT on
 the ExpModel's annotations, per (query, item) or per item by ``score_mode`` (docs/methods/experience.md, step 2)."""
 
 from kedro.pipeline import Node, Pipeline
@@ -30,9 +31,20 @@ def create_pipeline(**kwargs) -> Pipeline:
                 name="build_expmodel",
             ),
             Node(
-                nodes.train_expmodel_sft,
+                nodes.pretrain_expmodel_vision,
                 [
                     "expmodel_initial_model",
+                    "expmodel_processor",
+                    "expmodel_sft_checkpoints",
+                    PARAMS,
+                ],
+                ["expmodel_vision_pretrained_model", "expmodel_vision_pretraining_metrics"],
+                name="pretrain_expmodel_vision",
+            ),
+            Node(
+                nodes.train_expmodel_sft,
+                [
+                    "expmodel_vision_pretrained_model",
                     "expmodel_processor",
                     "catalogue_items",
                     "expmodel_annotations",
