@@ -262,6 +262,7 @@ class LoggedClickModelFit(Block):
     max_iter: Count
     effects: ClickModelEffects = ClickModelEffects()
     item_logged_rank_pseudo_count: Annotated[float, Field(ge=0.0)] | None = None
+    cv_folds: Annotated[int, Field(ge=0)] = 0
 
 
 class ROldOnlyControl(Block):
@@ -292,6 +293,7 @@ class ClickModelOverrides(Block):
     max_iter: Count | None = None
     effects: ClickModelEffects | None = None
     item_logged_rank_pseudo_count: Annotated[float, Field(ge=0.0)] | None = None
+    cv_folds: Annotated[int, Field(ge=0)] | None = None
 
 
 class ROldVariant(Block):

@@ -251,3 +251,17 @@ def test_attractiveness_recovery_compares_the_fit_with_the_simulators_users(
     other = ClickModel(exposure_depth=(3, 6), popularity=0.0, clickbait=0.0, relevance=-3.0)
     away = attractiveness_recovery(fitted[0], sessions, catalogue, other).set_index("part")
     assert away.loc["click", "logit_correlation"] < table.loc["click", "logit_correlation"] - 0.3
+
+
+def test_cross_validation_holds_every_session_out_once(sessions, catalogue):
+    params = {**PARAMS, "click_model": {**PARAMS["click_model"], "cv_folds": 3}}
+    _, table = fit_logged_click_model(sessions, catalogue, params)
+    cv = table[table["split"] == "cross_validation"].set_index("model")
+    assert list(cv.index) == list(table[table["split"] == "fit"]["model"])
+    assert (cv["sessions"] == len(sessions)).all()
+    logged = sum(
+        label != "U" for labels in sessions["labels"] for label in labels
+    )  # every impression of every session, scored once
+    assert (cv["impressions"] == logged).all()
+    assert cv.loc["position_only", "loglik_gain_vs_position_only"] == 0.0
+    assert (cv.loc[["features", "configured"], "loglik_gain_vs_position_only_se"] > 0).all()

@@ -208,23 +208,42 @@ def fit_logged_click_model(
 ) -> tuple[LoggedClickModel, pd.DataFrame]:
     """The click model of the fit part of ``sessions`` (``params``: ``reranker_grpo`` with
     ``validation`` and ``click_model``) and, as click models are judged, every candidate's fit
-    on both parts.
+    on held-out sessions.
 
     Returns:
         The configured model (``click_model``: ``l2``, ``max_iter``, ``effects`` prior sds,
-        ``item_logged_rank_pseudo_count``), and one row per (``model``, ``split`` fit /
-        validation), ``model`` one of ``constant`` (one CTR), ``position_only`` (CTR per
-        position), ``features`` (the position-based model on ``OBSERVABLE_FEATURES``),
-        ``features_logged_rank`` (+ the item's logged rank) and ``configured``: ``sessions``,
-        ``impressions``, ``clicks``, the mean log-likelihood per impression
+        ``item_logged_rank_pseudo_count``), and one row per (``model``, ``split``), ``split``
+        ``fit`` / ``validation`` (fitted on the fit part) and, with ``click_model.cv_folds``
+        K >= 2, ``cross_validation`` (each of K seeded folds of all of ``sessions`` scored by
+        the candidates fitted to the other folds, pooled: every session held out once).
+        ``model`` is one of ``constant`` (one CTR), ``position_only`` (CTR per position),
+        ``features`` (the position-based model on ``OBSERVABLE_FEATURES``),
+        ``features_logged_rank`` (+ the item's logged rank) and ``configured``. Columns:
+        ``sessions``, ``impressions``, ``clicks``, the mean log-likelihood per impression
         (``click_loglik``), the click perplexity averaged over the positions with impressions
         (``click_perplexity``; per position ``perplexity_at_<p>``, 1 is perfect, 2 a coin),
         the gain in log-likelihood per impression over ``position_only`` with its standard
         error over sessions (``loglik_gain_vs_position_only``, ``_se``) and the long-view
         log-likelihood per click (``long_view_loglik``, the position-based candidates only).
     """
-    fit_part, validation = validation_split(sessions, params["validation"])
     options = params["click_model"]
+    fit_part, validation = validation_split(sessions, params["validation"])
+    models = _fit_candidates(fit_part, catalogue, options)
+    rows = []
+    for split, part in (("fit", fit_part), ("validation", validation)):
+        scored = _scored(models, fit_part, part, catalogue)
+        rows += _fit_rows(split, len(part), *scored)
+    folds = options.get("cv_folds") or 0
+    if folds >= 2:
+        rows += _cross_validation_rows(sessions, catalogue, options, folds, params["validation"])
+    return models[CONFIGURED], pd.DataFrame(rows)
+
+
+def _fit_candidates(
+    fit_part: pd.DataFrame, catalogue: pd.DataFrame, options: Mapping[str, Any]
+) -> dict[str, LoggedClickModel]:
+    """The position-based candidates (``CANDIDATES`` and the configured model) fitted to
+    ``fit_part``."""
     pseudo_count = options.get("item_logged_rank_pseudo_count")
     ranks, default_rank = item_logged_ranks(fit_part, pseudo_count or 0.0)
     prior_sd = {g: float(sd) for g, sd in (options.get("effects") or {}).items()}
@@ -246,43 +265,101 @@ def fit_logged_click_model(
         )
         return LoggedClickModel(model, kept, default_rank)
 
-    configured = fit(pseudo_count is not None, True)
     models = {name: fit(*flags) for name, flags in CANDIDATES.items()}
-    models[CONFIGURED] = configured
+    models[CONFIGURED] = fit(pseudo_count is not None, True)
+    return models
+
+
+def _scored(
+    models: Mapping[str, LoggedClickModel],
+    fit_part: pd.DataFrame,
+    part: pd.DataFrame,
+    catalogue: pd.DataFrame,
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor], dict[str, float]]:
+    """``part``'s logged pages by position: ``(shown (S, L), clicks (S, L), P(click) (S, L)
+    per model, long-view log-likelihood per click per position-based model)``; the two
+    baselines fitted to ``fit_part``."""
     _, shown, clicks, _, _ = logged_impressions(fit_part, catalogue)
-    # Baselines, fitted on the same impressions: CTR per position, and one CTR for all.
     per_position = (clicks * shown).sum(0) / shown.sum(0).clamp(min=1)  # (L,)
     overall = float(clicks[shown].mean())
+    _, part_shown, part_clicks, part_long_views, keys = logged_impressions(part, catalogue)
+    probabilities = {
+        "constant": torch.full_like(part_clicks, overall),
+        "position_only": per_position.expand_as(part_clicks),
+    }
+    long_views = {}
+    for name, fitted in models.items():
+        features = candidate_features_by_position(fitted, part, catalogue)
+        probabilities[name] = fitted.model.examination * fitted.model.attractiveness(features, keys)
+        long_views[name] = long_view_log_likelihood(
+            fitted.model, features, part_clicks, part_long_views, keys
+        )
+    return part_shown, part_clicks, probabilities, long_views
+
+
+def _fit_rows(
+    split: str,
+    n_sessions: int,
+    shown: torch.Tensor,
+    clicks: torch.Tensor,
+    probabilities: Mapping[str, torch.Tensor],
+    long_views: Mapping[str, float],
+) -> list[dict[str, Any]]:
+    """One row per model of ``fit_logged_click_model``'s table."""
+    baseline = _log_likelihoods(clicks, probabilities["position_only"])
     rows = []
-    for split, part in (("fit", fit_part), ("validation", validation)):
-        _, part_shown, part_clicks, part_long_views, keys = logged_impressions(part, catalogue)
-        probabilities = {
-            "constant": torch.full_like(part_clicks, overall),
-            "position_only": per_position.expand_as(part_clicks),
+    for name, p in probabilities.items():
+        row = {
+            "model": name,
+            "split": split,
+            "sessions": n_sessions,
+            "impressions": int(shown.sum()),
+            "clicks": int(clicks[shown].sum()),
+            **_click_fit(shown, clicks, p, baseline),
         }
-        for name, fitted in models.items():
-            features = candidate_features_by_position(fitted, part, catalogue)
-            probabilities[name] = fitted.model.examination * fitted.model.attractiveness(
-                features, keys
-            )
-        baseline = _log_likelihoods(part_clicks, probabilities["position_only"])
-        for name, p in probabilities.items():
-            row = {
-                "model": name,
-                "split": split,
-                "sessions": len(part),
-                "impressions": int(part_shown.sum()),
-                "clicks": int(part_clicks[part_shown].sum()),
-                **_click_fit(part_shown, part_clicks, p, baseline),
-            }
-            if name in models:
-                fitted = models[name]
-                features = candidate_features_by_position(fitted, part, catalogue)
-                row["long_view_loglik"] = long_view_log_likelihood(
-                    fitted.model, features, part_clicks, part_long_views, keys
-                )
-            rows.append(row)
-    return configured, pd.DataFrame(rows)
+        if name in long_views:
+            row["long_view_loglik"] = long_views[name]
+        rows.append(row)
+    return rows
+
+
+def _cross_validation_rows(
+    sessions: pd.DataFrame,
+    catalogue: pd.DataFrame,
+    options: Mapping[str, Any],
+    folds: int,
+    validation: Mapping[str, Any],
+) -> list[dict[str, Any]]:
+    """``_fit_rows`` of ``folds``-fold cross-validation over ``sessions`` (folds seeded by
+    ``validation.seed``), the held-out folds' predictions pooled."""
+    fold_of = np.random.default_rng([validation["seed"], folds]).permutation(len(sessions))
+    fold_of = fold_of % folds
+    ordered = sessions.reset_index(drop=True)
+    pooled: dict[str, list] = {"shown": [], "clicks": [], "p": [], "long_views": []}
+    for fold in range(folds):
+        held_out, rest = ordered[fold_of == fold], ordered[fold_of != fold]
+        shown, clicks, probabilities, long_views = _scored(
+            _fit_candidates(rest, catalogue, options), rest, held_out, catalogue
+        )
+        pooled["shown"].append(shown)
+        pooled["clicks"].append(clicks)
+        pooled["p"].append(probabilities)
+        pooled["long_views"].append((long_views, int(clicks.sum())))
+    names = list(pooled["p"][0])
+    probabilities = {n: torch.cat([p[n] for p in pooled["p"]]) for n in names}
+    clicks_total = sum(count for _, count in pooled["long_views"])
+    long_views = {  # per click, pooled over the folds' clicks
+        n: sum(v[n] * count for v, count in pooled["long_views"]) / max(clicks_total, 1)
+        for n in pooled["long_views"][0][0]
+    }
+    return _fit_rows(
+        "cross_validation",
+        len(ordered),
+        torch.cat(pooled["shown"]),
+        torch.cat(pooled["clicks"]),
+        probabilities,
+        long_views,
+    )
 
 
 def candidate_features_by_position(
