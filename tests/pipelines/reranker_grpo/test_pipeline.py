@@ -54,7 +54,8 @@ def test_page_grpo_trains_from_the_yaug_reranker_and_resumes(tmp_path, capfd):
     assert len(parse_rankings(list(samples["completion"]), L)) == len(samples) > 0
     assert isinstance(catalog.load("reranker_grpo_reward_curves"), Figure)
     fit = catalog.load("logged_click_model_fit")
-    assert set(fit["split"]) == {"fit", "validation"} and (fit["click_loglik"] < 0).all()
+    assert set(fit["split"]) == {"fit", "validation", "cross_validation"}
+    assert (fit["click_loglik"] < 0).all()
     assert "configured" in set(fit["model"])
 
     # Page GRPO, its R_old-only control and each R_old variant share the store, one run each
