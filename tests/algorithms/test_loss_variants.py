@@ -111,6 +111,8 @@ def loop_variant_loss(logp, old_logp, advantages, mask, weights, level, surrogat
         return sum(sum(r) / max(1, len(r)) for r in rows) / batch
     if agg == "token-mean":
         return sum(map(sum, rows)) / max(1, sum(map(len, rows)))
+    if agg == "seq-mean-token-sum":
+        return sum(map(sum, rows)) / batch
     return sum(map(sum, rows)) / (batch * length)
 
 

@@ -216,7 +216,9 @@ def test_policy_loss_gradient_with_kl_is_zero_on_padding(agg):
 
 def test_policy_loss_rejects_unknown_names():
     logp, old_logp, advantages, mask = hand_case()
-    valid_aggs = "valid: seq-mean-token-mean, seq-mean-token-sum-norm, token-mean"
+    valid_aggs = (
+        "valid: seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm, token-mean"
+    )
     with pytest.raises(ValueError, match=f"unknown agg 'sum'; {valid_aggs}"):
         policy_loss(logp, old_logp, advantages, mask, agg="sum")
     with pytest.raises(ValueError, match="unknown kl estimator 'k2'; valid: k1, k3"):

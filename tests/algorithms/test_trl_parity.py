@@ -18,9 +18,14 @@ from creditflow.training import GRPOConfig
 
 trl_grpo = pytest.importorskip("trl.trainer.grpo_trainer")
 
-LOSS_TYPES = ["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "gspo"]
+LOSS_TYPES = ["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "gspo", "luspo"]
 # creditflow's loss type -> TRL's (loss_type, importance_sampling_level).
-TRL_NAMES = {name: (name, "token") for name in LOSS_TYPES} | {"gspo": ("grpo", "sequence")}
+TRL_NAMES = {name: (name, "token") for name in LOSS_TYPES} | {
+    "gspo": ("grpo", "sequence"),
+    "luspo": ("luspo", "sequence"),
+}
+# The sequence-ratio loss types: with per-token credit their gradient is GSPO-token's.
+SEQUENCE_LEVEL = ("gspo", "luspo")
 B, T, MAX_LEN = 6, 7, 9
 # Tolerance: both sides run in float64 and differ only in summation order.
 TOL = {"atol": 1e-10, "rtol": 0.0}
@@ -179,14 +184,14 @@ def test_policy_loss_equals_trl_compute_loss(loss_type, seed, beta, with_weights
     value, grad, metrics = ours(*args, **extra)
     assert 0 < metrics["actor/clip_frac"] < 1  # the random ratios straddle the clip
     assert_close(value, trl_value, **TOL)
-    if loss_type == "gspo" and with_weights:
+    if loss_type in SEQUENCE_LEVEL and with_weights:
         return  # token weights: GSPO-token's gradient, not TRL's (the last test)
     assert_close(grad, trl_grad, **TOL)
     assert grad.abs().sum() > 0  # not a comparison of two zeros
     assert (grad[case["mask"] == 0] == 0).all()
 
 
-@pytest.mark.parametrize("loss_type", [name for name in LOSS_TYPES if name != "gspo"])
+@pytest.mark.parametrize("loss_type", [name for name in LOSS_TYPES if name not in SEQUENCE_LEVEL])
 def test_per_token_advantages_equal_trl(loss_type):
     """TAPO's per-token advantages, and token weights, go through both the same way."""
     case = random_case(loss_type, seed=3, per_token=True)

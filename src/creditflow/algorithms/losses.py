@@ -32,10 +32,17 @@ def _seq_mean_token_sum_norm(
     return total / (values.shape[0] * max_len)
 
 
+def _seq_mean_token_sum(values: torch.Tensor, mask: torch.Tensor, max_len: int) -> torch.Tensor:
+    # LUSPO (TRL loss_type="luspo"): each sequence sums its tokens, so a sequence-level loss
+    # counts as many times as the sequence is long; then a plain mean over the B sequences.
+    return torch.where(mask.bool(), values, torch.zeros_like(values)).sum(-1).mean()
+
+
 AGGREGATIONS: dict[str, Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]] = {
     "seq-mean-token-mean": _seq_mean_token_mean,
     "token-mean": _token_mean,
     "seq-mean-token-sum-norm": _seq_mean_token_sum_norm,
+    "seq-mean-token-sum": _seq_mean_token_sum,
 }
 
 
@@ -108,6 +115,7 @@ def micro_batch_share(agg: str, micro_mask: torch.Tensor, mask: torch.Tensor) ->
 
     - ``seq-mean-token-mean``: a mean over sequences of per-sequence means, so b_micro / b;
     - ``seq-mean-token-sum-norm``: sum / (rows * max_len), so b_micro / b too;
+    - ``seq-mean-token-sum``: a mean over sequences of per-sequence sums, so b_micro / b;
     - ``token-mean``: sum / tokens, so n_micro / n (each count clamped to 1, as ``masked_mean``
       does: an empty micro-batch's loss is 0 and so is its share).
 

@@ -19,7 +19,7 @@ from creditflow.config.loss_types import DEFAULTED, DEFINING, resolve_loss_knobs
 from creditflow.config.schema import shown, unknown_keys_message, validation_message
 from creditflow.errors import ConfigError
 
-AGG_MODES = ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm")
+AGG_MODES = ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm", "seq-mean-token-sum")
 # The names of algorithms.IMPORTANCE_LEVELS and algorithms.SURROGATES (this module stays
 # torch-free; a test holds them equal).
 IMPORTANCE_LEVEL_NAMES = ("token", "sequence")
@@ -116,7 +116,7 @@ class GRPOConfig(BaseModel):
         None,
         group="loss",
         description="a preset of the loss knobs by TRL's name (config.loss_types.LOSS_TYPES, "
-        "docs/methods/loss_types.md): grpo, bnpo, dr_grpo, dapo, cispo, sapo or gspo. It sets agg, "
+        "docs/methods/loss_types.md): grpo, bnpo, dr_grpo, dapo, cispo, sapo, gspo or luspo. It sets agg, "
         "importance_level, surrogate (and, for dr_grpo, advantage.scale_by_std: false): an "
         "explicit knob that contradicts it is an error naming the key to drop; its clip ranges "
         "are defaults an explicit value overrides. null: the knobs alone (null knobs take "

@@ -79,6 +79,13 @@ LOSS_TYPES: dict[str, LossType] = {
         clip_high=4e-4,  # GSPO section 5.1
         source="GSPO (arXiv 2507.18071); TRL importance_sampling_level='sequence'",
     ),
+    # GSPO's sequence ratio, each sequence's loss counted once per token (summed, not averaged,
+    # over its tokens). The clip range is left to the knobs (TRL's default epsilon 0.2).
+    "luspo": LossType(
+        agg="seq-mean-token-sum",
+        importance_level="sequence",
+        source="LUSPO (arXiv 2602.05261); TRL loss_type='luspo', importance_sampling_level='sequence'",
+    ),
 }
 
 DEFINING = ("agg", "importance_level", "surrogate")

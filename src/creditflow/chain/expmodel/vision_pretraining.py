@@ -117,7 +117,7 @@ def pretrain_vision_tower(
         pictures, target = batch
         pooled = image_tokens(module.visual, image_processor, pictures).float().mean(dim=1)
         loss = torch.nn.functional.mse_loss(module.head(pooled), target)  # (B, D) -> scalar
-        return loss, {"vision/loss": float(loss)}
+        return loss, {"vision/loss": loss.item()}
 
     training = SupervisedConfig(
         steps=settings.steps,
