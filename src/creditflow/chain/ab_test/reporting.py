@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import matplotlib
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
@@ -253,6 +254,8 @@ def plot_metrics_by_band(
     axes = figure.subplots(1, len(columns), squeeze=False)[0]
     width = 0.8 / max(len(names), 1)
     positions = np.arange(len(bands))
+    # tab20 past ten rankers: the default cycle repeats its ten colours.
+    palette = matplotlib.colormaps["tab20" if len(names) > 10 else "tab10"]
     for ax, column in zip(axes, columns, strict=True):
         for offset, name in enumerate(names):
             rows = table[table[group] == name].set_index("band").reindex(bands)
@@ -265,13 +268,17 @@ def plot_metrics_by_band(
                 capsize=2,
                 error_kw={"linewidth": 0.8},
                 label=name,
+                color=palette(offset % palette.N),
             )
         ax.set_xticks(positions, bands)
         ax.set_title(column if f"{column}_se" not in table.columns else f"{column} (±1 s.e.)")
         ax.grid(axis="y", alpha=0.3)
     handles, labels = axes[0].get_legend_handles_labels()
     # Above the panels, not inside one: bars fill every panel's height.
-    figure.legend(handles, labels, loc="outside upper center", ncols=len(names), fontsize="small")
+    # At most five labels a row: one row of every ranker runs past the figure's edges.
+    figure.legend(
+        handles, labels, loc="outside upper center", ncols=min(len(names), 5), fontsize="small"
+    )
     return figure
 
 
