@@ -224,7 +224,7 @@ def test_the_ab_table_ends_with_the_controls_contrasts_paired_over_sessions(eval
     n = len(catalog.load("query_logs_heldout"))
     contrasts = table[table["kind"] == "contrast"].set_index("ranker")
     expected = [f"{a} - {b}" for a, b, _ in variant_contrasts(VARIANTS)]
-    assert contrasts.index.tolist() == expected and len(VARIANTS) == 2
+    assert contrasts.index.tolist() == expected and len(VARIANTS) == 3
     assert (contrasts["band"] == "all").all() and (contrasts["sessions"] == n).all()
     assert (table["basis"] == "held-out sessions, one run").all()
     for metric in METRICS:

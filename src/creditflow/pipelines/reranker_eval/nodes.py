@@ -95,7 +95,8 @@ def serve_heldout_pages(  # noqa: PLR0913 - one input per trained reranker
     models = named_rerankers(
         reranker_click, reranker_click_exp, reranker_yaug_no_exp, reranker_yaug, reranker_page_grpo
     ) | with_variant_names(
-        {R_OLD_ONLY: reranker_page_grpo_r_old_only}, reranker_page_grpo_r_old_variants
+        {R_OLD_ONLY: reranker_page_grpo_r_old_only},
+        _in_order(reranker_page_grpo_r_old_variants, grpo_params),
     )
     sessions = (query_logs_heldout, catalogue_items)
     pages = serve_pages(
@@ -111,6 +112,18 @@ def serve_heldout_pages(  # noqa: PLR0913 - one input per trained reranker
         *sessions, item_experience_scores_shuffled, shuffled, CONTROL_INPUTS, pretrain_params
     )[SHUFFLED_EXP]
     return pages_frame(beside_their_methods(pages), query_logs_heldout)
+
+
+def _in_order(variants: dict[str, PointerReranker], grpo_params: dict[str, Any]) -> dict:
+    """The R_old variants in the order the parameters list them (their dataset loads them by
+    name), so the tables' rows follow the YAML."""
+    order = list(grpo_params.get("r_old_variants", {}))
+    return dict(
+        sorted(
+            variants.items(),
+            key=lambda item: order.index(item[0]) if item[0] in order else len(order),
+        )
+    )
 
 
 def _kinds(models: dict[str, PointerReranker]) -> dict[str, str]:
