@@ -17,19 +17,9 @@ from creditflow.chain.expmodel.vision_pretraining import (
 )
 from creditflow.chain.world.catalogue import generate_catalogue
 from creditflow.models import build_tiny_processor, build_tiny_qwen2_5_vl, train_vl_tokenizer
+from tests.chain.expmodel.test_expmodel import TINY_VL
 
 IMAGE_SIZE = 56
-TINY_VL = {
-    "hidden_size": 32,
-    "num_hidden_layers": 1,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 1,
-    "intermediate_size": 64,
-    "vision_depth": 1,
-    "vision_hidden_size": 32,
-    "vision_num_heads": 2,
-    "vision_intermediate_size": 64,
-}
 
 
 def test_degrade_applies_the_amounts_it_is_given():
