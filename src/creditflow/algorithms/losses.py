@@ -310,8 +310,8 @@ def policy_loss(  # noqa: PLR0917 - positional order fixed by the public API
         weights: ``(B, T)`` per-token weights ``w`` (ToR); ``None`` means 1.
         clip_low: ``eps_low`` of the clip range.
         clip_high: ``eps_high`` of the clip range.
-        agg: ``"seq-mean-token-mean"`` (TRL grpo), ``"token-mean"`` (DAPO) or
-            ``"seq-mean-token-sum-norm"`` (Dr. GRPO).
+        agg: ``"seq-mean-token-mean"`` (TRL grpo), ``"token-mean"`` (DAPO),
+            ``"seq-mean-token-sum-norm"`` (Dr. GRPO) or ``"seq-mean-token-sum"`` (LUSPO).
         ref_logp: ``(B, T)`` reference log-probs; needed when ``beta > 0``.
         beta: KL coefficient (>= 0).
         kl: KL estimator, ``"k1"`` or ``"k3"``.
