@@ -77,10 +77,11 @@ def trl_loss(
         ),
         aux_loss_enabled=False,
         top_entropy_quantile=1.0,
-        off_policy_mask_threshold=None,
+        off_policy_mask_threshold=config.off_policy_mask_threshold,
         use_vllm=weights is not None,
         vllm_importance_sampling_correction=weights is not None,
         model=SimpleNamespace(training=True),
+        get_off_policy_mask=trl_grpo.GRPOTrainer.get_off_policy_mask,
         current_gradient_accumulation_steps=1,
         accelerator=_OneProcess(),
         _entropy_bonus_enabled=False,
@@ -229,3 +230,33 @@ def test_gspo_with_per_token_credit_has_trls_value_and_the_gspo_token_gradient()
     assert_close(grad, expected, **TOL)
     spread = torch.where(mask, credit, 0).sum(1, keepdim=True) * s / lengths**2 / B
     assert_close(trl_grad, torch.where(mask, -spread, 0), **TOL)
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo", "gspo"])
+@pytest.mark.parametrize("per_token", [False, True])
+def test_the_off_policy_sequence_mask_equals_trls(loss_type, per_token):
+    """TRL's ``off_policy_mask_threshold`` (DeepSeek-V3.2's sequence mask, measured from the
+    sampling-time log-probs): the same sequences dropped, the same value and gradient."""
+    if loss_type == "gspo" and per_token:
+        return  # GSPO with per-token credit: GSPO-token's gradient, not TRL's (tested above)
+    case = random_case(loss_type, seed=5, per_token=per_token)
+    # A threshold between the sequences' drifts, so some negative-advantage rows are dropped.
+    mask = case["mask"].bool()
+    drift = torch.where(mask, case["old_logp"] - case["logp"], 0).sum(1) / mask.sum(1).clamp(min=1)
+    threshold = float(drift[mask.any(1)].median())
+    config = GRPOConfig.from_params(
+        {
+            "loss_type": loss_type,
+            "max_new_tokens": MAX_LEN,
+            "group_size": 2,
+            "off_policy_mask_threshold": threshold,
+        }
+    )
+    args = (case["logp"], case["old_logp"], case["advantages"], case["mask"], config)
+    trl_value, trl_grad = trl_loss(loss_type, *args)
+    value, grad, metrics = ours(*args)
+    assert 0 < metrics["actor/off_policy_masked"] < 1
+    assert_close(value, trl_value, **TOL)
+    assert_close(grad, trl_grad, **TOL)
+    unmasked, _, _ = ours(*args[:4], _config(loss_type, 0.0))
+    assert not torch.isclose(value, unmasked)  # the mask changed the loss

@@ -38,18 +38,20 @@ def test_one_step_changes_every_parameter(make_model, tapo_tokenizer, tapo_promp
 
 
 @pytest.mark.parametrize(
-    ("agg", "beta", "kl"),
+    ("agg", "beta", "kl", "off_policy"),
     [
-        ("seq-mean-token-mean", 0.0, "k3"),
-        ("token-mean", 0.05, "k1"),
-        ("seq-mean-token-sum-norm", 0.1, "k3"),
+        ("seq-mean-token-mean", 0.0, "k3", None),
+        ("token-mean", 0.05, "k1", None),
+        ("seq-mean-token-sum-norm", 0.1, "k3", None),
+        ("seq-mean-token-sum", 0.05, "k3", 0.0),
     ],
 )
 def test_optimizer_step_loss_and_gradient_are_policy_loss(
-    make_model, tapo_tokenizer, tapo_prompts, agg, beta, kl
+    make_model, tapo_tokenizer, tapo_prompts, agg, beta, kl, off_policy
 ):
     """The engine's loss equals algorithms.policy_loss on the same tensors, and so does its
-    gradient (max_grad_norm is large so clipping leaves it alone)."""
+    gradient (max_grad_norm is large so clipping leaves it alone); the off-policy mask reads
+    the sampler's log-probs when the rollout engine reports them."""
     model = make_model()
     trainer = make_trainer(
         model,
@@ -61,6 +63,7 @@ def test_optimizer_step_loss_and_gradient_are_policy_loss(
         max_grad_norm=1e9,
         clip_low=0.1,
         clip_high=0.3,
+        off_policy_mask_threshold=off_policy,
     )
     torch.manual_seed(0)
     batch = trainer.policy.sample(tapo_prompts[:2], group_size=3)
@@ -89,6 +92,8 @@ def test_optimizer_step_loss_and_gradient_are_policy_loss(
         beta=beta,
         kl=kl,
         max_len=8,
+        off_policy_threshold=off_policy,
+        sampling_logp=batch.sampler_logp,
     )
     expected.backward()
 

@@ -46,6 +46,10 @@ def test_no_loss_type_is_todays_loss():
             "gspo",
             {"importance_level": "sequence", "clip_low": 3e-4, "clip_high": 4e-4},
         ),
+        (
+            "luspo",
+            {"agg": "seq-mean-token-sum", "importance_level": "sequence", "clip_low": 0.2},
+        ),
     ],
 )
 def test_each_loss_type_sets_its_knobs(loss_type, expected):
@@ -174,3 +178,10 @@ def test_dynamic_sampling_runs_in_one_process():
         check_process_layout(cfg, 2)
     with pytest.raises(ConfigError, match="dynamic_sampling runs in a single process"):
         check_distributed({"num_processes": 2}, cfg)
+
+
+def test_the_off_policy_mask_reaches_the_loss_and_a_negative_threshold_is_refused():
+    assert "off_policy_threshold" not in config().loss_options()
+    assert config(off_policy_mask_threshold=0.5).loss_options()["off_policy_threshold"] == 0.5
+    with pytest.raises(ConfigError, match="off_policy_mask_threshold must be >= 0"):
+        config(off_policy_mask_threshold=-0.1)

@@ -271,6 +271,45 @@ def _check_scalars(
         raise ValueError(f"max_len must be >= 1, got {max_len}")
 
 
+def off_policy_sequence_mask(
+    advantages: torch.Tensor,
+    logp: torch.Tensor,
+    sampling_logp: torch.Tensor,
+    mask: torch.Tensor,
+    threshold: float,
+) -> torch.Tensor:
+    """The off-policy sequence mask of DeepSeek-V3.2 (TRL's ``off_policy_mask_threshold``):
+    1 where a token is kept, 0 where its sequence is dropped from the policy-gradient term. A
+    sequence is dropped when its advantage is negative and the mean over its valid tokens of
+    ``sampling_logp - logp`` (the KL from the policy that sampled it to the current one, no
+    gradient) exceeds ``threshold``: learning to avoid a completion the policy no longer
+    produces does more harm than good. A NaN sampling log-prob (a token the sampler could not
+    score) counts as no drift.
+
+    Args:
+        advantages: ``(B, T)`` (a per-sequence advantage broadcast over its tokens).
+        logp, sampling_logp, mask: ``(B, T)``.
+        threshold: the largest mean KL a negative-advantage sequence may have (>= 0).
+
+    Returns:
+        ``(B, T)`` 0/1, ``logp``'s dtype.
+
+    >>> adv = torch.tensor([[1.0, 1.0], [-1.0, -1.0], [-1.0, -1.0]])
+    >>> logp = torch.zeros(3, 2)
+    >>> sampled = torch.tensor([[0.9, 0.9], [0.9, 0.9], [0.1, 0.1]])
+    >>> off_policy_sequence_mask(adv, logp, sampled, torch.ones(3, 2), threshold=0.5)
+    tensor([[1., 1.],
+            [0., 0.],
+            [1., 1.]])
+    """
+    if threshold < 0:
+        raise ValueError(f"the off-policy mask's threshold must be >= 0, got {threshold}")
+    drift = torch.nan_to_num(sampling_logp - logp.detach(), nan=0.0)
+    drift = torch.where(mask.bool(), drift, torch.zeros_like(drift))
+    mean_drift = drift.sum(dim=1, keepdim=True) / mask.sum(dim=1, keepdim=True).clamp(min=1)
+    return ((advantages >= 0) | (mean_drift <= threshold)).to(logp.dtype)  # (B, T)
+
+
 def policy_loss(  # noqa: PLR0917 - positional order fixed by the public API
     logp: torch.Tensor,
     old_logp: torch.Tensor,
@@ -289,6 +328,8 @@ def policy_loss(  # noqa: PLR0917 - positional order fixed by the public API
     max_ratio: float = 5.0,
     sapo_temperature_pos: float = 1.0,
     sapo_temperature_neg: float = 1.05,
+    off_policy_threshold: float | None = None,
+    sampling_logp: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """GRPO's clipped surrogate with per-token weights and optional KL (docs/methods/grpo.md), and
     the GSPO / CISPO variants (docs/methods/loss_types.md).
@@ -323,13 +364,18 @@ def policy_loss(  # noqa: PLR0917 - positional order fixed by the public API
         max_ratio: CISPO's cap on the importance weight (``eps_max``, an absolute ratio).
         sapo_temperature_pos: SAPO's gate temperature where ``A > 0`` (> 0).
         sapo_temperature_neg: SAPO's gate temperature where ``A <= 0`` (> 0).
+        off_policy_threshold: the off-policy sequence mask's KL threshold
+            (``off_policy_sequence_mask``); None: no mask.
+        sampling_logp: ``(B, T)`` the sampler's own log-probs the mask measures the drift
+            from (NaN where unscored); None: ``old_logp``.
 
     Returns:
         ``(loss, metrics)``: a scalar loss and python-float metrics ``actor/pg_loss``,
         ``actor/clip_frac`` (share of valid tokens where the clip is active: the clipped
         term of ``clip``, the cap of ``cispo``, a gate past half its slope for ``sapo``),
-        ``actor/ratio_mean`` and ``actor/kl`` (mean
-        estimate over valid tokens; 0 without ``ref_logp``).
+        ``actor/ratio_mean``, ``actor/kl`` (mean estimate over valid tokens; 0 without
+        ``ref_logp``) and, with the mask, ``actor/off_policy_masked`` (share of sequences
+        it drops).
     """
     check_choice("agg", agg, tuple(AGGREGATIONS))
     check_choice("kl estimator", kl, tuple(KL_ESTIMATORS))
@@ -366,6 +412,11 @@ def policy_loss(  # noqa: PLR0917 - positional order fixed by the public API
     per_token, clip_active = SURROGATES[surrogate](ratio, advantages, logp, knobs)  # (B, T)
     if weights is not None:
         per_token = weights * per_token
+    kept = None
+    if off_policy_threshold is not None:
+        drift_from = old_logp if sampling_logp is None else sampling_logp
+        kept = off_policy_sequence_mask(advantages, logp, drift_from, mask, off_policy_threshold)
+        per_token = per_token * kept  # (B, T): the KL term below is not masked, as in TRL
     pg_loss = aggregate(per_token, valid, max_len)
     loss = pg_loss
 
@@ -383,4 +434,7 @@ def policy_loss(  # noqa: PLR0917 - positional order fixed by the public API
             "actor/ratio_mean": float(masked_mean(ratio, valid)),
             "actor/kl": kl_mean,
         }
+        if kept is not None:
+            dropped = (kept.masked_fill(~valid, 1.0).amin(dim=1) == 0).to(ratio.dtype)  # (B,)
+            metrics["actor/off_policy_masked"] = float(dropped.mean())
     return loss, metrics

@@ -176,6 +176,14 @@ class GRPOConfig(BaseModel):
         description="SAPO's gate temperature on tokens with a zero or negative advantage; "
         "null: 1.05. Read by surrogate sapo only",
     )
+    off_policy_mask_threshold: float | None = knob(
+        None,
+        group="loss",
+        description="the off-policy sequence mask of DeepSeek-V3.2 (TRL's option of the same "
+        "name): a completion with a negative advantage whose mean KL from the sampler's "
+        "log-probs (or the sampling-time forward's) to the current policy's exceeds this is "
+        "left out of the policy-gradient term; null: off",
+    )
     mask_truncated_completions: bool = knob(
         False,
         group="dapo",
@@ -401,6 +409,11 @@ class GRPOConfig(BaseModel):
         for name in ("sapo_temperature_pos", "sapo_temperature_neg"):
             value = getattr(self, name)
             need(value is None or value > 0, f"{name} must be > 0, got {value}")
+        threshold = self.off_policy_mask_threshold
+        need(
+            threshold is None or threshold >= 0,
+            f"off_policy_mask_threshold must be >= 0 or null, got {threshold}",
+        )
         need(
             self.importance_level in IMPORTANCE_LEVEL_NAMES,
             f"importance_level must be one of {list(IMPORTANCE_LEVEL_NAMES)}, "
@@ -455,6 +468,7 @@ class GRPOConfig(BaseModel):
             "max_ratio": self.cispo_max_ratio,
             "sapo_temperature_pos": self.sapo_temperature_pos,
             "sapo_temperature_neg": self.sapo_temperature_neg,
+            "off_policy_threshold": self.off_policy_mask_threshold,
         }
         return {key: value for key, value in options.items() if value is not None}
 
