@@ -367,7 +367,8 @@ def policy_loss(  # noqa: PLR0917 - positional order fixed by the public API
         off_policy_threshold: the off-policy sequence mask's KL threshold
             (``off_policy_sequence_mask``); None: no mask.
         sampling_logp: ``(B, T)`` the sampler's own log-probs the mask measures the drift
-            from (NaN where unscored); None: ``old_logp``.
+            from (NaN where unscored); None or empty (an engine that reports none):
+            ``old_logp``.
 
     Returns:
         ``(loss, metrics)``: a scalar loss and python-float metrics ``actor/pg_loss``,
@@ -414,7 +415,8 @@ def policy_loss(  # noqa: PLR0917 - positional order fixed by the public API
         per_token = weights * per_token
     kept = None
     if off_policy_threshold is not None:
-        drift_from = old_logp if sampling_logp is None else sampling_logp
+        unscored = sampling_logp is None or sampling_logp.numel() == 0
+        drift_from = old_logp if unscored else sampling_logp
         kept = off_policy_sequence_mask(advantages, logp, drift_from, mask, off_policy_threshold)
         per_token = per_token * kept  # (B, T): the KL term below is not masked, as in TRL
     pg_loss = aggregate(per_token, valid, max_len)

@@ -639,7 +639,7 @@ class GRPOTrainer:
             batch.completion_mask,
             weights=weights,
             ref_logp=ref_logp,
-            sampling_logp=_scored(batch.sampler_logp),
+            sampling_logp=batch.sampler_logp,
             **c.loss_options(),
         )
         mask = batch.completion_mask
@@ -749,9 +749,3 @@ class GRPOTrainer:
             )
         if self.accelerator is not None:
             self.accelerator.wait_for_everyone()
-
-
-def _scored(logp: torch.Tensor | None) -> torch.Tensor | None:
-    """``logp`` when the rollout engine reported its log-probs, else None (not reported, or an
-    empty placeholder)."""
-    return logp if logp is not None and logp.numel() else None
