@@ -643,8 +643,7 @@ class GRPOTrainer:
             **c.loss_options(),
         )
         mask = batch.completion_mask
-        # Mean -log p of the sampled tokens: a Monte Carlo estimate of the sampling
-        # distribution's entropy that costs nothing (no extra (b, T, V) pass).
+        # Mean -log p of the sampled tokens: the sampling entropy's free Monte Carlo estimate.
         sampled_entropy = (-(logp.detach() * mask).sum() / mask.sum().clamp(min=1)).item()
         metrics = {"actor/loss": loss.item(), "actor/entropy": sampled_entropy, **metrics}
         return loss, {**metrics, **mismatch}
