@@ -24,10 +24,11 @@ shown at all (``exposure``) is counted from the same logs, so the expected click
 of ``L`` candidates are ``sum_p exposure_p * gamma_p * attractiveness(page[p])`` like the
 simulator's, but with every number learned from logs.
 
-Hand-written rather than a library's: the click-model packages (pyclick and kin) fit per-item
-parameters by EM and can neither score an item through its features nor shrink a rarely
-shown item toward them; this is one logistic regression with a learned multiplicative
-position factor and Gaussian random effects.
+Hand-written rather than a library's: the click-model packages fit per-item parameters by EM
+and can neither score an item through its features nor shrink a rarely shown item toward
+them, and none runs here (``clickmodels`` 1.0.2 on PyPI is Python 2 code; PyClick is not on
+PyPI, where ``pyclick`` is a mouse-movement library). This is one logistic regression with a
+learned multiplicative position factor and Gaussian random effects.
 
 Shape symbols: ``S`` sessions, ``L`` positions, ``F`` features.
 """
