@@ -248,13 +248,15 @@ def _fit_candidates(
     ranks, default_rank = item_logged_ranks(fit_part, pseudo_count or 0.0)
     prior_sd = {g: float(sd) for g, sd in (options.get("effects") or {}).items()}
 
+    # The logs' features once, the logged rank last: a candidate without it drops that column.
+    features, shown, clicks, long_views, keys = logged_impressions(
+        fit_part, catalogue, ranks, default_rank
+    )
+
     def fit(with_rank: bool, with_effects: bool) -> LoggedClickModel:
         kept = ranks if with_rank else ranks.iloc[:0]
-        features, shown, clicks, long_views, keys = logged_impressions(
-            fit_part, catalogue, kept, default_rank
-        )
         model = fit_position_based_click_model(
-            features,
+            features if with_rank else features[..., :-1],
             shown,
             clicks,
             long_views,
@@ -282,14 +284,22 @@ def _scored(
     _, shown, clicks, _, _ = logged_impressions(fit_part, catalogue)
     per_position = (clicks * shown).sum(0) / shown.sum(0).clamp(min=1)  # (L,)
     overall = float(clicks[shown].mean())
-    _, part_shown, part_clicks, part_long_views, keys = logged_impressions(part, catalogue)
+    # The part's features once, with the logged rank of the candidates that read it (they all
+    # hold the same ranks, those of fit_part) last: the others drop that column.
+    ranked = next((m for m in models.values() if len(m.item_logged_rank)), None)
+    ranks = ranked.item_logged_rank if ranked is not None else None
+    default_rank = ranked.default_rank if ranked is not None else 0.5
+    all_features, part_shown, part_clicks, part_long_views, keys = logged_impressions(
+        part, catalogue, ranks, default_rank
+    )
     probabilities = {
         "constant": torch.full_like(part_clicks, overall),
         "position_only": per_position.expand_as(part_clicks),
     }
     long_views = {}
     for name, fitted in models.items():
-        features = candidate_features_by_position(fitted, part, catalogue)
+        reads_rank = ranks is None or len(fitted.item_logged_rank)
+        features = all_features if reads_rank else all_features[..., :-1]
         probabilities[name] = fitted.model.examination * fitted.model.attractiveness(features, keys)
         long_views[name] = long_view_log_likelihood(
             fitted.model, features, part_clicks, part_long_views, keys
@@ -360,17 +370,6 @@ def _cross_validation_rows(
         probabilities,
         long_views,
     )
-
-
-def candidate_features_by_position(
-    fitted: LoggedClickModel, sessions: pd.DataFrame, catalogue: pd.DataFrame
-) -> torch.Tensor:
-    """``(N, L, F)`` the features ``fitted`` reads of each logged page's candidate at each
-    position."""
-    features, *_ = logged_impressions(
-        sessions, catalogue, fitted.item_logged_rank, fitted.default_rank
-    )
-    return features
 
 
 def _log_likelihoods(clicks: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
