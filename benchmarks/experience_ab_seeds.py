@@ -68,14 +68,12 @@ from creditflow.chain.ab_test.simulated_ab import (
     simulated_users,
     true_ndcg_column,
 )
+from creditflow.chain.clicks.logged import click_model_table, fit_click_model
 from creditflow.chain.reranker.data import LOGGED, serve_pages
 from creditflow.chain.reranker.page_reward import variant_params
 from creditflow.chain.world.catalogue import ClickModel
 from creditflow.pipelines.augmented_targets.nodes import build_augmented_targets
-from creditflow.pipelines.reranker_grpo.nodes import (
-    fit_click_model_on_logs,
-    train_reranker_page_grpo,
-)
+from creditflow.pipelines.reranker_grpo.nodes import train_reranker_page_grpo
 from creditflow.pipelines.reranker_pretrain.nodes import pretrain_reranker
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -218,7 +216,7 @@ def run_unit(  # noqa: PLR0913 - the chain's data, its parameters, the seeds and
         grpo = {**run_params, "grpo": {**run_params["grpo"], "seed": grpo_seed}}
         key = repr(sorted(grpo["click_model"].items()))
         if key not in click_models:  # each click-model setting fitted once per unit
-            click_models[key], _ = fit_click_model_on_logs(train, items, grpo)
+            click_models[key] = click_model_table(fit_click_model(train, items, grpo))
         t0 = time.perf_counter()
         models[name], _, _ = train_reranker_page_grpo(
             pretrained[expmodel_seed, kind],

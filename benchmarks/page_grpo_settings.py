@@ -49,13 +49,16 @@ from creditflow.chain.ab_test.simulated_ab import (
     simulated_users,
     summarise_ab,
 )
-from creditflow.chain.clicks.logged import click_model_from_table, validation_split
+from creditflow.chain.clicks.logged import (
+    click_model_table,
+    fit_click_model,
+    validation_split,
+)
 from creditflow.chain.clicks.off_policy import off_policy_changes, off_policy_feedback
 from creditflow.chain.reranker.data import LOGGED, serve_pages
 from creditflow.chain.world.catalogue import ClickModel
 from creditflow.pipelines.augmented_targets.nodes import build_augmented_targets
 from creditflow.pipelines.reranker_grpo.nodes import (
-    fit_click_model_on_logs,
     train_reranker_page_grpo,
 )
 from creditflow.pipelines.reranker_pretrain.nodes import pretrain_reranker
@@ -137,9 +140,7 @@ def tune(
     users = simulated_users(validation, items, world)
     start = pretrained_on_fit_part(fit_part, items, scores, params["reranker_pretrain"])
     # The off-policy estimate's click model: the defaults' fit to the fit part, no pessimism.
-    estimation_model = click_model_from_table(
-        fit_click_model_on_logs(fit_part, items, grpo_defaults)[0]
-    )
+    estimation_model = fit_click_model(fit_part, items, grpo_defaults)
     long_view_weight = grpo_defaults["reward"]["long_view_weight"]
     rows = []
     for setting in settings or [""]:
@@ -147,7 +148,7 @@ def tune(
         t0 = time.perf_counter()
         # The click model of R_old, fitted to the fit part's own logs (its validation part is
         # then a part of the fit part, never a tuning session).
-        click_model, _ = fit_click_model_on_logs(fit_part, items, grpo)
+        click_model = click_model_table(fit_click_model(fit_part, items, grpo))
         model, metrics, _ = train_reranker_page_grpo(
             start,
             fit_part,

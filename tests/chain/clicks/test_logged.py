@@ -10,6 +10,7 @@ from creditflow.chain.clicks.logged import (
     attractiveness_recovery,
     click_model_from_table,
     click_model_table,
+    fit_click_model,
     fit_logged_click_model,
     recovery_table,
     validation_split,
@@ -265,3 +266,8 @@ def test_cross_validation_holds_every_session_out_once(sessions, catalogue):
     assert (cv["impressions"] == logged).all()
     assert cv.loc["position_only", "loglik_gain_vs_position_only"] == 0.0
     assert (cv.loc[["features", "configured"], "loglik_gain_vs_position_only_se"] > 0).all()
+
+
+def test_the_configured_model_alone_is_the_fit_tables_model(fitted, sessions, catalogue):
+    alone = fit_click_model(sessions, catalogue, PARAMS)
+    pd.testing.assert_frame_equal(click_model_table(alone), click_model_table(fitted[0]))

@@ -228,22 +228,44 @@ def fit_logged_click_model(
     """
     options = params["click_model"]
     fit_part, validation = validation_split(sessions, params["validation"])
-    models = _fit_candidates(fit_part, catalogue, options)
+    candidates = _fit_candidates(fit_part, catalogue, options)
     rows = []
     for split, part in (("fit", fit_part), ("validation", validation)):
-        scored = _scored(models, fit_part, part, catalogue)
-        rows += _fit_rows(split, len(part), *scored)
+        rows += _fit_rows(split, len(part), *_scored(candidates, part, catalogue))
     folds = options.get("cv_folds") or 0
     if folds >= 2:
         rows += _cross_validation_rows(sessions, catalogue, options, folds, params["validation"])
-    return models[CONFIGURED], pd.DataFrame(rows)
+    return candidates.models[CONFIGURED], pd.DataFrame(rows)
+
+
+def fit_click_model(
+    sessions: pd.DataFrame, catalogue: pd.DataFrame, params: Mapping[str, Any]
+) -> LoggedClickModel:
+    """The configured model of ``fit_logged_click_model`` alone, without the other candidates
+    or the fit table (what a run that only needs the reward's click model fits)."""
+    fit_part, _ = validation_split(sessions, params["validation"])
+    candidates = _fit_candidates(fit_part, catalogue, params["click_model"], configured_only=True)
+    return candidates.models[CONFIGURED]
+
+
+@dataclass(frozen=True)
+class _Candidates:
+    """The click models of one fit part and its two baselines: ``per_position`` ``(L,)`` CTR
+    per position, ``overall`` one CTR for all."""
+
+    models: dict[str, LoggedClickModel]
+    per_position: torch.Tensor
+    overall: float
 
 
 def _fit_candidates(
-    fit_part: pd.DataFrame, catalogue: pd.DataFrame, options: Mapping[str, Any]
-) -> dict[str, LoggedClickModel]:
-    """The position-based candidates (``CANDIDATES`` and the configured model) fitted to
-    ``fit_part``."""
+    fit_part: pd.DataFrame,
+    catalogue: pd.DataFrame,
+    options: Mapping[str, Any],
+    configured_only: bool = False,
+) -> _Candidates:
+    """The position-based candidates (``CANDIDATES`` and the configured model, or the latter
+    alone) fitted to ``fit_part``, and the baselines on the same impressions."""
     pseudo_count = options.get("item_logged_rank_pseudo_count")
     ranks, default_rank = item_logged_ranks(fit_part, pseudo_count or 0.0)
     prior_sd = {g: float(sd) for g, sd in (options.get("effects") or {}).items()}
@@ -267,23 +289,19 @@ def _fit_candidates(
         )
         return LoggedClickModel(model, kept, default_rank)
 
-    models = {name: fit(*flags) for name, flags in CANDIDATES.items()}
+    models = {} if configured_only else {name: fit(*flags) for name, flags in CANDIDATES.items()}
     models[CONFIGURED] = fit(pseudo_count is not None, True)
-    return models
+    per_position = (clicks * shown).sum(0) / shown.sum(0).clamp(min=1)  # (L,)
+    return _Candidates(models, per_position, float(clicks[shown].mean()))
 
 
 def _scored(
-    models: Mapping[str, LoggedClickModel],
-    fit_part: pd.DataFrame,
-    part: pd.DataFrame,
-    catalogue: pd.DataFrame,
+    candidates: _Candidates, part: pd.DataFrame, catalogue: pd.DataFrame
 ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor], dict[str, float]]:
     """``part``'s logged pages by position: ``(shown (S, L), clicks (S, L), P(click) (S, L)
-    per model, long-view log-likelihood per click per position-based model)``; the two
-    baselines fitted to ``fit_part``."""
-    _, shown, clicks, _, _ = logged_impressions(fit_part, catalogue)
-    per_position = (clicks * shown).sum(0) / shown.sum(0).clamp(min=1)  # (L,)
-    overall = float(clicks[shown].mean())
+    per model, the two baselines included, long-view log-likelihood per click per
+    position-based model)``."""
+    models = candidates.models
     # The part's features once, with the logged rank of the candidates that read it (they all
     # hold the same ranks, those of fit_part) last: the others drop that column.
     ranked = next((m for m in models.values() if len(m.item_logged_rank)), None)
@@ -293,8 +311,8 @@ def _scored(
         part, catalogue, ranks, default_rank
     )
     probabilities = {
-        "constant": torch.full_like(part_clicks, overall),
-        "position_only": per_position.expand_as(part_clicks),
+        "constant": torch.full_like(part_clicks, candidates.overall),
+        "position_only": candidates.per_position.expand_as(part_clicks),
     }
     long_views = {}
     for name, fitted in models.items():
@@ -349,7 +367,7 @@ def _cross_validation_rows(
     for fold in range(folds):
         held_out, rest = ordered[fold_of == fold], ordered[fold_of != fold]
         shown, clicks, probabilities, long_views = _scored(
-            _fit_candidates(rest, catalogue, options), rest, held_out, catalogue
+            _fit_candidates(rest, catalogue, options), held_out, catalogue
         )
         pooled["shown"].append(shown)
         pooled["clicks"].append(clicks)
@@ -389,7 +407,7 @@ def _click_fit(
     count = shown.sum(0)  # (L,)
     out = {"click_loglik": float(ll.sum() / shown.sum())}
     # Perplexity 2^(-mean log2 likelihood) = e^(-mean ln likelihood) at each position.
-    at = torch.where(count > 0, 2 ** (-(ll.sum(0) / count.clamp(min=1)) / math.log(2)), torch.nan)
+    at = torch.where(count > 0, torch.exp(-ll.sum(0) / count.clamp(min=1)), torch.nan)
     out["click_perplexity"] = float(at[count > 0].mean())
     per_session = (ll - baseline * shown).sum(1)  # (S,)
     n = shown.sum(1).double()  # (S,)

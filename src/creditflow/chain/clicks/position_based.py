@@ -261,12 +261,11 @@ def _logistic_loss(
 def _effect_design(
     keys: dict[str, np.ndarray], prior_sd: dict[str, float]
 ) -> tuple[_EffectDesign, list[tuple[str, np.ndarray]]]:
-    """The design of the groups with a prior sd > 0 over ``keys`` (``{group: (I,) keys}`` of
-    the impressions one fit reads), and each group's distinct keys in column order."""
+    """The design of the groups of ``prior_sd`` (each sd > 0) over ``keys`` (``{group: (I,)
+    keys}`` of the impressions one fit reads), and each group's distinct keys in column
+    order."""
     rows, precision, groups, offset = [], [], [], 0
-    for group, sd in prior_sd.items():
-        if sd <= 0:
-            continue
+    for group, sd in prior_sd.items():  # the caller keeps the groups with a prior sd > 0
         distinct, inverse = np.unique(np.asarray(keys[group]).astype(str), return_inverse=True)
         rows.append(inverse.reshape(-1) + offset)
         precision.append(np.full(len(distinct), sd**-2.0))

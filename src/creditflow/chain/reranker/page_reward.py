@@ -37,7 +37,12 @@ from creditflow.chain.clicks.feedback import (
     expected_page_feedback,
     sample_page_feedback,
 )
-from creditflow.chain.clicks.logged import LoggedClickModel, fitted_response, observable
+from creditflow.chain.clicks.logged import (
+    LoggedClickModel,
+    fitted_response,
+    has_truth,
+    observable,
+)
 from creditflow.chain.config import (
     FITTED,
     GAIN_MODES,
@@ -368,7 +373,7 @@ def page_reward_of(  # noqa: PLR0913 - the reward's block, its data and its two 
             attractiveness, long_view, weights, long_view_weight=reward_params["long_view_weight"]
         )
     elif source in SIMULATED_SOURCES:
-        if not {"relevance", "true_quality"} <= set(sessions.columns):
+        if not has_truth(sessions):
             raise ValueError(
                 f"reranker_grpo.reward.r_old: {source} needs simulated users, who read the "
                 "hidden relevance and true_quality of the synthetic world (or of a catalogue of "

@@ -11,6 +11,7 @@ from matplotlib.figure import Figure
 from creditflow.chain.clicks.logged import (
     click_model_from_table,
     click_model_table,
+    fit_click_model,
     fit_logged_click_model,
     has_truth,
 )
@@ -136,7 +137,7 @@ def train_reranker_r_old_variants(  # noqa: PLR0913 - as train_reranker_page_grp
             continue
         table = logged_click_model
         if variant.get("click_model"):
-            table, _ = fit_click_model_on_logs(query_logs_train, catalogue_items, changed)
+            table = click_model_table(fit_click_model(query_logs_train, catalogue_items, changed))
         logger.info("page GRPO with the R_old variant %r", name)
         models[name], _, _ = train_reranker_page_grpo(
             *data, table, checkpoints, changed, pretrain_params, annotation_params
