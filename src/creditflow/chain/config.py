@@ -161,12 +161,10 @@ class VisionPretraining:
     max_noise_std: float = 12.0
 
     def __post_init__(self) -> None:
-        for name in ("steps", "batch_size", "n_images"):
+        for name, least in (("steps", 0), ("batch_size", 1), ("n_images", 1)):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
-        if self.batch_size < 1 or self.n_images < 1:
-            raise ValueError("batch_size and n_images must be >= 1")
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
         for name in ("learning_rate", "max_blur_radius", "max_log_gain", "max_noise_std"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):

@@ -114,3 +114,12 @@ def test_a_tighter_prior_shrinks_the_effects_toward_the_features():
         )
         spread.append(float(model.click_effects[0].mean.std()))
     assert spread[0] < 0.2 * spread[1]
+
+
+def test_a_non_finite_feature_fails_naming_it_instead_of_an_untrained_fit():
+    # A NaN feature makes every loss NaN, and L-BFGS would hand back its zero start as if it
+    # were a fit.
+    x, shown, clicks, views, keys, _ = _world(seed=2, sessions=50)
+    x[0, 0, 0] = float("nan")
+    with pytest.raises(ValueError, match="features must be finite"):
+        fit_position_based_click_model(x, shown, clicks, views)

@@ -305,10 +305,20 @@ def _keyed_effects(
 
 
 def _minimise(loss: Any, size: int, args: tuple, max_iter: int) -> np.ndarray:
-    """L-BFGS-B from zeros on a loss that returns its own gradient."""
+    """L-BFGS-B from zeros on a loss that returns its own gradient.
+
+    Raises:
+        ValueError: the fit ended with a non-finite parameter or loss (a reward built on it
+            would be NaN, or the untrained start, for every page).
+    """
     result = optimize.minimize(
         loss, np.zeros(size), args=args, jac=True, method="L-BFGS-B", options={"maxiter": max_iter}
     )
+    if not (np.isfinite(result.x).all() and np.isfinite(result.fun)):
+        raise ValueError(
+            f"the click model's fit ended with non-finite parameters ({result.message}); "
+            "check the logs for non-finite features or raise click_model.l2"
+        )
     return result.x
 
 
@@ -338,7 +348,8 @@ def fit_position_based_click_model(  # noqa: PLR0913 - the logs and the fit knob
             group at 0 (or absent) is left out.
 
     Raises:
-        ValueError: shapes disagree, no impression, or a click outside the impressions.
+        ValueError: shapes disagree, no impression, a click outside the impressions, a
+            non-finite feature of an impression, or a fit that ends non-finite.
 
     >>> S, L = 400, 3
     >>> g = torch.Generator().manual_seed(0)
@@ -364,6 +375,8 @@ def fit_position_based_click_model(  # noqa: PLR0913 - the logs and the fit knob
     ).any():
         raise ValueError("clicks must lie on shown positions and long views on clicks")
     x = features.double().numpy()
+    if not np.isfinite(x[shown_np]).all():
+        raise ValueError("features must be finite at every shown position")
     mean = x[shown_np].mean(axis=0)  # (F,)
     scale = x[shown_np].std(axis=0, ddof=1) if shown_np.sum() > 1 else np.ones(F)
     # A feature constant over the impressions carries no signal; scale 1 keeps it at 0.
