@@ -4,6 +4,8 @@ plugin strategy named by import path runs in the sweep."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 import torch
@@ -27,24 +29,41 @@ def _one_thread():
     torch.set_num_threads(threads)
 
 
-def _runs(name, spec, seeds=(0, 1, 2)):
-    return [run_strategy(SETUP, KNOBS, seed, name, spec) for seed in seeds]
+SPECS = {
+    "oracle": {"oracle": True},
+    "grpo": {},
+    "shuffled": {"advantage": {"name": "shuffled_advantages"}},
+}
+
+
+@functools.cache
+def _runs(name: str) -> tuple[dict, ...]:
+    """Seeds 0-2 of ``SPECS[name]`` (each run once per test process)."""
+    return tuple(run_strategy(SETUP, KNOBS, seed, name, SPECS[name]) for seed in (0, 1, 2))
 
 
 def test_oracle_recovers_credit_and_learns_faster_than_uniform():
-    oracle = _runs("oracle", {"oracle": True})
-    uniform = _runs("grpo", {})
+    oracle, uniform = _runs("oracle"), _runs("grpo")
     assert all(r["recovery/auc@first"] == 1.0 for r in oracle)
     assert all(r["recovery/auc@first"] == 0.5 for r in uniform)  # one advantage per completion
+    # Pooled over completions, the oracle's credit ranks tokens better than GRPO's.
+    for o, u in zip(oracle, uniform, strict=True):
+        assert o["recovery/pooled_spearman@first"] > u["recovery/pooled_spearman@first"]
     gains = [o["final_reward"] - u["final_reward"] for o, u in zip(oracle, uniform, strict=True)]
     assert min(gains) > 0, gains
 
 
 def test_shuffled_advantages_recover_nothing():
-    shuffled = _runs("shuffled", {"advantage": {"name": "shuffled_advantages"}})
-    for row in shuffled:
+    shuffled, uniform = _runs("shuffled"), _runs("grpo")
+    for row, grpo in zip(shuffled, uniform, strict=True):
+        # Within a completion any one advantage ranks nothing (GRPO's too) ...
         assert row["recovery/auc@first"] == 0.5
         assert abs(row["recovery/spearman@first"]) < 1e-12
+        # ... across completions GRPO's points the way of the oracle credit, a shuffled
+        # advantage does not.
+        for at in ("first", "middle", "last"):
+            assert abs(row[f"recovery/pooled_spearman@{at}"]) < 0.05, row
+            assert grpo[f"recovery/pooled_spearman@{at}"] > 0.08, grpo
     # credit unrelated to reward does not raise the expected reward
     assert np.mean([r["gain"] for r in shuffled]) < 0.02
 

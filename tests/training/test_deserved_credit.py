@@ -1,5 +1,9 @@
 """The Monte Carlo deserved credit (creditflow.training.deserved_credit): convergence to the
-exact prefix values of a hand-built world, and the credit inspector's deserved column."""
+exact prefix values of a hand-built world, and the credit inspector's deserved column, for a
+language and a vision-language policy."""
+
+# The VL fixtures are imported from the rollout tests and requested by name as parameters.
+# ruff: noqa: F811
 
 import math
 
@@ -10,10 +14,23 @@ import torch
 from creditflow.config.grpo import CreditInspection
 from creditflow.errors import ConfigError
 from creditflow.reporting.credit import credit_html, deserved_recovery
-from creditflow.training import GRPOConfig
+from creditflow.rollout import SamplingSettings, VisionLanguagePolicy
+from creditflow.training import GRPOConfig, GRPOTrainer
 from creditflow.training.credit import CREDIT_COLUMNS, DESERVED_COLUMNS
-from creditflow.training.deserved_credit import estimate_deserved_credit, span_boundaries
-from tests.training.helpers import make_trainer
+from creditflow.training.deserved_credit import (
+    estimate_deserved_credit,
+    prefix_inputs,
+    prefix_sampler,
+    span_boundaries,
+)
+from creditflow.training.grpo_runs import grpo_policy
+from tests.rollout.test_vision_policy import (  # noqa: F401 - fixtures are found by name
+    make_vl_model,
+    tor_tasks,
+    vl_processor,
+    vl_prompts,
+)
+from tests.training.helpers import length_reward, make_trainer
 
 # The world: 3 binary tokens drawn independently, token t is 1 with probability P[t]; the
 # reward is token 0 AND token 2, so token 1 is free. Exact values: V(0) = P0 * P2,
@@ -131,3 +148,67 @@ def test_a_run_records_deserved_credit_and_trains_as_without_it(
     assert "deserved" in page and "recovery" in page
     scores = deserved_recovery({"grpo": table})
     assert list(scores["strategy"]) == ["grpo"]
+
+
+# ---------------------------------------------------------------- a vision-language policy
+def test_a_prefix_keeps_its_rows_picture_and_a_greedy_sampler_completes_it_as_before(
+    make_vl_model, vl_processor, vl_prompts
+):
+    # top_k 1 makes sampling greedy, so a continuation of a prefix of a sampled completion
+    # must be that completion's own tail, which holds only if the prefix carries its row's
+    # picture, image-token types and rope positions as the rollout's prompt did.
+    policy = VisionLanguagePolicy(
+        make_vl_model(), vl_processor, SamplingSettings(max_new_tokens=8, top_k=1)
+    )
+    batch = policy.sample(vl_prompts, group_size=1)
+    rows, lengths = torch.tensor([0, 1, 2, 3]), torch.tensor([0, 2, 3, 1])
+    inputs = prefix_inputs(batch, rows, lengths, policy.device)
+    for n, (row, t) in enumerate(zip(rows.tolist(), lengths.tolist(), strict=True)):
+        kept = inputs["attention_mask"][n].bool()
+        prompt = batch.prompt_ids[row][batch.prompt_mask[row].bool()]
+        expected = torch.cat([prompt, batch.completion_ids[row, :t]])
+        assert torch.equal(inputs["input_ids"][n][kept], expected)
+        types = batch.extras["mm_token_type_ids"][row][batch.prompt_mask[row].bool()]
+        assert torch.equal(inputs["mm_token_type_ids"][n][kept][: len(types)], types)
+        assert not inputs["mm_token_type_ids"][n][kept][len(types) :].any()  # text tokens
+        assert torch.equal(inputs["pixel_values"][n], batch.extras["pixel_values"][row])
+        assert torch.equal(inputs["image_grid_thw"][n], batch.extras["image_grid_thw"][row])
+    ids, mask = prefix_sampler(policy, batch)(rows, lengths, 2)
+    expected_ids = batch.completion_ids.repeat_interleave(2, dim=0)
+    expected_mask = batch.completion_mask.repeat_interleave(2, dim=0)
+    width = expected_ids.shape[1]
+    assert torch.equal(mask[:, :width], expected_mask) and not mask[:, width:].any()
+    assert torch.equal((ids[:, :width] * mask[:, :width]).long(), expected_ids * expected_mask)
+
+
+def test_a_vision_language_run_records_deserved_credit_and_trains_as_without_it(
+    make_vl_model, vl_processor, vl_prompts
+):
+    def run(inspector):
+        config = GRPOConfig.from_params(
+            {
+                "steps": 2,
+                "prompts_per_step": 2,
+                "group_size": 2,
+                "max_new_tokens": 6,
+                "rewards": {"length": 1.0},
+                "warmup_steps": 0,
+                "checkpoint_every": 0,
+                "log_samples_every": 0,
+                "token_weights": {"name": "tor"},
+                "credit_inspector": inspector,
+            }
+        )
+        policy = grpo_policy(make_vl_model(), vl_processor, config)
+        result = GRPOTrainer(policy, vl_prompts, length_reward, config, progress=False).train()
+        return pd.DataFrame(result.credit), result.history
+
+    spec = {"steps": [2], "rollouts": 2, "deserved": {"continuations": 2, "every": 2}}
+    table, history = run(spec)
+    plain, plain_history = run({"steps": [2], "rollouts": 2})
+    assert table["deserved"].map(math.isfinite).all()
+    for _, tokens in table.groupby("row"):
+        last = tokens.sort_values("position").iloc[-1]
+        assert last["prefix_value"] == pytest.approx(last["reward/length"])
+    assert [h["reward/total"] for h in history] == [h["reward/total"] for h in plain_history]
+    pd.testing.assert_frame_equal(table[list(CREDIT_COLUMNS)], plain[list(CREDIT_COLUMNS)])

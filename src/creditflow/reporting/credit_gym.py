@@ -20,7 +20,11 @@ from matplotlib.figure import Figure
 
 from creditflow.reporting.stats import interval_text, minimum_detectable_effect, t_interval
 
-RECOVERY = [f"recovery/{s}@{at}" for s in ("auc", "spearman") for at in ("first", "middle", "last")]
+RECOVERY = [
+    f"recovery/{s}@{at}"
+    for s in ("auc", "spearman", "pooled_spearman")
+    for at in ("first", "middle", "last")
+]
 LEARNING = ["final_reward", "gain", "steps_to_target"]
 DIAGNOSTICS = ["conflict/sign_rate@first"]
 

@@ -69,14 +69,49 @@ def credit_rank_correlation(credit: np.ndarray, oracle: np.ndarray) -> np.ndarra
     return np.where(norm_b == 0, np.nan, rho)
 
 
+def pooled_credit_correlation(credit: np.ndarray, oracle: np.ndarray) -> float:
+    """Spearman's rank correlation of the signed credit with the signed oracle credit over
+    every token of the batch's credited completions at once (NaN with fewer than two such
+    tokens, or a constant credit or oracle over them).
+
+    The per-completion scores compare a completion's tokens with each other, so one advantage
+    on every token scores the same (AUC 0.5, Spearman 0) whether it is GRPO's or a shuffled
+    one. Pooled over completions, the score also asks whether the credit points the right way:
+    GRPO's advantage is high on the completions whose decisive tokens were right (positive
+    oracle credit), a shuffled advantage is unrelated to them (about 0).
+
+    Ranks of the credited rows' credit [3.5, 3.5, 1.5, 1.5] and oracle [4, 2.5, 1, 2.5] (the
+    uncredited last row left out): correlation 3 / (2 * sqrt(4.5)) = 1 / sqrt(2).
+
+    >>> r = pooled_credit_correlation(
+    ...     np.array([[1.0, 1.0], [-1.0, -1.0], [0.0, 0.0]]),
+    ...     np.array([[0.5, 0.0], [-0.5, 0.0], [9.0, 9.0]]),
+    ... )
+    >>> round(r, 12) == round(2**-0.5, 12)
+    True
+    """
+    credit, oracle = np.asarray(credit, dtype=np.float64), np.asarray(oracle, dtype=np.float64)
+    if credit.shape != oracle.shape or credit.ndim != 2:
+        raise ValueError(
+            f"credit and oracle must both be (B, T), got {credit.shape}, {oracle.shape}"
+        )
+    credited = (credit != 0).any(1)  # a group whose rewards all tie said nothing
+    a, b = rankdata(credit[credited].ravel()), rankdata(oracle[credited].ravel())
+    if a.size < 2 or np.ptp(a) == 0 or np.ptp(b) == 0:
+        return float("nan")
+    return float(np.corrcoef(a, b)[0, 1])
+
+
 def recovery_scores(
     credit: np.ndarray, oracle: np.ndarray, decisive: np.ndarray
 ) -> dict[str, float]:
     """The per-completion ``recovery/auc`` and ``recovery/spearman``, averaged over the
-    completions where each is defined (NaN when none is)."""
+    completions where each is defined (NaN when none is), and the batch's
+    ``recovery/pooled_spearman`` (``pooled_credit_correlation``)."""
     auc = decisive_auc(credit, decisive)
     rho = credit_rank_correlation(credit, oracle)
     return {
         "recovery/auc": float(np.nanmean(auc)) if np.isfinite(auc).any() else float("nan"),
         "recovery/spearman": float(np.nanmean(rho)) if np.isfinite(rho).any() else float("nan"),
+        "recovery/pooled_spearman": pooled_credit_correlation(credit, oracle),
     }

@@ -44,7 +44,7 @@ from creditflow.rewards import translation_segment_end
 from creditflow.rollout.batch import RolloutBatch
 from creditflow.training.deserved_credit import (
     estimate_deserved_credit,
-    language_prefix_sampler,
+    prefix_sampler,
     reward_scorer,
     span_boundaries,
 )
@@ -204,7 +204,7 @@ class CreditRecorder:
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             torch.manual_seed(step_seed(self.config.seed, step, DESERVED_SALT))
             return estimate_deserved_credit(
-                language_prefix_sampler(policy, sub),
+                prefix_sampler(policy, sub),
                 reward_scorer(self.reward_fn, self.config.rewards, sub, policy.tokenizer),
                 boundaries,
                 mask.cpu(),

@@ -7,8 +7,8 @@ tokens) is the mean reward of K continuations the policy samples from it, as Vin
 own reward: nothing is sampled for it.
 
 ``estimate_deserved_credit`` needs only two callables, so any policy and any reward can use it
-(the credit inspector with a language policy and the run's reward function; a bench with a
-tabular policy and a known reward):
+(the credit inspector with a language or vision-language policy and the run's reward
+function; a bench with a tabular policy and a known reward):
 
 - a ``PrefixSampler``, ``(rows (N,), lengths (N,), K) -> (ids (N*K, T'), mask (N*K, T'))``:
   K whole completions of each prefix, the first ``lengths[n]`` tokens of completion
@@ -104,7 +104,7 @@ def estimate_deserved_credit(
     return span_credits(values, boundaries.cpu(), mask.cpu()).float(), values
 
 
-# ------------------------------------------------------------------ a language policy's side
+# ------------------------------------------------------------------ a policy's side
 @contextmanager
 def _new_token_budget(policy: Any, tokens: int) -> Iterator[None]:
     """``policy.sampling`` with ``max_new_tokens = tokens`` for the duration: a continuation
@@ -117,16 +117,55 @@ def _new_token_budget(policy: Any, tokens: int) -> Iterator[None]:
         policy.sampling = sampling
 
 
-def language_prefix_sampler(policy: Any, batch: RolloutBatch) -> PrefixSampler:
-    """The ``PrefixSampler`` of a language policy (``rollout.LanguagePolicy``: ``generate`` on
-    token-id prompts) over the completions of ``batch``: each prefix is the row's prompt
-    tokens and its first t completion tokens, completed by the policy's own sampler (same
-    temperature, top-p, top-k and stop ids) within the completion's token budget."""
-    if not hasattr(policy, "encode_prompts") or batch.extras:
+def prefix_inputs(
+    batch: RolloutBatch, rows: torch.Tensor, lengths: torch.Tensor, device: torch.device
+) -> dict[str, torch.Tensor]:
+    """The prompt inputs of N prefixes: row ``rows[n]``'s prompt and its first ``lengths[n]``
+    completion tokens, left-padded as the rollout's prompts are. ``input_ids`` and
+    ``attention_mask`` (N, P'); each prompt-aligned extra of ``batch`` (``prompt_extras``,
+    e.g. a vision-language prompt's ``mm_token_type_ids``) the same width, 0 over the
+    completion tokens and the padding; every other extra (``pixel_values``, ``image_grid_thw``)
+    the rows' own."""
+    pieces: dict[str, list[torch.Tensor]] = {"input_ids": []}
+    pieces.update({key: [] for key in batch.prompt_extras})
+    for row, t in zip(rows.tolist(), lengths.tolist(), strict=True):
+        kept = batch.prompt_mask[row].bool()
+        completion = batch.completion_ids[row, :t]
+        pieces["input_ids"].append(torch.cat([batch.prompt_ids[row][kept], completion]))
+        for key in batch.prompt_extras:
+            values = batch.extras[key][row][kept]
+            pieces[key].append(torch.cat([values, values.new_zeros(t)]))
+    width = max(len(p) for p in pieces["input_ids"])
+    inputs = {
+        "input_ids": torch.full((len(rows), width), batch.pad_id, dtype=torch.long),
+        "attention_mask": torch.zeros(len(rows), width, dtype=torch.long),
+    }
+    inputs.update(
+        {key: batch.extras[key].new_zeros(len(rows), width) for key in batch.prompt_extras}
+    )
+    for n, prefix in enumerate(pieces["input_ids"]):
+        inputs["input_ids"][n, width - len(prefix) :] = prefix
+        inputs["attention_mask"][n, width - len(prefix) :] = 1
+        for key in batch.prompt_extras:
+            inputs[key][n, width - len(prefix) :] = pieces[key][n]
+    for key, values in batch.extras.items():
+        if key not in batch.prompt_extras:
+            inputs[key] = values[rows.to(values.device)]
+    return {key: value.to(device) for key, value in inputs.items()}
+
+
+def prefix_sampler(policy: Any, batch: RolloutBatch) -> PrefixSampler:
+    """The ``PrefixSampler`` of a policy over the completions of ``batch``: each prefix is the
+    row's prompt (with its image, for a vision-language policy) and its first t completion
+    tokens, completed by the policy's own sampler (same temperature, top-p, top-k and stop
+    ids) within the completion's token budget. A language policy's ``generate`` takes the
+    prefixes' ids and mask; a vision-language policy's (``rollout.VisionLanguagePolicy``) the
+    whole input dict with the rows' pictures."""
+    with_images = bool(batch.extras)
+    if with_images and not hasattr(policy, "no_image_logprobs"):
         raise TypeError(
-            f"the deserved credit samples continuations of token-id prefixes, which a "
-            f"{type(policy).__name__} (a policy with image inputs) does not take yet: set "
-            f"credit_inspector.deserved to null"
+            f"the rollout carries inputs besides token ids ({sorted(batch.extras)}), which a "
+            f"{type(policy).__name__} does not take: set credit_inspector.deserved to null"
         )
     budget = policy.sampling.max_new_tokens
     pad = batch.pad_id
@@ -134,18 +173,14 @@ def language_prefix_sampler(policy: Any, batch: RolloutBatch) -> PrefixSampler:
     def sample(
         rows: torch.Tensor, lengths: torch.Tensor, k: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        prefixes = []
-        for row, t in zip(rows.tolist(), lengths.tolist(), strict=True):
-            prompt = batch.prompt_ids[row][batch.prompt_mask[row].bool()]
-            prefixes.append(torch.cat([prompt, batch.completion_ids[row, :t]]))
-        width = max(len(p) for p in prefixes)
-        ids = torch.full((len(prefixes), width), pad, dtype=torch.long, device=policy.device)
-        prefix_mask = torch.zeros_like(ids)
-        for n, prefix in enumerate(prefixes):  # left-padded, as the rollout's prompts are
-            ids[n, width - len(prefix) :] = prefix
-            prefix_mask[n, width - len(prefix) :] = 1
+        inputs = prefix_inputs(batch, rows, lengths, policy.device)
         with _new_token_budget(policy, budget - int(lengths.min())):
-            generation = policy.generate(ids, prefix_mask, k, do_sample=True)
+            if with_images:
+                generation = policy.generate(inputs, do_sample=True, group_size=k)
+            else:
+                generation = policy.generate(
+                    inputs["input_ids"], inputs["attention_mask"], k, do_sample=True
+                )
         tails = generation.completion_ids.to(policy.device)  # (n*K, T'')
         completions = torch.full((len(tails), budget), pad, dtype=torch.long, device=tails.device)
         for j, (row, t) in enumerate(
