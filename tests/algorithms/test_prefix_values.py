@@ -5,6 +5,7 @@ import math
 
 import pytest
 import torch
+from scipy.stats import spearmanr
 
 from creditflow.algorithms.prefix_values import (
     every_n_boundaries,
@@ -63,6 +64,9 @@ def test_recovery_scores_average_over_completions():
     # Row 0's ranks: a (4, 3, 2, 1), d (4, 2.5, 2.5, 1): centred (1.5, .5, -.5, -1.5) and
     # (1.5, 0, 0, -1.5): rho = 4.5 / sqrt(5 * 4.5) = 0.9487.
     assert scores["credit/recovery_spearman"] == pytest.approx(4.5 / math.sqrt(5 * 4.5))
+    # Pooled: the 7 valid tokens of both (credited) rows at once, the masked 9 left out.
+    pooled = spearmanr([2, 1, 0, -1, 5, 1, 2], [1, 0, 0, -1, 0, 0, 0]).statistic
+    assert scores["credit/recovery_pooled_spearman"] == pytest.approx(pooled)
     perfect = recovery_scores(deserved * 3, deserved, mask)
     assert perfect["credit/recovery_auc"] == 1.0
     assert perfect["credit/recovery_spearman"] == pytest.approx(1.0)

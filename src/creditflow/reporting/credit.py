@@ -65,8 +65,9 @@ def has_deserved(tables: Mapping[str, pd.DataFrame]) -> bool:
 
 def deserved_recovery(tables: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     """Per strategy (and seed) and recorded step, how well its credit (``advantage x weight``)
-    recovers the deserved credit of the same tokens: ``recovery_auc``, ``recovery_spearman``
-    and the completions they average over (``reporting.recovery.recovery_scores``).
+    recovers the deserved credit of the same tokens: ``recovery_auc``, ``recovery_spearman``,
+    ``recovery_pooled_spearman`` and the completions they average over
+    (``reporting.recovery.recovery_scores``).
     Tables without a ``deserved`` column are left out; no table: an empty frame."""
     found = []
     for name, table in tables.items():
@@ -183,7 +184,9 @@ def _recovery_section(scores: pd.DataFrame) -> list[str]:
         "<h2>Credit recovery</h2><p>Per completion, then averaged: the AUC with which "
         "|advantage x weight| separates the tokens of high deserved credit (at least half the "
         "completion's largest |deserved|) from those of about none (at most a tenth), and the "
-        "Spearman rank correlation of assigned and deserved credit.</p>"
+        "Spearman rank correlation of assigned and deserved credit; pooled_spearman ranks the "
+        "tokens of all recorded completions at once (whether the credit points the way of the "
+        "deserved one across completions).</p>"
     )
     return [head, scores.to_html(index=False, float_format=lambda v: f"{v:.3f}", na_rep="NaN")]
 

@@ -69,10 +69,13 @@ def credit_rank_correlation(credit: np.ndarray, oracle: np.ndarray) -> np.ndarra
     return np.where(norm_b == 0, np.nan, rho)
 
 
-def pooled_credit_correlation(credit: np.ndarray, oracle: np.ndarray) -> float:
+def pooled_credit_correlation(
+    credit: np.ndarray, oracle: np.ndarray, mask: np.ndarray | None = None
+) -> float:
     """Spearman's rank correlation of the signed credit with the signed oracle credit over
     every token of the batch's credited completions at once (NaN with fewer than two such
-    tokens, or a constant credit or oracle over them).
+    tokens, or a constant credit or oracle over them). ``mask`` (B, T), when given, keeps only
+    its nonzero tokens (a padded batch).
 
     The per-completion scores compare a completion's tokens with each other, so one advantage
     on every token scores the same (AUC 0.5, Spearman 0) whether it is GRPO's or a shuffled
@@ -95,8 +98,10 @@ def pooled_credit_correlation(credit: np.ndarray, oracle: np.ndarray) -> float:
         raise ValueError(
             f"credit and oracle must both be (B, T), got {credit.shape}, {oracle.shape}"
         )
-    credited = (credit != 0).any(1)  # a group whose rewards all tie said nothing
-    a, b = rankdata(credit[credited].ravel()), rankdata(oracle[credited].ravel())
+    kept = np.ones(credit.shape, dtype=bool) if mask is None else np.asarray(mask) != 0
+    credited = ((credit != 0) & kept).any(1, keepdims=True)  # a tied group said nothing
+    kept &= credited
+    a, b = rankdata(credit[kept]), rankdata(oracle[kept])
     if a.size < 2 or np.ptp(a) == 0 or np.ptp(b) == 0:
         return float("nan")
     return float(np.corrcoef(a, b)[0, 1])

@@ -13,7 +13,11 @@ import math
 import numpy as np
 import torch
 
-from creditflow.reporting.credit_recovery import credit_rank_correlation, decisive_auc
+from creditflow.reporting.credit_recovery import (
+    credit_rank_correlation,
+    decisive_auc,
+    pooled_credit_correlation,
+)
 
 
 def recovery_scores(
@@ -34,6 +38,9 @@ def recovery_scores(
       between, where Monte Carlo noise could put them on either side, take no part.
     - ``credit/recovery_spearman``: ``credit_rank_correlation`` of assigned and deserved
       credit over the completion's valid tokens (a constant assigned credit scores 0).
+    - ``credit/recovery_pooled_spearman``: ``pooled_credit_correlation`` over every valid
+      token of the completions at once (whether the credit points the way of the deserved
+      one, which a per-completion rank cannot see for a one-advantage-per-completion credit).
     - ``credit/recovery_completions``: how many completions gave an AUC.
 
     A mean over no completion is NaN.
@@ -64,5 +71,10 @@ def recovery_scores(
     return {
         "credit/recovery_auc": sum(aucs) / len(aucs) if aucs else math.nan,
         "credit/recovery_spearman": sum(rhos) / len(rhos) if rhos else math.nan,
+        "credit/recovery_pooled_spearman": pooled_credit_correlation(
+            assigned.double().cpu().numpy(),
+            deserved.double().cpu().numpy(),
+            mask.cpu().numpy(),
+        ),
         "credit/recovery_completions": float(len(aucs)),
     }
