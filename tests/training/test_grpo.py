@@ -321,3 +321,28 @@ def test_train_records_history_and_samples(make_model, tapo_tokenizer, tapo_prom
     assert all(all("/" in k or k in {"step", "lr"} for k in row) for row in result.history)
     lrs = [row["lr"] for row in result.history]
     assert lrs[0] > lrs[1] > lrs[2] == 0.0, "cosine decay to 0 over the 3 optimizer steps"
+
+
+@pytest.mark.parametrize(
+    ("loss_type", "options"),
+    # a band from 0: the tiny model's covariances are small, and a token must fall in it
+    [("clip_cov", {"ratio": 0.1, "lower": 0.0}), ("kl_cov", {"ratio": 0.1})],
+)
+def test_a_covariance_control_trains_reproducibly_and_logs_its_share(
+    make_model, tapo_tokenizer, tapo_prompts, loss_type, options
+):
+    # Clip-Cov draws from torch's global stream, which the trainer seeds every step: two runs
+    # of one seed are the same run.
+    def run():
+        model = make_model()
+        trainer = make_trainer(
+            model, tapo_tokenizer, tapo_prompts, loss_type=loss_type, covariance=options
+        )
+        history = trainer.train().history
+        return history, {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+    history, weights = run()
+    again, weights_again = run()
+    assert all(h["actor/cov_selected"] > 0 for h in history)
+    assert [h["actor/loss"] for h in history] == [h["actor/loss"] for h in again]
+    assert all(torch.equal(weights[k], weights_again[k]) for k in weights)

@@ -96,7 +96,7 @@ def test_dr_grpo_reaches_the_advantage_spec_of_every_strategy():
         ({"loss_type": "cispo", "clip_high": 0.28}, "clip_high is not read by surrogate 'cispo'"),
         ({"surrogate": "cispo", "clip_low": 0.1}, "drop clip_low"),
         ({"cispo_max_ratio": 4.0}, "cispo_max_ratio is not read by surrogate 'clip'"),
-        ({"loss_type": "ppo"}, r"unknown loss_type 'ppo'; valid: \['bnpo', 'cispo', 'dapo'"),
+        ({"loss_type": "ppo"}, r"unknown loss_type 'ppo'; valid: \['bnpo', 'cispo', 'clip_cov'"),
         ({"importance_level": "sentence"}, "importance_level must be one of"),
         ({"surrogate": "reinforce"}, "surrogate must be one of"),
         ({"loss_type": "cispo", "cispo_max_ratio": 0.0}, "cispo_max_ratio must be > 0"),
@@ -185,3 +185,37 @@ def test_the_off_policy_mask_reaches_the_loss_and_a_negative_threshold_is_refuse
     assert config(off_policy_mask_threshold=0.5).loss_options()["off_policy_threshold"] == 0.5
     with pytest.raises(ConfigError, match="off_policy_mask_threshold must be >= 0"):
         config(off_policy_mask_threshold=-0.1)
+
+
+def test_the_covariance_presets_name_their_control_and_refuse_what_they_do_not_read():
+    clip = config(loss_type="clip_cov").loss_options()
+    assert (clip["covariance"], clip["surrogate"], clip["agg"]) == (
+        "clip_cov",
+        "clip",
+        "token-mean",
+    )
+    assert (clip["covariance_ratio"], clip["clip_cov_lower"], clip["clip_cov_upper"]) == (
+        2e-4,
+        1.0,
+        5.0,
+    )
+    kl = config(loss_type="kl_cov", covariance={"ratio": 0.01, "coef": 0.5}).loss_options()
+    assert (kl["covariance"], kl["surrogate"], kl["kl_cov_coef"]) == ("kl_cov", "unclipped", 0.5)
+    assert "clip_low" not in kl  # the unclipped surrogate reads no clip range
+    # Any loss type takes the control by name; without one there is none.
+    assert config(covariance={"name": "kl_cov"}).loss_options()["surrogate"] == "clip"
+    assert "covariance" not in config().loss_options()
+    refused = [
+        ({"loss_type": "kl_cov", "covariance": {"name": "clip_cov"}}, "drop covariance.name"),
+        ({"loss_type": "kl_cov", "clip_high": 0.28}, "clip_high is not read by surrogate"),
+        ({"covariance": {"name": "clip_cov", "coef": 2.0}}, r"\['coef'\] not read by clip_cov"),
+        ({"covariance": {"name": "kl_cov", "upper": 2.0}}, r"\['upper'\] not read by kl_cov"),
+        ({"covariance": {"name": "clip_cov", "lower": 5.0}}, "must be below covariance.upper"),
+        ({"covariance": {"name": "clip_cov", "ratio": 0.0}}, r"ratio must be in \(0, 1\]"),
+        ({"covariance": {"name": "top_cov"}}, "covariance.name must be one of"),
+        ({"covariance": {"ratio": 0.1}}, "name"),
+        ({"covariance": {"name": "kl_cov", "rate": 0.1}}, "unknown covariance option"),
+    ]
+    for params, message in refused:
+        with pytest.raises(ConfigError, match=message):
+            config(**params)

@@ -11,6 +11,12 @@ import torch
 
 from creditflow.algorithms._masked import masked_mean
 from creditflow.algorithms._validate import check_choice, check_ndim, check_same_shape
+from creditflow.algorithms.covariance import (
+    COVARIANCE_CONTROLS,
+    clip_cov_keep,
+    kl_cov_selected,
+    token_covariance,
+)
 
 
 def _seq_mean_token_mean(values: torch.Tensor, mask: torch.Tensor, max_len: int) -> torch.Tensor:
@@ -223,6 +229,14 @@ def _sapo_surrogate(
     return -gate * advantages, (tau * (ratio - 1.0)).abs() > SAPO_HALF_SLOPE
 
 
+def _unclipped_surrogate(
+    ratio: torch.Tensor, advantages: torch.Tensor, logp: torch.Tensor, knobs: SurrogateKnobs
+) -> tuple[torch.Tensor, torch.Tensor]:
+    # The plain importance-weighted policy gradient -r A, no clip (KL-Cov's surrogate, which
+    # holds back only the tokens it selects).
+    return -advantages * ratio, torch.zeros_like(ratio, dtype=torch.bool)
+
+
 # name -> (ratio, advantages, logp, knobs) -> (per-token loss, where the clip or gate is
 # active); every tensor (B, T).
 SURROGATES: dict[
@@ -235,6 +249,7 @@ SURROGATES: dict[
     "clip": _clipped_surrogate,
     "cispo": _cispo_surrogate,
     "sapo": _sapo_surrogate,
+    "unclipped": _unclipped_surrogate,
 }
 
 
@@ -269,6 +284,31 @@ def _check_scalars(
         raise ValueError(f"beta must be >= 0, got {beta}")
     if max_len < 1:
         raise ValueError(f"max_len must be >= 1, got {max_len}")
+
+
+def _checked_tensors(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    weights: torch.Tensor | None,
+    ref_logp: torch.Tensor | None,
+) -> torch.Tensor:
+    """``policy_loss``'s tensors checked for shape; the advantages as (B, T)."""
+    check_ndim("logp", logp, 2, "(B, T)")
+    check_same_shape(logp=logp, old_logp=old_logp, mask=mask)
+    if weights is not None:
+        check_same_shape(logp=logp, weights=weights)
+    if ref_logp is not None:
+        check_same_shape(logp=logp, ref_logp=ref_logp)
+    if advantages.dim() == 1 and advantages.shape[0] == logp.shape[0]:
+        return advantages[:, None].expand_as(logp)  # (B, T)
+    if advantages.shape != logp.shape:
+        raise ValueError(
+            f"advantages must have shape (B,) or (B, T) = {tuple(logp.shape)}, "
+            f"got {tuple(advantages.shape)}"
+        )
+    return advantages
 
 
 def off_policy_sequence_mask(
@@ -330,6 +370,12 @@ def policy_loss(  # noqa: PLR0917 - positional order fixed by the public API
     sapo_temperature_neg: float = 1.05,
     off_policy_threshold: float | None = None,
     sampling_logp: torch.Tensor | None = None,
+    covariance: str | None = None,
+    covariance_ratio: float = 2e-4,
+    clip_cov_lower: float = 1.0,
+    clip_cov_upper: float = 5.0,
+    kl_cov_coef: float = 1.0,
+    generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """GRPO's clipped surrogate with per-token weights and optional KL (docs/methods/grpo.md), and
     the GSPO / CISPO variants (docs/methods/loss_types.md).
@@ -359,8 +405,9 @@ def policy_loss(  # noqa: PLR0917 - positional order fixed by the public API
         max_len: denominator length of ``seq-mean-token-sum-norm``; defaults to ``T``.
         importance_level: ``"token"`` (PPO / GRPO) or ``"sequence"`` (GSPO), see above.
         surrogate: ``"clip"`` (PPO's clipped surrogate, ``clip_low`` / ``clip_high``),
-            ``"cispo"`` (the clipped, detached weight times ``logp``, capped at ``max_ratio``)
-            or ``"sapo"`` (the soft gate, ``sapo_temperature_pos`` / ``_neg``).
+            ``"cispo"`` (the clipped, detached weight times ``logp``, capped at ``max_ratio``),
+            ``"sapo"`` (the soft gate, ``sapo_temperature_pos`` / ``_neg``) or
+            ``"unclipped"`` (``-r A``, no clip).
         max_ratio: CISPO's cap on the importance weight (``eps_max``, an absolute ratio).
         sapo_temperature_pos: SAPO's gate temperature where ``A > 0`` (> 0).
         sapo_temperature_neg: SAPO's gate temperature where ``A <= 0`` (> 0).
@@ -369,32 +416,30 @@ def policy_loss(  # noqa: PLR0917 - positional order fixed by the public API
         sampling_logp: ``(B, T)`` the sampler's own log-probs the mask measures the drift
             from (NaN where unscored); None or empty (an engine that reports none):
             ``old_logp``.
+        covariance: ``"clip_cov"`` or ``"kl_cov"`` (``algorithms.covariance``), None: off.
+            Clip-Cov zeroes the policy-gradient term of a random ``covariance_ratio`` share of
+            the valid tokens (at least one) whose covariance lies in ``(clip_cov_lower,
+            clip_cov_upper)`` and whose clip is not already active; KL-Cov adds
+            ``kl_cov_coef * |logp - old_logp|`` to the top ``covariance_ratio`` share by
+            covariance. Both before the token weights, over this call's tokens.
+        generator: Clip-Cov's random draw (None: torch's global stream).
 
     Returns:
         ``(loss, metrics)``: a scalar loss and python-float metrics ``actor/pg_loss``,
         ``actor/clip_frac`` (share of valid tokens where the clip is active: the clipped
         term of ``clip``, the cap of ``cispo``, a gate past half its slope for ``sapo``),
         ``actor/ratio_mean``, ``actor/kl`` (mean estimate over valid tokens; 0 without
-        ``ref_logp``) and, with the mask, ``actor/off_policy_masked`` (share of sequences
-        it drops).
+        ``ref_logp``), with the mask ``actor/off_policy_masked`` (share of sequences it
+        drops) and with a covariance control ``actor/cov_selected`` (share of valid tokens
+        it selected).
     """
     check_choice("agg", agg, tuple(AGGREGATIONS))
     check_choice("kl estimator", kl, tuple(KL_ESTIMATORS))
     check_choice("importance_level", importance_level, tuple(IMPORTANCE_LEVELS))
     check_choice("surrogate", surrogate, tuple(SURROGATES))
-    check_ndim("logp", logp, 2, "(B, T)")
-    check_same_shape(logp=logp, old_logp=old_logp, mask=mask)
-    if advantages.dim() == 1 and advantages.shape[0] == logp.shape[0]:
-        advantages = advantages[:, None].expand_as(logp)  # (B, T)
-    elif advantages.shape != logp.shape:
-        raise ValueError(
-            f"advantages must have shape (B,) or (B, T) = {tuple(logp.shape)}, "
-            f"got {tuple(advantages.shape)}"
-        )
-    if weights is not None:
-        check_same_shape(logp=logp, weights=weights)
-    if ref_logp is not None:
-        check_same_shape(logp=logp, ref_logp=ref_logp)
+    if covariance is not None:
+        check_choice("covariance", covariance, COVARIANCE_CONTROLS)
+    advantages = _checked_tensors(logp, old_logp, advantages, mask, weights, ref_logp)
     max_len = logp.shape[1] if max_len is None else max_len
     _check_scalars(clip_low, clip_high, max_ratio, beta, max_len)
     if sapo_temperature_pos <= 0 or sapo_temperature_neg <= 0:
@@ -411,6 +456,21 @@ def policy_loss(  # noqa: PLR0917 - positional order fixed by the public API
         clip_low, clip_high, max_ratio, sapo_temperature_pos, sapo_temperature_neg
     )
     per_token, clip_active = SURROGATES[surrogate](ratio, advantages, logp, knobs)  # (B, T)
+    selected = None
+    if covariance is not None:
+        per_token, selected = _covariance_control(
+            per_token,
+            clip_active,
+            logp,
+            old_logp,
+            advantages,
+            mask,
+            covariance,
+            covariance_ratio,
+            (clip_cov_lower, clip_cov_upper),
+            kl_cov_coef,
+            generator,
+        )
     if weights is not None:
         per_token = weights * per_token
     kept = None
@@ -436,7 +496,35 @@ def policy_loss(  # noqa: PLR0917 - positional order fixed by the public API
             "actor/ratio_mean": float(masked_mean(ratio, valid)),
             "actor/kl": kl_mean,
         }
+        if selected is not None:
+            metrics["actor/cov_selected"] = float(masked_mean(selected.to(ratio.dtype), valid))
         if kept is not None:
             dropped = (kept.masked_fill(~valid, 1.0).amin(dim=1) == 0).to(ratio.dtype)  # (B,)
             metrics["actor/off_policy_masked"] = float(dropped.mean())
     return loss, metrics
+
+
+def _covariance_control(  # noqa: PLR0917 - the private helper of policy_loss
+    per_token: torch.Tensor,
+    clip_active: torch.Tensor,
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    name: str,
+    ratio: float,
+    band: tuple[float, float],
+    coef: float,
+    generator: torch.Generator | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``per_token`` (B, T) after Clip-Cov or KL-Cov, and the (B, T) bool tokens selected."""
+    covariance = token_covariance(logp, advantages, mask)
+    if name == "clip_cov":
+        clipped = clip_active & mask.bool()
+        keep = clip_cov_keep(covariance, mask, clipped, ratio, band[0], band[1], generator)
+        return per_token * keep, keep == 0
+    if coef < 0:
+        raise ValueError(f"KL-Cov's coef must be >= 0, got {coef}")
+    selected = kl_cov_selected(covariance, mask, ratio)
+    penalty = coef * (logp - old_logp).abs()
+    return torch.where(selected, per_token + penalty, per_token), selected

@@ -23,7 +23,8 @@ AGG_MODES = ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm", "se
 # The names of algorithms.IMPORTANCE_LEVELS and algorithms.SURROGATES (this module stays
 # torch-free; a test holds them equal).
 IMPORTANCE_LEVEL_NAMES = ("token", "sequence")
-SURROGATE_NAMES = ("clip", "cispo", "sapo")
+SURROGATE_NAMES = ("clip", "cispo", "sapo", "unclipped")
+COVARIANCE_NAMES = ("clip_cov", "kl_cov")
 # The rollout backend of GRPO and of the evaluations unless one is named: creditflow's decoder
 # where it applies (Qwen2-family text models), else model.generate (creditflow.rollout.backends).
 DEFAULT_ROLLOUT_BACKEND = "lean"
@@ -116,8 +117,9 @@ class GRPOConfig(BaseModel):
         None,
         group="loss",
         description="a preset of the loss knobs by TRL's name (config.loss_types.LOSS_TYPES, "
-        "docs/methods/loss_types.md): grpo, bnpo, dr_grpo, dapo, cispo, sapo, gspo or luspo. It sets agg, "
-        "importance_level, surrogate (and, for dr_grpo, advantage.scale_by_std: false): an "
+        "docs/methods/loss_types.md): grpo, bnpo, dr_grpo, dapo, cispo, sapo, gspo, luspo, "
+        "clip_cov or kl_cov. It sets agg, importance_level, surrogate (for dr_grpo "
+        "advantage.scale_by_std: false, for clip_cov / kl_cov covariance.name): an "
         "explicit knob that contradicts it is an error naming the key to drop; its clip ranges "
         "are defaults an explicit value overrides. null: the knobs alone (null knobs take "
         "their defaults)",
@@ -155,8 +157,8 @@ class GRPOConfig(BaseModel):
         None,
         group="loss",
         description="clip (PPO's clipped surrogate), cispo (the clipped, detached importance "
-        "weight times the log-probability) or sapo (a smooth temperature gate instead of the "
-        "clip); null: the loss type's, else clip",
+        "weight times the log-probability), sapo (a smooth temperature gate instead of the "
+        "clip) or unclipped (-ratio * advantage, KL-Cov's); null: the loss type's, else clip",
     )
     cispo_max_ratio: float | None = knob(
         None,
@@ -183,6 +185,18 @@ class GRPOConfig(BaseModel):
         "name): a completion with a negative advantage whose mean KL from the sampler's "
         "log-probs (or the sampling-time forward's) to the current policy's exceeds this is "
         "left out of the policy-gradient term; null: off",
+    )
+    covariance: dict[str, Any] | None = knob(
+        None,
+        group="loss",
+        description="Clip-Cov or KL-Cov (arXiv 2505.22617, verl's clip_cov / kl_cov; "
+        "CovarianceControl, docs/methods/covariance.md): the tokens whose log-probability "
+        "and advantage covary most are held back. {name: clip_cov, ratio: 0.0002, lower: "
+        "1.0, upper: 5.0}: a random ratio share of the valid tokens whose covariance lies in "
+        "(lower, upper), not already clipped, leave the policy gradient; {name: kl_cov, "
+        "ratio: 0.0002, coef: 1.0}: the top ratio share by covariance get coef * |logp - "
+        "old_logp| added. Over each micro-batch's tokens, as verl. null: off (loss_type "
+        "clip_cov / kl_cov set the name)",
     )
     mask_truncated_completions: bool = knob(
         False,
@@ -337,7 +351,7 @@ class GRPOConfig(BaseModel):
     def _resolve_and_check(self) -> GRPOConfig:
         """Sets the loss knobs left null from ``loss_type`` (else the engine's defaults), then
         checks the whole config; ConfigError where an explicit knob contradicts the loss type."""
-        knobs = {key: getattr(self, key) for key in (*DEFINING, *DEFAULTED)}
+        knobs = {key: getattr(self, key) for key in (*DEFINING, *DEFAULTED, "covariance")}
         resolved, spec = resolve_loss_knobs(self.loss_type, knobs, self.advantage)
         self.advantage = spec
         for key, value in resolved.items():
@@ -443,6 +457,7 @@ class GRPOConfig(BaseModel):
             f"{self.max_staleness}: one sampling process runs at most one batch ahead",
         )
         self.overlong_shaping()
+        self.covariance_control()
         self.dynamic_sampling_spec()
         self.credit_inspection()
 
@@ -470,7 +485,41 @@ class GRPOConfig(BaseModel):
             "sapo_temperature_neg": self.sapo_temperature_neg,
             "off_policy_threshold": self.off_policy_mask_threshold,
         }
+        control = self.covariance_control()
+        if control is not None:
+            options.update(
+                covariance=control.name,
+                covariance_ratio=control.ratio,
+                clip_cov_lower=control.lower,
+                clip_cov_upper=control.upper,
+                kl_cov_coef=control.coef,
+            )
         return {key: value for key, value in options.items() if value is not None}
+
+    def covariance_control(self) -> CovarianceControl | None:
+        """``covariance`` checked, or None when it is off."""
+        if self.covariance is None:
+            return None
+        spec = _spec(CovarianceControl, "covariance", self.covariance)
+        if spec.name not in COVARIANCE_NAMES:
+            raise ConfigError(
+                f"covariance.name must be one of {list(COVARIANCE_NAMES)}, got {spec.name!r}"
+            )
+        if not 0 < spec.ratio <= 1:
+            raise ConfigError(f"covariance.ratio must be in (0, 1], got {spec.ratio}")
+        unread = {"clip_cov": {"coef"}, "kl_cov": {"lower", "upper"}}[spec.name]
+        if unread & spec.model_fields_set:
+            raise ConfigError(
+                f"covariance {sorted(unread & spec.model_fields_set)} not read by {spec.name}: "
+                f"drop it"
+            )
+        if spec.name == "clip_cov" and not spec.lower < spec.upper:
+            raise ConfigError(
+                f"covariance.lower ({spec.lower}) must be below covariance.upper ({spec.upper})"
+            )
+        if spec.name == "kl_cov" and spec.coef < 0:
+            raise ConfigError(f"covariance.coef must be >= 0, got {spec.coef}")
+        return spec
 
     def overlong_shaping(self) -> OverlongShaping | None:
         """``overlong`` checked, or None when it is off."""
@@ -538,6 +587,17 @@ class OverlongShaping(_Spec):
     buffer: int = Field(description="L: the tokens before max_new_tokens that are penalised")
     penalty_factor: float = Field(1.0, description="the penalty at max_new_tokens (negated)")
     reward: str = Field("reasoning", description="the reward the penalty is added to")
+
+
+class CovarianceControl(_Spec):
+    """``GRPOConfig.covariance``: Clip-Cov or KL-Cov (``algorithms.covariance``) and its
+    settings (verl's defaults); ``lower`` / ``upper`` are read by Clip-Cov, ``coef`` by KL-Cov."""
+
+    name: str = Field(description="clip_cov or kl_cov")
+    ratio: float = Field(2e-4, description="the share of valid tokens selected (at least one)")
+    lower: float = Field(1.0, description="Clip-Cov: the covariance band's lower end")
+    upper: float = Field(5.0, description="Clip-Cov: the covariance band's upper end")
+    coef: float = Field(1.0, description="KL-Cov: the penalty's coefficient")
 
 
 class DynamicSampling(_Spec):

@@ -4,7 +4,7 @@ engine's own knobs: the one table of what each sets (docs/methods/loss_types.md 
 A preset has two kinds of settings:
 
 - *defining* ones (``agg``, ``importance_level``, ``surrogate`` and, where set,
-  ``advantage.scale_by_std``): what makes the loss type what it is. An explicit knob that
+  ``advantage.scale_by_std`` and ``covariance.name``): what makes the loss type what it is. An explicit knob that
   agrees is fine; one that contradicts it is a ConfigError naming the key to drop.
 - *defaults* (``clip_low``, ``clip_high``, ``cispo_max_ratio``, ``sapo_temperature_pos``,
   ``sapo_temperature_neg``): the papers' values, used where the knob is unset (null); an
@@ -36,6 +36,7 @@ class LossType:
     cispo_max_ratio: float | None = None
     sapo_temperature_pos: float | None = None
     sapo_temperature_neg: float | None = None
+    covariance: str | None = None
     source: str = ""
 
 
@@ -86,6 +87,18 @@ LOSS_TYPES: dict[str, LossType] = {
         importance_level="sequence",
         source="LUSPO (arXiv 2602.05261); TRL loss_type='luspo', importance_sampling_level='sequence'",
     ),
+    # The entropy mechanism's two controls, with verl's token-mean aggregation and clip range.
+    "clip_cov": LossType(
+        agg="token-mean",
+        covariance="clip_cov",
+        source="Clip-Cov (arXiv 2505.22617); verl policy_loss.loss_mode='clip_cov'",
+    ),
+    "kl_cov": LossType(
+        agg="token-mean",
+        surrogate="unclipped",
+        covariance="kl_cov",
+        source="KL-Cov (arXiv 2505.22617); verl policy_loss.loss_mode='kl_cov'",
+    ),
 }
 
 DEFINING = ("agg", "importance_level", "surrogate")
@@ -112,6 +125,7 @@ SURROGATE_KNOBS = {
     "clip": ("clip_low", "clip_high"),
     "cispo": ("cispo_max_ratio",),
     "sapo": ("sapo_temperature_pos", "sapo_temperature_neg"),
+    "unclipped": (),
 }
 
 
@@ -160,8 +174,25 @@ def resolve_loss_knobs(
                 f"{preset.scale_by_std}, but it is {given}: drop advantage.scale_by_std"
             )
         advantage["scale_by_std"] = preset.scale_by_std
+    if "covariance" in resolved:
+        resolved["covariance"] = _preset_covariance(loss_type, preset, resolved["covariance"])
     _surrogate_knobs(resolved, preset)
     return resolved, advantage
+
+
+def _preset_covariance(loss_type: str | None, preset: LossType | None, given: Any) -> Any:
+    """The ``covariance`` spec with the loss type's control named (given without a name, or
+    not given); a given spec naming another control is a ConfigError."""
+    if preset is None or preset.covariance is None:
+        return given
+    if given is None:
+        return {"name": preset.covariance}
+    if isinstance(given, Mapping) and given.get("name", preset.covariance) == preset.covariance:
+        return {**given, "name": preset.covariance}
+    raise ConfigError(
+        f"loss_type {loss_type!r} sets covariance.name to {preset.covariance!r}, but covariance "
+        f"is {given!r}: drop covariance.name (or drop loss_type)"
+    )
 
 
 def _surrogate_knobs(resolved: dict[str, Any], preset: LossType | None) -> None:
