@@ -132,6 +132,12 @@ def scratch_project(directory: Path, groups: Sequence[str]) -> Path:
             shutil.copy(ROOT / name, target)
     (directory / "conf/local").mkdir(exist_ok=True)
     (directory / "src").mkdir(exist_ok=True)  # bootstrap_project checks it; creditflow is installed
+    # The ingested tables name their pictures by paths under data/01_raw (TabMWP's tables):
+    # the scratch project reads the same raw folder.
+    raw, linked = ROOT / "data/01_raw", directory / "data/01_raw"
+    if raw.is_dir() and not linked.exists():
+        linked.parent.mkdir(parents=True, exist_ok=True)
+        linked.symlink_to(raw.resolve(), target_is_directory=True)
     for group in groups:
         for table in INPUT_TABLES[group]:
             source = ROOT / "data/03_primary" / table
