@@ -76,6 +76,17 @@ class ToyTokenizer:
     def batch_decode(self, rows: Any, skip_special_tokens: bool = True) -> list[str]:
         return [self.decode(row, skip_special_tokens) for row in rows]
 
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        """``text`` as the ids of its pieces, longest piece first (HICRA's strategic grams)."""
+        ids, rest = [], text
+        while rest:
+            piece = max((p for p in PIECES[1:] if rest.startswith(p)), key=len, default=None)
+            if piece is None:
+                raise ValueError(f"the toy tokenizer has no piece for {rest!r}; its: {PIECES}")
+            ids.append(PIECES.index(piece))
+            rest = rest[len(piece) :]
+        return ids
+
 
 class ToyPolicy:
     """What strategies may ask of the policy: ``tokenizer`` and ``no_image_logprobs`` (ToR's
@@ -173,11 +184,8 @@ def check_advantage_strategy(
             and splitting checks are skipped (module docstring).
     """
     strategy, spec = _strategy("advantage", strategy, spec, ADVANTAGE_STRATEGIES)
-    batch = (
-        batch
-        if batch is not None
-        else toy_batch(seed=seed, with_entropy=False, with_logprobs=False)
-    )
+    if batch is None:  # the entropy only when the strategy asks for it, as the rollout does
+        batch = toy_batch(seed=seed, with_entropy=strategy.needs_entropy(spec), with_logprobs=False)
     config = config or GRPOConfig(
         group_size=batch.group_size,
         advantage=dict(spec),

@@ -52,7 +52,7 @@ def test_messages_say_how_to_fix_it():
     assert "pick a divisor of 16" in str(error.value)
     with pytest.raises(ConfigError) as error:
         build_grpo_config({**VALID, "advantage": {"name": "ppo"}}, REWARDS)
-    assert "['gdpo', 'grpo', 'shuffled_advantages', 'tapo']" in str(error.value)
+    assert "['gdpo', 'grpo', 'hicra', 'shuffled_advantages', 'tapo']" in str(error.value)
     with pytest.raises(ConfigError) as error:
         build_grpo_config({**VALID, "lr": 1e-3}, REWARDS)
     assert "learning_rate" in str(error.value), "lists the valid keys"

@@ -1,5 +1,5 @@
-"""Pure tensor algorithms of creditflow: advantages, ToR token weights, losses, DAPO's
-overlong penalty and group filter.
+"""Pure tensor algorithms of creditflow: advantages, ToR token weights, losses (with Clip-Cov
+and KL-Cov), HICRA's amplification, DAPO's overlong penalty and group filter.
 
 No Kedro, no I/O: tensors in, a tensor or ``(tensor, metrics)`` out. Shape symbols:
 ``B`` sequences, ``G`` group size, ``T`` tokens, ``V`` vocabulary.
@@ -14,7 +14,14 @@ from creditflow.algorithms.advantages import (
     sign_conflict_rate,
     tapo_advantages,
 )
+from creditflow.algorithms.covariance import (
+    COVARIANCE_CONTROLS,
+    clip_cov_keep,
+    kl_cov_selected,
+    token_covariance,
+)
 from creditflow.algorithms.dapo import constant_groups, overlong_penalty
+from creditflow.algorithms.hicra import entropy_threshold, hicra_advantages, strategic_gram_mask
 from creditflow.algorithms.logprobs import token_logprobs
 from creditflow.algorithms.losses import (
     AGGREGATIONS,
@@ -40,6 +47,13 @@ from creditflow.algorithms.tor import (
 )
 
 __all__ = [
+    "COVARIANCE_CONTROLS",
+    "clip_cov_keep",
+    "entropy_threshold",
+    "hicra_advantages",
+    "kl_cov_selected",
+    "strategic_gram_mask",
+    "token_covariance",
     "decoupled_group_advantages",
     "AGGREGATIONS",
     "IMPORTANCE_LEVELS",

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -73,6 +73,7 @@ from creditflow.training.offpolicy import (
     sampling_ahead,
 )
 from creditflow.training.reference import frozen_reference
+from creditflow.training.rewards import RewardFn
 from creditflow.training.seeding import RANK_SALT, step_seed
 from creditflow.training.strategies import (
     RewardMetric,
@@ -88,11 +89,6 @@ if TYPE_CHECKING:
     from accelerate import Accelerator
 
 logger = logging.getLogger(__name__)
-
-# (completions, prompt_index (B,)) -> name -> (B,): the rewards, by reward name, and 0/1 flags
-# on how a reward was come by, named "<reward>/<flag>" (creditflow.rewards.registry): the step
-# reports a flag's count in the batch (e.g. reward/reasoning/timed_out); no strategy reads it.
-RewardFn = Callable[[list[str], torch.Tensor], dict[str, torch.Tensor]]
 
 
 @dataclass
@@ -178,6 +174,8 @@ class GRPOTrainer:
         self.advantage = advantage_strategy(config)
         self.dynamic_sampling = config.dynamic_sampling_spec()
         self.token_weights = token_weight_strategy(config)
+        wants_entropy = self.advantage.needs_entropy(config.advantage)  # HICRA's, ToR's
+        self.needs_entropy = self.token_weights.needs_entropy or wants_entropy
         self.credit = credit_recorder(config, self.token_weights, reward_fn)  # None: off
         # The caller's first, then the strategy's own: a key both report keeps the strategy's.
         self.reward_metrics = [*reward_metrics, *self.advantage.reward_metrics(config.advantage)]
@@ -391,7 +389,7 @@ class GRPOTrainer:
         metrics["reward/total"] = total.mean().item()
         metrics["reward/total_std"] = total.std().item() if total.numel() > 1 else 0.0
         for name, values in all_rewards.items():
-            flag = "/" in name  # see RewardFn
+            flag = "/" in name  # see rewards.RewardFn
             metrics[f"reward/{name}"] = values.sum().item() if flag else values.mean().item()
         for reward_metric in self.reward_metrics:
             metrics.update(reward_metric(all_rewards, batch.group_size))
@@ -455,7 +453,7 @@ class GRPOTrainer:
         batch = self.policy.sample(
             [self.prompts[i] for i in picked.tolist()],
             c.group_size,
-            with_entropy=score and self.token_weights.needs_entropy,
+            with_entropy=score and self.needs_entropy,
             with_logprobs=score and self.needs_rollout_logprobs(),
         )
         batch.prompt_index = picked.repeat_interleave(c.group_size)
@@ -503,7 +501,7 @@ class GRPOTrainer:
     def _score(self, batch: RolloutBatch) -> None:
         """Set ``batch.old_logp`` (and the entropy) with the current weights where the update
         or the token weights need them."""
-        with_entropy = self.token_weights.needs_entropy
+        with_entropy = self.needs_entropy
         if self.needs_rollout_logprobs() or with_entropy:
             with torch.no_grad(), self._autocast():
                 batch.old_logp, batch.entropy = self.policy.completion_logprobs(batch, with_entropy)

@@ -17,6 +17,11 @@ from creditflow.errors import ConfigError
 from creditflow.rewards import check_reward_options, get_reward_function
 from creditflow.rewards.plugins import TRLReward, is_builtin_reward, plugin_reward
 
+# (completions, prompt_index (B,)) -> name -> (B,): the rewards, by reward name, and 0/1 flags
+# on how a reward was come by, named "<reward>/<flag>" (creditflow.rewards.registry): the step
+# reports a flag's count in the batch (e.g. reward/reasoning/timed_out); no strategy reads it.
+RewardFn = Callable[[list[str], torch.Tensor], dict[str, torch.Tensor]]
+
 # A reward: a name of ``rewards.REWARD_FUNCTIONS``, an import path / entry point of a
 # TRL-style function (``rewards.plugins``), or such a callable ``fn(completions, **columns) ->
 # B floats`` itself (``BoundRewards``).
@@ -55,7 +60,7 @@ class BoundRewards:
     """Text rewards bound to the references, answers and other columns of a prompt table.
 
     ``__call__(completions, prompt_index (B,))`` -> {name: (B,) float tensor}: each reward,
-    and each of its 0/1 flags as ``"<reward>/<flag>"`` (``grpo.RewardFn``); row b is scored
+    and each of its 0/1 flags as ``"<reward>/<flag>"`` (``RewardFn``); row b is scored
     against the row of prompt ``prompt_index[b]``.
 
     ``rewards``: names of built-in rewards (``rewards.REWARD_FUNCTIONS``), called with the

@@ -6,6 +6,7 @@
 - ``tor.py``: ToR's batch-global token selection and weights, with its ablations (docs/methods/tor.md).
 - ``gdpo.py``: GDPO, each reward normalised within its group before the weighted sum
   (docs/methods/gdpo.md).
+- ``hicra.py``: HICRA, GRPO's advantages amplified on planning tokens (docs/methods/hicra.md).
 - ``controls.py``: controls (shuffled advantages, random tokens) and the entropy-fraction
   selections of the high-entropy-minority study (docs/methods/controls.md).
 
@@ -31,6 +32,7 @@ from creditflow.training.strategies.base import (
 from creditflow.training.strategies.controls import CONTROL_TOKEN_WEIGHTS, SHUFFLED_ADVANTAGES
 from creditflow.training.strategies.gdpo import GDPO
 from creditflow.training.strategies.grpo import GRPO, UNIFORM
+from creditflow.training.strategies.hicra import HICRA
 from creditflow.training.strategies.plugins import plugin_strategy
 from creditflow.training.strategies.tapo import TAPO, SignConflictRate
 from creditflow.training.strategies.tor import TOR_STRATEGIES
@@ -39,6 +41,7 @@ ADVANTAGE_STRATEGIES: dict[str, AdvantageStrategy] = {
     "grpo": GRPO,
     "tapo": TAPO,
     "gdpo": GDPO,
+    "hicra": HICRA,
     "shuffled_advantages": SHUFFLED_ADVANTAGES,
 }
 TOKEN_WEIGHT_STRATEGIES: dict[str, TokenWeightStrategy] = {

@@ -89,13 +89,17 @@ class AdvantageStrategy:
     computed ones before training); reward_metrics: the per-step diagnostics it reports;
     batch_statistics: whether the spec's advantages read statistics of the whole batch (not
     only of each group), which one process of several does not see: such a run is refused
-    with more than one process rather than normalised on a part of the batch."""
+    with more than one process rather than normalised on a part of the batch; needs_entropy:
+    whether the spec's advantages read the rollout's per-token entropy (``batch.entropy``,
+    HICRA's), which the rollout then computes as it does for a token-weight strategy that
+    asks."""
 
     compute: AdvantageFn
     validate: Callable[[Spec, GRPOConfig], None]
     reward_names: Callable[[Spec], set[str]] = _no_reward_names
     reward_metrics: Callable[[Spec], list[RewardMetric]] = field(default=_no_reward_metrics)
     batch_statistics: Callable[[Spec], bool] = field(default=lambda spec: False)
+    needs_entropy: Callable[[Spec], bool] = field(default=lambda spec: False)
 
 
 @dataclass(frozen=True)
