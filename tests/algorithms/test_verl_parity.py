@@ -171,3 +171,22 @@ def test_the_selection_changes_the_loss():
     )
     changed = (with_control - without).abs() > 1e-12
     assert changed.any() and not changed[b["mask"] == 0].any()
+
+
+def test_kl_cov_is_the_unclipped_loss_in_an_on_policy_update():
+    # Its penalty |logp - old_logp| is 0 at the sampling policy, and so is its gradient there:
+    # with one optimizer step per rollout KL-Cov trains exactly as the unclipped surrogate.
+    b = _batch(1)
+    config = GRPOConfig(loss_type="kl_cov", covariance={"ratio": 0.5})
+    plain = {k: v for k, v in config.loss_options().items() if "cov" not in k}
+    args = (b["adv"], b["mask"])
+    with_control = _value_and_grad(
+        lambda logp: policy_loss(logp, logp.detach(), *args, **config.loss_options())[0],
+        b["logp"],
+        draw_seed=0,
+    )
+    without = _value_and_grad(
+        lambda logp: policy_loss(logp, logp.detach(), *args, **plain)[0], b["logp"], draw_seed=0
+    )
+    assert_close(with_control[0], without[0], **TOL)
+    assert_close(with_control[1], without[1], **TOL)

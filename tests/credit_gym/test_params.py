@@ -26,6 +26,14 @@ def test_the_shipped_conf_passes():
         (lambda p: p["sweeps"].update(conflct=[0.1]), "conflct"),
         (lambda p: p["sweeps"].update(conflict=[0.0, 0.7]), "sweeps.conflict"),
         (lambda p: p.update(baseline="uniform"), "baseline 'uniform' is not a strategy"),
+        (
+            lambda p: p["strategies"].update(mine={"grpo": {"loss_type": "ppo"}}),
+            "unknown loss_type 'ppo'",
+        ),
+        (
+            lambda p: p["strategies"].update(mine={"grpo": {"seed": 3}}),
+            r"may not set \['seed'\]",
+        ),
     ],
 )
 def test_bad_parameters_fail_naming_the_key(change, message):

@@ -14,7 +14,7 @@ from creditflow.training.strategies import ADVANTAGE_STRATEGIES
 from tests.training.helpers import make_trainer
 
 
-def _reference(advantages, entropy, mask, group_size, alpha, top, planning=None):
+def _reference(advantages, entropy, mask, group_size, alpha, top, planning=None, longer_only=True):
     """Token by token, as the paper and the authors' code describe it."""
     out = advantages.clone()
     B, T = advantages.shape
@@ -31,7 +31,8 @@ def _reference(advantages, entropy, mask, group_size, alpha, top, planning=None)
             for t in range(T):
                 if not mask[b, t]:
                     continue
-                high = mean_adv[b] > 0 and lengths[b] > mean_length and entropy[b, t] > cut
+                longer = lengths[b] > mean_length or not longer_only
+                high = mean_adv[b] > 0 and longer and entropy[b, t] > cut
                 if high or (planning is not None and planning[b, t]):
                     a = float(advantages[b, t])
                     out[b, t] = a + alpha * abs(a)
@@ -40,7 +41,8 @@ def _reference(advantages, entropy, mask, group_size, alpha, top, planning=None)
 
 @pytest.mark.parametrize("seed", range(8))
 @pytest.mark.parametrize("with_planning", [False, True])
-def test_equals_the_slow_reference_loop(seed, with_planning):
+@pytest.mark.parametrize("longer_only", [True, False])
+def test_equals_the_slow_reference_loop(seed, with_planning, longer_only):
     g = torch.Generator().manual_seed(seed)
     B, T, G = 12, 9, 4
     lengths = torch.randint(1, T + 1, (B,), generator=g)
@@ -50,8 +52,10 @@ def test_equals_the_slow_reference_loop(seed, with_planning):
     advantages = per_completion[:, None] * mask
     entropy = torch.rand(B, T, generator=g) * mask
     planning = (torch.rand(B, T, generator=g) < 0.2) & mask.bool() if with_planning else None
-    got, amplified = hicra_advantages(advantages, entropy, mask, G, 0.3, 0.3, planning)
-    expected = _reference(advantages, entropy, mask, G, 0.3, 0.3, planning)
+    got, amplified = hicra_advantages(
+        advantages, entropy, mask, G, 0.3, 0.3, planning, longer_only=longer_only
+    )
+    expected = _reference(advantages, entropy, mask, G, 0.3, 0.3, planning, longer_only)
     torch.testing.assert_close(got, expected)
     assert torch.equal(amplified, (got != advantages))  # nonzero advantages here
     assert not amplified[:G].any()  # no correct completion: the group is left alone
@@ -65,6 +69,17 @@ def test_planning_tokens_soften_a_wrong_completions_penalty():
     planning = torch.tensor([[False, True, False], [False, True, False]])
     got, _ = hicra_advantages(adv, entropy, torch.ones(2, 3), 2, alpha=0.2, planning=planning)
     torch.testing.assert_close(got, torch.tensor([[1.0, 1.2, 1.0], [-1.0, -0.8, -1.0]]))
+
+
+def test_completions_of_one_length_are_amplified_only_without_the_length_filter():
+    adv = torch.tensor([[1.0] * 5, [-1.0] * 5])
+    entropy = torch.tensor([[0.1, 0.9, 0.5, 0.3, 0.7], [0.9, 0.1, 0.2, 0.3, 0.4]])
+    mask = torch.ones(2, 5)
+    unchanged, _ = hicra_advantages(adv, entropy, mask, 2)  # none is longer than the mean
+    assert torch.equal(unchanged, adv)
+    got, _ = hicra_advantages(adv, entropy, mask, 2, longer_only=False)
+    torch.testing.assert_close(got[0], torch.tensor([1.0, 1.2, 1.0, 1.0, 1.0]))
+    assert torch.equal(got[1], adv[1])  # the wrong completion's high-entropy token is not
 
 
 def test_the_entropy_threshold_and_the_gram_finder_by_hand():

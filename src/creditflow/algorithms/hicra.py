@@ -70,11 +70,13 @@ def hicra_advantages(
     alpha: float = 0.2,
     entropy_top: float = 0.3,
     planning: torch.Tensor | None = None,
+    longer_only: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """HICRA's advantages and the tokens it amplified, both (B, T).
 
     Per group that has a correct completion (one whose mean advantage over its valid tokens is
-    > 0): in its correct completions longer than the group's mean length, the tokens whose
+    > 0): in its correct completions longer than the group's mean length (every correct one
+    with ``longer_only=False``: where all completions have one length, none is longer), the tokens whose
     entropy exceeds their row's ``entropy_threshold`` are amplified; with ``planning`` (B, T)
     bool, so are the planning tokens of every completion of the group. An amplified token's
     advantage becomes ``A (1 + alpha sign A)``; the others keep theirs. A group with no
@@ -110,6 +112,8 @@ def hicra_advantages(
         if not correct.any():
             continue
         longer = lengths[rows].float() > lengths[rows].float().mean()
+        if not longer_only:
+            longer = torch.ones_like(longer)
         chosen = high_entropy[rows] & (correct & longer)[:, None]
         if planning is not None:
             chosen = chosen | planning[rows].bool()

@@ -46,10 +46,28 @@ class GymWorldShape(Block):
     n_images: Count
 
 
+# The GRPOConfig fields a gym strategy sets itself (its advantage and token weights) or the gym
+# sets for every run (rewards, token budget, seed): not among a strategy's own ``grpo`` fields.
+GYM_OWNED_FIELDS = ("advantage", "token_weights", "rewards", "max_new_tokens", "seed")
+
+
 class GymStrategy(Block):
     advantage: dict[str, Any] | None = None
     token_weights: dict[str, Any] | None = None
     oracle: bool = False
+    grpo: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _grpo_fields(self) -> GymStrategy:
+        owned = sorted(set(self.grpo or {}) & set(GYM_OWNED_FIELDS))
+        if owned:
+            raise ValueError(
+                f"a strategy's grpo fields may not set {owned}: the strategy sets advantage "
+                f"and token_weights beside grpo, the gym the rest"
+            )
+        if self.grpo:
+            GRPOConfig(**self.grpo)  # a ConfigError naming the bad field, before the sweep
+        return self
 
 
 class CreditGymParams(Block):

@@ -102,6 +102,7 @@ def strategy_config(setup: GymSetup, spec: Mapping[str, Any], seed: int, length:
     return GRPOConfig(
         **{
             **dict(setup.grpo),
+            **dict(spec.get("grpo") or {}),  # the strategy's own loss settings (loss_type, ...)
             "advantage": dict(spec.get("advantage", {"name": "grpo"})),
             "token_weights": token_weights,
             "rewards": {"translation": 1.0, "reasoning": 1.0},

@@ -34,6 +34,12 @@ class HICRAOptions(GroupScaleOptions):
         description="a token is high-entropy above the value at this top share of its "
         "completion's entropies (the authors' top-k threshold, 0.3)",
     )
+    longer_only: bool = Field(
+        True,
+        description="amplify high-entropy tokens only in the correct completions longer than "
+        "their group's mean (the authors' code); false: in every correct completion (a world "
+        "of fixed-length completions has none longer)",
+    )
     strategic_grams: list[str] | None = Field(
         None,
         description="phrases that mark planning (e.g. 'First, I need to'), encoded with the "
@@ -75,6 +81,7 @@ def hicra_token_advantages(
         alpha=options.alpha,
         entropy_top=options.entropy_top,
         planning=planning,
+        longer_only=options.longer_only,
     )
     valid = mask.sum().clamp(min=1)
     return amplified_adv, {
