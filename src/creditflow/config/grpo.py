@@ -15,8 +15,16 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from creditflow.config.grpo_options import (
+    CovarianceControl,
+    DynamicSampling,
+    GRPOOption,
+    OverlongShaping,
+    PerceptionLoss,
+    parse_option,
+)
 from creditflow.config.loss_types import DEFAULTED, DEFINING, resolve_loss_knobs
-from creditflow.config.schema import shown, unknown_keys_message, validation_message
+from creditflow.config.schema import unknown_keys_message, validation_message
 from creditflow.errors import ConfigError
 
 AGG_MODES = ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm", "seq-mean-token-sum")
@@ -197,6 +205,16 @@ class GRPOConfig(BaseModel):
         "ratio: 0.0002, coef: 1.0}: the top ratio share by covariance get coef * |logp - "
         "old_logp| added. Over each micro-batch's tokens, as verl. null: off (loss_type "
         "clip_cov / kl_cov set the name)",
+    )
+    perception: dict[str, Any] | None = knob(
+        None,
+        group="loss",
+        description="PAPO's implicit perception loss (arXiv 2507.06448; PerceptionLoss, "
+        "docs/methods/papo.md), for a vision-language policy: {weight: 0.1, mask_ratio: 0.3, "
+        "clip: 0.2} subtracts weight times the mean over the completion's tokens of the k3 "
+        "divergence between the policy with its picture and with each pixel value zeroed "
+        "with probability mask_ratio, clipped to [0, clip] (one more forward per update). "
+        "null: off",
     )
     mask_truncated_completions: bool = knob(
         False,
@@ -458,6 +476,7 @@ class GRPOConfig(BaseModel):
         )
         self.overlong_shaping()
         self.covariance_control()
+        self.perception_loss()
         self.dynamic_sampling_spec()
         self.credit_inspection()
 
@@ -496,11 +515,17 @@ class GRPOConfig(BaseModel):
             )
         return {key: value for key, value in options.items() if value is not None}
 
+    def perception_loss(self) -> PerceptionLoss | None:
+        """``perception`` checked, or None when it is off."""
+        if self.perception is None:
+            return None
+        return parse_option(PerceptionLoss, "perception", self.perception)
+
     def covariance_control(self) -> CovarianceControl | None:
         """``covariance`` checked, or None when it is off."""
         if self.covariance is None:
             return None
-        spec = _spec(CovarianceControl, "covariance", self.covariance)
+        spec = parse_option(CovarianceControl, "covariance", self.covariance)
         if spec.name not in COVARIANCE_NAMES:
             raise ConfigError(
                 f"covariance.name must be one of {list(COVARIANCE_NAMES)}, got {spec.name!r}"
@@ -525,7 +550,7 @@ class GRPOConfig(BaseModel):
         """``overlong`` checked, or None when it is off."""
         if self.overlong is None:
             return None
-        spec = _spec(OverlongShaping, "overlong", self.overlong)
+        spec = parse_option(OverlongShaping, "overlong", self.overlong)
         if not 1 <= spec.buffer <= self.max_new_tokens:
             raise ConfigError(
                 f"overlong.buffer must be in [1, max_new_tokens = {self.max_new_tokens}], "
@@ -539,7 +564,7 @@ class GRPOConfig(BaseModel):
         """``dynamic_sampling`` checked, its ``max_extra_rollouts`` set, or None when off."""
         if self.dynamic_sampling is None:
             return None
-        spec = _spec(DynamicSampling, "dynamic_sampling", self.dynamic_sampling)
+        spec = parse_option(DynamicSampling, "dynamic_sampling", self.dynamic_sampling)
         if spec.max_extra_rollouts is None:
             return spec.model_copy(update={"max_extra_rollouts": self.rollout_batch_size})
         if spec.max_extra_rollouts < 0:
@@ -552,7 +577,7 @@ class GRPOConfig(BaseModel):
         """``credit_inspector`` checked, or None when it is off."""
         if self.credit_inspector is None:
             return None
-        spec = _spec(CreditInspection, "credit_inspector", self.credit_inspector)
+        spec = parse_option(CreditInspection, "credit_inspector", self.credit_inspector)
         if isinstance(spec.rollouts, bool) or spec.rollouts < 1:
             raise ConfigError(f"credit_inspector.rollouts must be >= 1, got {spec.rollouts}")
         steps = spec.steps
@@ -574,45 +599,7 @@ class GRPOConfig(BaseModel):
         return {k: v for k, v in self.to_dict().items() if k != "credit_inspector"}
 
 
-class _Spec(BaseModel):
-    """A mapping option of GRPOConfig, typed (strict, as GRPOConfig is)."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
-
-
-class OverlongShaping(_Spec):
-    """``GRPOConfig.overlong``: DAPO's soft overlong punishment (``algorithms.overlong_penalty``)
-    of the last ``buffer`` tokens before ``max_new_tokens``, added to reward ``reward``."""
-
-    buffer: int = Field(description="L: the tokens before max_new_tokens that are penalised")
-    penalty_factor: float = Field(1.0, description="the penalty at max_new_tokens (negated)")
-    reward: str = Field("reasoning", description="the reward the penalty is added to")
-
-
-class CovarianceControl(_Spec):
-    """``GRPOConfig.covariance``: Clip-Cov or KL-Cov (``algorithms.covariance``) and its
-    settings (verl's defaults); ``lower`` / ``upper`` are read by Clip-Cov, ``coef`` by KL-Cov."""
-
-    name: str = Field(description="clip_cov or kl_cov")
-    ratio: float = Field(2e-4, description="the share of valid tokens selected (at least one)")
-    lower: float = Field(1.0, description="Clip-Cov: the covariance band's lower end")
-    upper: float = Field(5.0, description="Clip-Cov: the covariance band's upper end")
-    coef: float = Field(1.0, description="KL-Cov: the penalty's coefficient")
-
-
-class DynamicSampling(_Spec):
-    """``GRPOConfig.dynamic_sampling``: a completion succeeds when its ``reward`` is at least
-    ``success``; groups of one success value are dropped; at most ``max_extra_rollouts`` more
-    completions per step (None: one more rollout batch)."""
-
-    reward: str = Field("reasoning", description="the reward that decides success")
-    success: float = Field(1.0, description="a completion succeeds when reward >= success")
-    max_extra_rollouts: int | None = Field(
-        None, description="more completions sampled per step at most; null: one rollout batch"
-    )
-
-
-class CreditInspection(_Spec):
+class CreditInspection(GRPOOption):
     """``GRPOConfig.credit_inspector``: the 1-based steps recorded (None: the first, a middle
     and the last) and how many completions of each recorded batch."""
 
@@ -632,7 +619,7 @@ class CreditInspection(_Spec):
         "0.08 s without. null: off",
     )
 
-    class Deserved(_Spec):
+    class Deserved(GRPOOption):
         """``credit_inspector.deserved``: K continuations per prefix and the span spacing."""
 
         continuations: int = Field(
@@ -650,7 +637,7 @@ class CreditInspection(_Spec):
         """``deserved`` checked on its own, so a wrong key is named with its valid ones."""
         if not isinstance(data, dict) or not isinstance(data.get("deserved"), dict):
             return data
-        d = _spec(cls.Deserved, "credit_inspector.deserved", data["deserved"])
+        d = parse_option(cls.Deserved, "credit_inspector.deserved", data["deserved"])
         if isinstance(d.continuations, bool) or d.continuations < 1:
             raise ConfigError(
                 f"credit_inspector.deserved.continuations (K) must be >= 1, got {d.continuations}"
@@ -674,19 +661,6 @@ class CreditInspection(_Spec):
         if self.steps is not None:
             return set(self.steps)
         return {1, (total + 1) // 2, total}
-
-
-def _spec(cls: type[_Spec], label: str, spec: Any) -> Any:
-    """``cls`` built from the mapping ``spec``, or a ConfigError naming the bad key."""
-    if not isinstance(spec, dict):
-        raise ConfigError(f"{label} must be a mapping or null, got {shown(spec)}")
-    unknown = sorted(set(spec) - set(cls.model_fields))
-    if unknown:
-        raise ConfigError(f"unknown {label} option(s) {unknown}; valid: {sorted(cls.model_fields)}")
-    try:
-        return cls(**spec)
-    except ValidationError as error:
-        raise ConfigError(validation_message(error, cls, prefix=f"{label}.")) from None
 
 
 def check_importance_sampling(config: GRPOConfig, samples_module: bool) -> None:

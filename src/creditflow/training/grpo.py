@@ -72,6 +72,7 @@ from creditflow.training.offpolicy import (
     lag_corrected,
     sampling_ahead,
 )
+from creditflow.training.papo import masked_logprobs, with_perception
 from creditflow.training.reference import frozen_reference
 from creditflow.training.rewards import RewardFn
 from creditflow.training.seeding import RANK_SALT, step_seed
@@ -200,12 +201,11 @@ class GRPOTrainer:
 
     # ------------------------------------------------------------------ setup
     def needs_rollout_logprobs(self) -> bool:
-        """Whether the rollout must score its own samples (a no-grad forward). With a single
-        optimizer step per rollout batch the policy is still the sampling one at the update, so
-        old_logp = logp.detach() there (ratio 1, same loss and gradient, as TRL does); ToR reads
-        the rollout log-probs for its visual sensitivity. A rollout engine that is not the
-        trained module (vLLM) always needs them: its sampler's log-probs are not the
-        trainer's, so old_logp must come from the trainer's own forward (TRL does the same)."""
+        """Whether the rollout must score its own samples (a no-grad forward). With one
+        optimizer step per rollout batch the update's policy is the sampling one, so old_logp =
+        logp.detach() (ratio 1, as TRL does); ToR reads the rollout log-probs for its visual
+        sensitivity; an engine that is not the trained module (vLLM) always needs them, its
+        sampler's log-probs not being the trainer's (TRL does the same)."""
         return (
             self.optimizer_steps_per_rollout() > 1
             or self.token_weights.needs_rollout_logprobs
@@ -624,6 +624,7 @@ class GRPOTrainer:
         c = self.config
         with self._ddp_forward(), self._autocast():
             logp, _ = self.policy.completion_logprobs(batch)  # (b, T)
+            masked_logp = masked_logprobs(self.policy, batch, c)  # PAPO's; None when off
         old_logp = batch.old_logp if batch.old_logp.numel() else logp.detach()
         mismatch = {}
         if not batch.old_logp.numel():  # the sampler's lag, against this forward's log-probs
@@ -640,6 +641,7 @@ class GRPOTrainer:
             sampling_logp=batch.sampler_logp,
             **c.loss_options(),
         )
+        loss, metrics = with_perception(loss, metrics, logp, masked_logp, batch, c)
         mask = batch.completion_mask
         # Mean -log p of the sampled tokens: the sampling entropy's free Monte Carlo estimate.
         sampled_entropy = (-(logp.detach() * mask).sum() / mask.sum().clamp(min=1)).item()

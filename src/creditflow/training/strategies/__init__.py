@@ -64,11 +64,18 @@ def token_weight_strategy(config: GRPOConfig) -> TokenWeightStrategy:
 
 def check_image_pass(config: GRPOConfig, has_image_pass: bool, policy: str) -> None:
     """ConfigError when ``config``'s token-weight strategy calls ``policy.no_image_logprobs``
-    (``needs_image_pass``) and the policy has no such pass (``has_image_pass`` False).
+    (``needs_image_pass``), or ``config.perception`` hides part of the pictures, and the policy
+    has no pictures (``has_image_pass`` False).
 
     Args:
         policy: the policy as the message names it (its class, or the pipeline's policy).
     """
+    if config.perception is not None and not has_image_pass:
+        raise ConfigError(
+            f"perception (PAPO's perception loss) hides part of each prompt's picture, and "
+            f"{policy} takes no pictures: set perception to null, or train a vision-language "
+            f"policy (the tor pipeline)"
+        )
     strategy = token_weight_strategy(config)
     if strategy.needs_image_pass and not has_image_pass:
         fallback = f"; {strategy.image_pass_fallback}" if strategy.image_pass_fallback else ""
