@@ -57,13 +57,7 @@ def gym_step_time_ratios(params: dict, repeats: int) -> dict[str, float]:
     """Per active gym strategy, the median over ``repeats`` alternating rounds of its run's
     wall time at the default point (seed 0) over uniform GRPO's in the same round."""
     torch.set_num_threads(params.get("torch_threads") or 1)
-    setup = GymSetup(
-        grpo={k: v for k, v in params["grpo"].items() if v is not None},
-        world=params["world"],
-        hidden=params["hidden"],
-        probe_prompts=params["probe_prompts"],
-        target_share=params["target_share"],
-    )
+    setup = GymSetup.from_params(params)
     knobs = GymKnobs(**params["defaults"])
     strategies = {n: s for n, s in params["strategies"].items() if s is not None}
     ratios: dict[str, list[float]] = {name: [] for name in strategies}

@@ -72,6 +72,17 @@ class GymSetup:
     probe_prompts: int = 16
     target_share: float = 0.5
 
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> GymSetup:
+        """The setup of ``params:credit_gym`` (its unset GRPO fields left to the defaults)."""
+        return cls(
+            grpo={k: v for k, v in params["grpo"].items() if v is not None},
+            world=params["world"],
+            hidden=params["hidden"],
+            probe_prompts=params["probe_prompts"],
+            target_share=params["target_share"],
+        )
+
 
 def oracle_weights(world: GymWorld) -> TokenWeightStrategy:
     """POSITIVE CONTROL, reads the hidden truth: weight 1 on the world's decisive tokens, 0 on

@@ -22,13 +22,7 @@ def run_credit_gym(params: dict[str, Any]) -> pd.DataFrame:
     per-seed table (one row per knob, dose, strategy and seed)."""
     if params.get("torch_threads"):
         torch.set_num_threads(params["torch_threads"])
-    setup = GymSetup(
-        grpo={k: v for k, v in params["grpo"].items() if v is not None},
-        world=params["world"],
-        hidden=params["hidden"],
-        probe_prompts=params["probe_prompts"],
-        target_share=params["target_share"],
-    )
+    setup = GymSetup.from_params(params)
     strategies = {name: spec for name, spec in params["strategies"].items() if spec is not None}
     seeds = [params["seed"] + k for k in range(params["n_seeds"])]
     sweeps = {knob: doses for knob, doses in params["sweeps"].items() if doses is not None}
