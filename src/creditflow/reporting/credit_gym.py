@@ -74,14 +74,16 @@ def dose_response_figure(table: pd.DataFrame, baseline: str) -> Figure:
     """One row of panels per knob: each strategy's final-reward gain over ``baseline`` (paired,
     95 % band) and its recovery AUC at the first step (95 % band) against the dose."""
     knobs = list(dict.fromkeys(table["knob"]))
-    fig = Figure(figsize=(11, 2.8 * len(knobs)), layout="constrained")
+    fig = Figure(figsize=(13, 2.8 * len(knobs)), layout="constrained")
     axes = fig.subplots(len(knobs), 2, squeeze=False)
     panels = [
         ("final_reward", "diff", f"final reward - {baseline}"),
         ("recovery/auc@first", "", "recovery AUC (first step)"),
     ]
     strategies = list(dict.fromkeys(table["strategy"]))
+    # Ten colours, then the same ten dashed with another marker: every strategy its own line.
     colours = {s: f"C{i % 10}" for i, s in enumerate(strategies)}
+    styles = {s: ("-", "o") if i < 10 else ("--", "s") for i, s in enumerate(strategies)}
     for row, knob in enumerate(knobs):
         for col, (metric, kind, label) in enumerate(panels):
             ax = axes[row][col]
@@ -95,12 +97,17 @@ def dose_response_figure(table: pd.DataFrame, baseline: str) -> Figure:
                     if kind == "diff"
                     else (curve["mean"], curve["ci_low"], curve["ci_high"])
                 )
-                ax.plot(curve["dose"], mean, marker="o", color=colours[strategy], label=strategy)
+                line, marker = styles[strategy]
+                ax.plot(
+                    curve["dose"], mean, ls=line, marker=marker, color=colours[strategy],
+                    label=strategy,
+                )  # fmt: skip
                 ax.fill_between(curve["dose"], low, high, color=colours[strategy], alpha=0.12)
             ax.axhline(0.0 if kind == "diff" else 0.5, color="grey", lw=0.8, ls="--")
             ax.set_xlabel(knob)
             ax.set_ylabel(label)
-    axes[0][1].legend(fontsize=7, ncol=2, loc="best")
+    handles, labels = axes[0][1].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=8, loc="outside right upper")
     fig.suptitle("Credit Gym: dose-response (mean over seeds, 95 % intervals)")
     return fig
 
