@@ -45,8 +45,18 @@ from creditflow.algorithms.tor import (
     tor_weights_from_selection,
     visual_sensitivity,
 )
+from creditflow.algorithms.vppo import (
+    top_share_per_row,
+    trajectory_scale,
+    visual_dependency,
+    vppo_weights,
+)
 
 __all__ = [
+    "top_share_per_row",
+    "trajectory_scale",
+    "visual_dependency",
+    "vppo_weights",
     "COVARIANCE_CONTROLS",
     "clip_cov_keep",
     "entropy_threshold",

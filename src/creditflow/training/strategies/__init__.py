@@ -4,6 +4,8 @@
 - ``tapo.py``: TAPO's step-level advantages, the translation segment, the sign-conflict rate
   (docs/methods/tapo.md).
 - ``tor.py``: ToR's batch-global token selection and weights, with its ablations (docs/methods/tor.md).
+- ``vppo.py``: VPPO, the visual dependency as a completion's scale and a token filter
+  (docs/methods/vppo.md).
 - ``gdpo.py``: GDPO, each reward normalised within its group before the weighted sum
   (docs/methods/gdpo.md).
 - ``hicra.py``: HICRA, GRPO's advantages amplified on planning tokens (docs/methods/hicra.md).
@@ -36,6 +38,7 @@ from creditflow.training.strategies.hicra import HICRA
 from creditflow.training.strategies.plugins import plugin_strategy
 from creditflow.training.strategies.tapo import TAPO, SignConflictRate
 from creditflow.training.strategies.tor import TOR_STRATEGIES
+from creditflow.training.strategies.vppo import VPPO
 
 ADVANTAGE_STRATEGIES: dict[str, AdvantageStrategy] = {
     "grpo": GRPO,
@@ -47,6 +50,7 @@ ADVANTAGE_STRATEGIES: dict[str, AdvantageStrategy] = {
 TOKEN_WEIGHT_STRATEGIES: dict[str, TokenWeightStrategy] = {
     "uniform": UNIFORM,
     **TOR_STRATEGIES,
+    "vppo": VPPO,
     **CONTROL_TOKEN_WEIGHTS,
 }
 
