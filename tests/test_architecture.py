@@ -506,10 +506,6 @@ def test_every_config_field_has_a_description():
 # a new twin fails. Left, each with the reason it is not joined yet:
 KIND_MARKERS = {"vl", "text"}
 KNOWN_TWINS = {
-    # Two builders of two architectures (a causal LM sized from a tokenizer, a Qwen2.5-VL
-    # from a processor), each with its own pretrained loader; one loader reading the kind off
-    # the checkpoint's configuration is still to come.
-    frozenset({"load_policy", "load_vl_policy"}),
     # The experience chain's text ExpModel for catalogues without covers (MovieLens) beside
     # the vision-language one: the same two stages on another prompt and model.
     frozenset({"expmodel_prompt", "text_expmodel_prompt"}),

@@ -150,7 +150,7 @@ def build_policy(
     spec = policy_spec(policy)
     if tokenizer is None and spec.get("source") == TINY:
         tokenizer = build_tokenizer(spec, texts, **tokenizer_options)
-    return load_policy(spec, tokenizer=tokenizer)
+    return load_policy(spec, processing_class=tokenizer)
 
 
 def grpo_config(**fields: Any) -> GRPOConfig:

@@ -8,7 +8,7 @@ import torch
 from kedro.io import Version
 
 from creditflow.datasets import HFModelDataset, HFModelsBySeedDataset
-from creditflow.models import load_policy, load_vl_policy
+from creditflow.models import load_policy
 from creditflow.models.lora import is_lora_model
 from tests.models.test_policy_spec import TINY_VL, processor  # noqa: F401 - fixture
 
@@ -21,7 +21,7 @@ LORA = {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}
 
 def _trained_lora(spec, tokenizer):
     """A LoRA policy whose adapters moved off their zero start (B = 0 would hide a lost one)."""
-    model, _ = load_policy(spec, tokenizer=tokenizer)
+    model, _ = load_policy(spec, processing_class=tokenizer)
     with torch.no_grad():
         for name, parameter in model.named_parameters():
             if "lora_B" in name:
@@ -110,7 +110,7 @@ def test_models_by_seed_round_trip_lora_policies(tmp_path, tokenizer, input_ids)
 
 
 def test_a_vl_lora_policy_round_trips_as_the_tor_entries_load_it(tmp_path, processor):  # noqa: F811
-    model, _ = load_vl_policy({**TINY_VL, "lora": LORA}, processor=processor)
+    model, _ = load_policy({**TINY_VL, "lora": LORA}, processing_class=processor)
     with torch.no_grad():
         for name, parameter in model.named_parameters():
             if "lora_B" in name:

@@ -20,7 +20,7 @@ def _logits(model, tokenizer) -> torch.Tensor:
 
 
 def test_a_policy_and_its_tokenizer_load_back_from_one_folder(tokenizer, tmp_path):
-    model, _ = load_policy(TINY_TEXT, tokenizer=tokenizer)
+    model, _ = load_policy(TINY_TEXT, processing_class=tokenizer)
     folder = export_policy(model, tokenizer, tmp_path / "policy")
     again = AutoModelForCausalLM.from_pretrained(folder)
     assert AutoTokenizer.from_pretrained(folder).encode(PROMPT) == tokenizer.encode(PROMPT)
@@ -29,7 +29,7 @@ def test_a_policy_and_its_tokenizer_load_back_from_one_folder(tokenizer, tmp_pat
 
 def test_a_lora_policy_is_merged_by_default_and_left_as_it_was(tokenizer, tmp_path):
     pytest.importorskip("peft")
-    model, _ = load_policy({**TINY_TEXT, "lora": {"r": 4}}, tokenizer=tokenizer)
+    model, _ = load_policy({**TINY_TEXT, "lora": {"r": 4}}, processing_class=tokenizer)
     with torch.no_grad():  # B = 0 at the start: give the adapters something to merge
         for name, tensor in model.named_parameters():
             if "lora_B" in name:
@@ -47,7 +47,7 @@ def test_a_lora_policy_is_merged_by_default_and_left_as_it_was(tokenizer, tmp_pa
 def test_another_runs_larger_tokenizer_is_refused_before_anything_is_written(
     corpus, tokenizer, tmp_path
 ):
-    model, _ = load_policy(TINY_TEXT, tokenizer=tokenizer)
+    model, _ = load_policy(TINY_TEXT, processing_class=tokenizer)
     bigger = train_bpe_tokenizer(corpus, vocab_size=2048, special_tokens=TAPO_TOKENS)
     assert len(bigger) > model.get_input_embeddings().weight.shape[0]
     with pytest.raises(ValueError, match="not the tokenizer this policy was trained with"):

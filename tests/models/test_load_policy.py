@@ -37,17 +37,17 @@ def checkpoint_dir(tmp_path, tokenizer, tiny_model):
 )
 def test_invalid_specs_fail_before_loading(tokenizer, spec, match):
     with pytest.raises(ValueError, match=match):
-        load_policy(spec, tokenizer=tokenizer)
+        load_policy(spec, processing_class=tokenizer)
 
 
 def test_tiny_needs_a_tokenizer():
-    with pytest.raises(ValueError, match="pass load_policy\\(spec, tokenizer=...\\)"):
+    with pytest.raises(ValueError, match="pass load_policy\\(spec, processing_class=...\\)"):
         load_policy({"source": "tiny"})
 
 
 def test_tiny_builds_what_build_tiny_qwen2_builds(tokenizer):
     spec = {"source": "tiny", "tiny": {"hidden_size": 32, "num_hidden_layers": 1, "seed": 3}}
-    model, tok = load_policy(spec, tokenizer=tokenizer)
+    model, tok = load_policy(spec, processing_class=tokenizer)
     direct = build_tiny_qwen2(tokenizer, hidden_size=32, num_hidden_layers=1, seed=3)
     assert tok is tokenizer
     assert model.config.hidden_size == 32 and model.config.num_hidden_layers == 1
@@ -86,7 +86,8 @@ def test_pretrained_right_padding_tokenizer_is_switched_to_left(checkpoint_dir, 
     tokenizer_copy = train_bpe_tokenizer(["abc abc"], vocab_size=300)
     tokenizer_copy.padding_side = "right"
     _, tok = load_policy(
-        {"source": "pretrained", "name_or_path": str(checkpoint_dir)}, tokenizer=tokenizer_copy
+        {"source": "pretrained", "name_or_path": str(checkpoint_dir)},
+        processing_class=tokenizer_copy,
     )
     assert tok is tokenizer_copy and tok.padding_side == "left"
 
@@ -94,7 +95,9 @@ def test_pretrained_right_padding_tokenizer_is_switched_to_left(checkpoint_dir, 
 def test_pretrained_rejects_a_tokenizer_larger_than_the_embedding(checkpoint_dir, corpus):
     bigger = train_bpe_tokenizer(corpus, vocab_size=600)
     with pytest.raises(ValueError, match="pass the checkpoint's own tokenizer"):
-        load_policy({"source": "pretrained", "name_or_path": str(checkpoint_dir)}, tokenizer=bigger)
+        load_policy(
+            {"source": "pretrained", "name_or_path": str(checkpoint_dir)}, processing_class=bigger
+        )
 
 
 def test_uncached_hub_id_offline_says_how_to_fix_it(monkeypatch):

@@ -1,4 +1,4 @@
-"""``policy.lora``: the spec's checks, and the adapters ``load_policy`` / ``load_vl_policy`` add
+"""``policy.lora``: the spec's checks, and the adapters ``load_policy`` / ``load_policy`` add
 (frozen base, trainable adapters that start by changing nothing, seeded)."""
 
 import logging
@@ -8,7 +8,7 @@ import torch
 
 from creditflow.config.policy import ALL_LINEAR, LoraSpec
 from creditflow.config.schema import problems
-from creditflow.models import load_policy, load_vl_policy
+from creditflow.models import load_policy
 from creditflow.models.lora import adapter_state_dict, is_lora_model, peft_config
 from creditflow.pipelines.chain_parameters import ExpmodelModel
 from creditflow.pipelines.parameters import TextPolicy
@@ -48,7 +48,7 @@ def test_from_params_fills_the_defaults_and_builds_the_peft_config():
 )
 def test_a_bad_lora_block_fails_naming_the_key(tokenizer, lora, match):
     with pytest.raises(ValueError, match=match):
-        load_policy({**TINY_TEXT, "lora": lora}, tokenizer=tokenizer)
+        load_policy({**TINY_TEXT, "lora": lora}, processing_class=tokenizer)
 
 
 def test_the_parameter_schema_checks_the_lora_block():
@@ -81,14 +81,14 @@ def _adapted(model) -> set[str]:
 
 
 def test_the_default_adapts_every_linear_layer_but_the_tied_output_head(tokenizer, caplog):
-    plain, _ = load_policy(TINY_TEXT, tokenizer=tokenizer)
+    plain, _ = load_policy(TINY_TEXT, processing_class=tokenizer)
     linear = {
         f"base_model.model.{name}"
         for name, module in plain.named_modules()
         if isinstance(module, torch.nn.Linear) and name != "lm_head"
     }
     with caplog.at_level(logging.INFO, logger="creditflow.models.lora"):
-        model, _ = load_policy({**TINY_TEXT, "lora": {"r": 8}}, tokenizer=tokenizer)
+        model, _ = load_policy({**TINY_TEXT, "lora": {"r": 8}}, processing_class=tokenizer)
     # 1 layer: q, k, v, o, gate, up, down.
     assert _adapted(model) == linear and len(linear) == 7
     assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
@@ -102,15 +102,15 @@ def test_a_regular_expression_is_the_string_form_of_target_modules(tokenizer):
     # What --params can pass (it splits its argument at commas, so no list).
     model, _ = load_policy(
         {**TINY_TEXT, "lora": {"r": 4, "target_modules": r".*\.(q_proj|v_proj)"}},
-        tokenizer=tokenizer,
+        processing_class=tokenizer,
     )
     assert {name.rsplit(".", 1)[1] for name in _adapted(model)} == {"q_proj", "v_proj"}
 
 
 def test_a_lora_text_policy_starts_as_its_base(tokenizer):
-    plain, _ = load_policy(TINY_TEXT, tokenizer=tokenizer)
+    plain, _ = load_policy(TINY_TEXT, processing_class=tokenizer)
     rng = torch.get_rng_state()
-    model, _ = load_policy({**TINY_TEXT, "lora": LORA}, tokenizer=tokenizer)
+    model, _ = load_policy({**TINY_TEXT, "lora": LORA}, processing_class=tokenizer)
     assert torch.equal(torch.get_rng_state(), rng)  # the adapters draw from their own seed
     assert is_lora_model(model) and not model.training
     adapter = adapter_state_dict(model)
@@ -119,15 +119,15 @@ def test_a_lora_text_policy_starts_as_its_base(tokenizer):
     ids = torch.tensor([tokenizer.encode("<translation>Wie viele Eier?</translation>")])
     with torch.no_grad():
         assert torch.equal(model(ids).logits, plain(ids).logits)  # B = 0: adds nothing
-    again, _ = load_policy({**TINY_TEXT, "lora": LORA}, tokenizer=tokenizer)
-    other, _ = load_policy({**TINY_TEXT, "lora": {**LORA, "seed": 1}}, tokenizer=tokenizer)
+    again, _ = load_policy({**TINY_TEXT, "lora": LORA}, processing_class=tokenizer)
+    other, _ = load_policy({**TINY_TEXT, "lora": {**LORA, "seed": 1}}, processing_class=tokenizer)
     a = [n for n in adapter if "lora_A" in n][0]
     assert torch.equal(adapter_state_dict(again)[a], adapter[a])
     assert not torch.equal(adapter_state_dict(other)[a], adapter[a])
 
 
 def test_a_lora_vl_policy_generates(processor):  # noqa: F811
-    model, _ = load_vl_policy({**TINY_VL, "lora": LORA}, processor=processor)
+    model, _ = load_policy({**TINY_VL, "lora": LORA}, processing_class=processor)
     assert is_lora_model(model)
     assert all(".language_model." in name for name in adapter_state_dict(model))
     ids = processor.tokenizer(["Add the two numbers"], return_tensors="pt")

@@ -10,7 +10,7 @@ import torch
 from huggingface_hub import constants as hf_constants
 
 from creditflow.config.schema import problems
-from creditflow.models import build_tiny_qwen2_5_vl, load_policy, load_vl_policy
+from creditflow.models import build_tiny_qwen2_5_vl, load_policy
 from creditflow.models.builders import resolve_device, to_policy_device
 from creditflow.pipelines.parameters import TextPolicy, VisionPolicy
 from tests.models.test_policy_spec import TINY_TEXT, TINY_VL, processor  # noqa: F401 - fixture
@@ -26,17 +26,19 @@ def _devices(model) -> set[str]:
 @pytest.mark.parametrize("device", ["cpu", "auto"])
 def test_text_and_vl_policies_land_on_the_device(tokenizer, processor, device):  # noqa: F811
     expected = "cuda:0" if device == "auto" and torch.cuda.is_available() else "cpu"
-    text, _ = load_policy({**TINY_TEXT, "device": device}, tokenizer=tokenizer)
-    vl, _ = load_vl_policy({**TINY_VL, "device": device}, processor=processor)
+    text, _ = load_policy({**TINY_TEXT, "device": device}, processing_class=tokenizer)
+    vl, _ = load_policy({**TINY_VL, "device": device}, processing_class=processor)
     assert _devices(text) == _devices(vl) == {expected}
 
 
 def test_a_tiny_policy_takes_the_dtype(tokenizer, processor):  # noqa: F811
-    text, _ = load_policy({**TINY_TEXT, "dtype": "bfloat16"}, tokenizer=tokenizer)
-    vl, _ = load_vl_policy({**TINY_VL, "dtype": "bfloat16"}, processor=processor)
+    text, _ = load_policy({**TINY_TEXT, "dtype": "bfloat16"}, processing_class=tokenizer)
+    vl, _ = load_policy({**TINY_VL, "dtype": "bfloat16"}, processing_class=processor)
     assert {p.dtype for p in text.parameters()} == {p.dtype for p in vl.parameters()}
     assert {p.dtype for p in text.parameters()} == {torch.bfloat16}
-    as_built, _ = load_policy(TINY_TEXT, tokenizer=tokenizer)  # "auto": as the builder makes it
+    as_built, _ = load_policy(
+        TINY_TEXT, processing_class=tokenizer
+    )  # "auto": as the builder makes it
     assert {p.dtype for p in as_built.parameters()} == {torch.float32}
 
 
@@ -55,9 +57,9 @@ def test_cuda_without_a_gpu_fails_before_anything_is_built(
     monkeypatch.setattr("creditflow.models.vision.build_tiny_qwen2_5_vl", no_build)
     fix = "set the policy's device to 'cpu', or to 'auto'"
     with pytest.raises(ValueError, match=f"device '{device}' is not available.*no CUDA device"):
-        load_policy({**TINY_TEXT, "device": device}, tokenizer=tokenizer)
+        load_policy({**TINY_TEXT, "device": device}, processing_class=tokenizer)
     with pytest.raises(ValueError, match=fix):
-        load_vl_policy({**TINY_VL, "device": device}, processor=processor)
+        load_policy({**TINY_VL, "device": device}, processing_class=processor)
     # The check a run makes before its first node (ParameterCheckHook) says the same; the
     # one on --params overrides, before torch loads, checks the name's form only.
     spec = {"source": "tiny", "device": device}
@@ -70,7 +72,7 @@ def test_cuda_without_a_gpu_fails_before_anything_is_built(
 
 def test_an_unknown_device_name_lists_the_valid_ones(tokenizer):
     with pytest.raises(ValueError, match=r"unknown device 'gpu'; valid: 'auto', 'cpu', 'cuda'"):
-        load_policy({**TINY_TEXT, "device": "gpu"}, tokenizer=tokenizer)
+        load_policy({**TINY_TEXT, "device": "gpu"}, processing_class=tokenizer)
     with pytest.raises(ValueError, match="unknown device 'cuda:x'"):
         resolve_device("cuda:x")
 
@@ -132,13 +134,13 @@ def test_real_qwen_ids_load_from_the_local_cache_text_and_vl_alike(
     _cache(hub_cache, TEXT_ID, tiny_model, tokenizer)
     _cache(hub_cache, VL_ID, vl_model, processor)
     text, text_tokenizer = load_policy({"source": "pretrained", "name_or_path": TEXT_ID})
-    vl, vl_processor = load_vl_policy({"source": "pretrained", "name_or_path": VL_ID})
+    vl, vl_processor = load_policy({"source": "pretrained", "name_or_path": VL_ID})
     assert text.name_or_path == TEXT_ID and vl.name_or_path == VL_ID
     assert text_tokenizer.padding_side == vl_processor.tokenizer.padding_side == "left"
     assert type(vl).__name__ == "Qwen2_5_VLForConditionalGeneration"
 
 
-@pytest.mark.parametrize(("load", "name"), [(load_policy, TEXT_ID), (load_vl_policy, VL_ID)])
+@pytest.mark.parametrize(("load", "name"), [(load_policy, TEXT_ID), (load_policy, VL_ID)])
 def test_an_uncached_real_id_names_the_id_and_the_cache(hub_cache, load, name):
     with pytest.raises(OSError, match="could not load the policy checkpoint") as info:
         load({"source": "pretrained", "name_or_path": name})
@@ -162,9 +164,9 @@ def test_the_first_node_to_read_an_uncached_id_names_it(hub_cache, module, node,
 
 @pytest.mark.gpu
 def test_text_and_vl_policies_on_cuda(tokenizer, processor, tmp_path):  # noqa: F811
-    text, _ = load_policy({**TINY_TEXT, "device": "cuda"}, tokenizer=tokenizer)
-    vl, _ = load_vl_policy(
-        {**TINY_VL, "device": "cuda:0", "dtype": "bfloat16"}, processor=processor
+    text, _ = load_policy({**TINY_TEXT, "device": "cuda"}, processing_class=tokenizer)
+    vl, _ = load_policy(
+        {**TINY_VL, "device": "cuda:0", "dtype": "bfloat16"}, processing_class=processor
     )
     assert _devices(text) == _devices(vl) == {"cuda:0"}
     text.cpu().save_pretrained(tmp_path)

@@ -1,4 +1,4 @@
-"""The one policy-spec loader behind ``load_policy`` and ``load_vl_policy``: validation of a
+"""The one policy-spec loader behind ``load_policy`` and ``load_policy``: validation of a
 ``{source: tiny | pretrained, ...}`` spec, and the weights each loader builds from it.
 
 The stored digests were computed with the loaders as they were before ``PolicySpec`` existed
@@ -20,7 +20,6 @@ from creditflow.models import (
     build_tiny_qwen2,
     build_tiny_qwen2_5_vl,
     load_policy,
-    load_vl_policy,
     train_vl_tokenizer,
 )
 from creditflow.models.builders import DTYPES, from_pretrained_kwargs
@@ -52,9 +51,9 @@ def processor():
 
 
 def test_text_policies_have_the_weights_they_had_before_the_shared_loader(tokenizer, tmp_path):
-    model, _ = load_policy(TINY_TEXT, tokenizer=tokenizer)
+    model, _ = load_policy(TINY_TEXT, processing_class=tokenizer)
     assert state_digest(model) == "925a73a155554b83"
-    model, _ = load_policy({"source": "tiny"}, tokenizer=tokenizer)
+    model, _ = load_policy({"source": "tiny"}, processing_class=tokenizer)
     assert state_digest(model) == "3e6f4942ce0dfd2e"
     model.save_pretrained(tmp_path)
     tokenizer.save_pretrained(tmp_path)
@@ -63,11 +62,11 @@ def test_text_policies_have_the_weights_they_had_before_the_shared_loader(tokeni
 
 
 def test_vl_policies_have_the_weights_they_had_before_the_shared_loader(processor, tmp_path):
-    model, _ = load_vl_policy(TINY_VL, processor=processor)
+    model, _ = load_policy(TINY_VL, processing_class=processor)
     assert state_digest(model) == "5004d1c9caf1cf61"
     model.save_pretrained(tmp_path)
     processor.save_pretrained(tmp_path)
-    loaded, proc = load_vl_policy(
+    loaded, proc = load_policy(
         {"source": "pretrained", "name_or_path": tmp_path, "dtype": "bfloat16"}
     )
     assert loaded.dtype == torch.bfloat16 and state_digest(loaded) == "26db4064b664fa45"

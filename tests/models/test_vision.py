@@ -14,7 +14,7 @@ from creditflow.models import (
     build_tiny_processor,
     build_tiny_qwen2_5_vl,
     freeze_vision_encoder,
-    load_vl_policy,
+    load_policy,
     sequence_forward_inputs,
     text_only_prompt_inputs,
     train_vl_tokenizer,
@@ -307,7 +307,7 @@ def test_save_and_load_round_trip(tmp_path, vl_model, processor, images):
     with torch.no_grad():
         expected = vl_model(**before).logits[mask]
         torch.testing.assert_close(loaded_model(**after).logits[mask], expected, rtol=0, atol=0)
-        model, proc = load_vl_policy(
+        model, proc = load_policy(
             {
                 "source": "pretrained",
                 "name_or_path": str(tmp_path),
@@ -328,7 +328,7 @@ def test_pretrained_naming_the_stock_processor_loads_without_torchvision(
     config_file = tmp_path / "processor_config.json"
     config = json.loads(config_file.read_text())
     config_file.write_text(json.dumps({**config, "processor_class": "Qwen2_5_VLProcessor"}))
-    model, proc = load_vl_policy({"source": "pretrained", "name_or_path": tmp_path})
+    model, proc = load_policy({"source": "pretrained", "name_or_path": tmp_path})
     assert isinstance(proc.image_processor, Qwen2VLImageProcessorPil)
     assert proc.tokenizer.padding_side == "left"
     assert not model.training
@@ -360,17 +360,19 @@ def test_pretrained_naming_the_stock_processor_loads_without_torchvision(
 )
 def test_invalid_specs_fail_before_loading(processor, spec, match):
     with pytest.raises(ValueError, match=match):
-        load_vl_policy(spec, processor=processor)
+        load_policy(spec, processing_class=processor)
 
 
 def test_tiny_needs_a_processor():
-    with pytest.raises(ValueError, match=r"load_vl_policy\(spec, processor=...\)"):
-        load_vl_policy({"source": "tiny"})
+    with pytest.raises(
+        ValueError, match=r"load_policy\(spec, processing_class=...\).* a processor"
+    ):
+        load_policy({"source": "tiny"})
 
 
 def test_tiny_spec_builds_what_the_builder_builds(processor):
     spec = {"source": "tiny", "tiny": {"hidden_size": 32, "vision_depth": 1, "seed": 3}}
-    model, proc = load_vl_policy(spec, processor=processor)
+    model, proc = load_policy(spec, processing_class=processor)
     direct = build_tiny_qwen2_5_vl(processor, hidden_size=32, vision_depth=1, seed=3)
     assert proc is processor
     for name, weight in direct.state_dict().items():
@@ -379,7 +381,7 @@ def test_tiny_spec_builds_what_the_builder_builds(processor):
 
 def test_missing_checkpoint_says_what_to_do(tmp_path):
     with pytest.raises(OSError, match="could not load the policy checkpoint"):
-        load_vl_policy({"source": "pretrained", "name_or_path": str(tmp_path / "nowhere")})
+        load_policy({"source": "pretrained", "name_or_path": str(tmp_path / "nowhere")})
 
 
 def test_processor_needs_the_vision_tokens_and_a_fitting_image_size(tokenizer, vl_tokenizer):

@@ -213,7 +213,7 @@ def check_device_name(name: Any) -> str:
 
 @dataclass(frozen=True)
 class PolicySpec:
-    """A validated policy spec, the ``params:`` dict of ``load_policy`` and ``load_vl_policy``::
+    """A validated policy spec, the ``params:`` dict of ``models.load_policy``::
 
         {"source": "tiny", "tiny": {...kwargs of the tiny builder...}}
         {"source": "pretrained",
@@ -329,7 +329,7 @@ def checked_policy_spec(
     check_device: Callable[[str], Any] = check_device_name,
 ) -> PolicySpec:
     """``spec`` validated as the loader of ``tiny``'s kind takes it (``TinyQwen2``:
-    ``models.builders.load_policy``; ``TinyQwen2_5VL``: ``models.vision.load_vl_policy``),
+    ``models.load_policy``'s text kind; ``TinyQwen2_5VL``: its vision-language kind),
     with ``tiny``'s fields as the options of its ``tiny`` block, building nothing: the check
     a run makes before its first node."""
     return PolicySpec.from_params(

@@ -8,9 +8,9 @@ from creditflow.models.builders import (
     DTYPES,
     build_tiny_qwen2,
     explain_missing_checkpoint,
-    load_policy,
     to_policy_device,
 )
+from creditflow.models.loading import POLICY_KINDS, load_policy, policy_kind
 from creditflow.models.tokenizer import (
     CONTROL_TOKENS,
     DEFAULT_CHAT_TEMPLATE,
@@ -30,7 +30,6 @@ from creditflow.models.vision import (
     build_tiny_processor,
     build_tiny_qwen2_5_vl,
     freeze_vision_encoder,
-    load_vl_policy,
     sequence_forward_inputs,
     text_only_prompt_inputs,
     train_vl_tokenizer,
@@ -51,6 +50,8 @@ __all__ = [
     "chat_messages",
     "explain_missing_checkpoint",
     "load_policy",
+    "policy_kind",
+    "POLICY_KINDS",
     "load_tokenizer",
     "to_policy_device",
     "train_bpe_tokenizer",
@@ -60,7 +61,6 @@ __all__ = [
     "ImageOnlyQwen2_5_VLProcessor",
     "build_tiny_processor",
     "build_tiny_qwen2_5_vl",
-    "load_vl_policy",
     "sequence_forward_inputs",
     "text_only_prompt_inputs",
     "train_vl_tokenizer",

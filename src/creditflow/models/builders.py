@@ -12,7 +12,6 @@ from typing import Any
 import torch
 from huggingface_hub import constants as hf_constants
 from transformers import (
-    AutoModelForCausalLM,
     PreTrainedModel,
     PreTrainedTokenizerBase,
     Qwen2Config,
@@ -22,11 +21,8 @@ from transformers import (
 from creditflow.config.policy import (
     ATTN_IMPLEMENTATIONS,
     PolicySpec,
-    TinyQwen2,
-    checked_policy_spec,
 )
 from creditflow.models.lora import add_lora
-from creditflow.models.tokenizer import load_tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -179,45 +175,6 @@ def prepare_policy(policy: PolicySpec, model: PreTrainedModel) -> PreTrainedMode
         model = model.to(DTYPES[policy.dtype])
     model = model.to(resolve_device(policy.device))
     return (model if policy.lora is None else add_lora(model, policy.lora)).eval()
-
-
-def load_policy(
-    spec: Mapping[str, Any], tokenizer: PreTrainedTokenizerBase | None = None
-) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Build or load the policy model and its tokenizer from a ``params:`` dict.
-
-    Args:
-        spec: a ``PolicySpec`` dict, validated before anything is built or loaded; ``tiny``
-            holds ``build_tiny_qwen2`` kwargs, ``pretrained`` names a causal LM such as
-            ``Qwen/Qwen2.5-0.5B-Instruct``.
-        tokenizer: required for ``tiny`` (the model's vocabulary is sized from it). For
-            ``pretrained`` it replaces the checkpoint's own tokenizer, e.g. one versioned
-            separately in the catalog; it must fit the model's embedding table.
-
-    Returns:
-        ``(model, tokenizer)``, the model in eval mode on the spec's device (a ``peft`` model
-        with fresh adapters when the spec has ``lora``), the tokenizer padding on the left.
-
-    Raises:
-        ValueError: an invalid spec, with what to set in ``parameters_*.yml``.
-        OSError: a pretrained checkpoint that is neither a local directory nor cached while
-            offline (``HF_HUB_OFFLINE=1``).
-    """
-    policy = checked_policy_spec(spec, TinyQwen2, check_device=resolve_device)
-    if policy.source == "tiny":
-        if tokenizer is None:
-            raise ValueError(
-                "policy source 'tiny' sizes its vocabulary from a tokenizer: pass "
-                "load_policy(spec, tokenizer=...) (e.g. one from train_bpe_tokenizer)"
-            )
-        return prepare_policy(policy, build_tiny_qwen2(tokenizer, **policy.tiny)), tokenizer
-    name_or_path = policy.name_or_path
-    with explain_missing_checkpoint(name_or_path):
-        model = AutoModelForCausalLM.from_pretrained(name_or_path, **from_pretrained_kwargs(policy))
-        if tokenizer is None:
-            tokenizer = load_tokenizer(name_or_path, trust_remote_code=policy.trust_remote_code)
-    model = ready_for_rollouts(model, tokenizer, name_or_path, own="tokenizer")
-    return prepare_policy(policy, model), tokenizer
 
 
 def to_policy_device(model: torch.nn.Module, spec: Mapping[str, Any]) -> torch.nn.Module:

@@ -3,7 +3,7 @@
 No checkpoint can be downloaded here, so the embedded default is a randomly initialised
 ``Qwen2_5_VLForConditionalGeneration`` built from a real ``Qwen2_5_VLConfig`` (3D "mrope",
 windowed ViT, patch merger), with a locally trained tokenizer and the PIL image processor.
-The same functions take a real checkpoint (``load_vl_policy`` with ``source: pretrained``).
+A real checkpoint loads through ``models.load_policy`` (``source: pretrained``).
 
 Shape symbols: ``B`` sequences, ``P`` prompt tokens, ``T`` completion tokens, ``V`` vocabulary,
 ``N`` image patches of the whole batch (each ``C * temporal_patch_size * patch_size**2`` wide,
@@ -28,7 +28,6 @@ from typing import Any
 import torch
 from PIL import Image
 from transformers import (
-    AutoModelForImageTextToText,
     AutoProcessor,
     PreTrainedModel,
     PreTrainedTokenizerBase,
@@ -39,14 +38,7 @@ from transformers import (
 )
 from transformers.utils import is_torchvision_available
 
-from creditflow.config.policy import ATTN_IMPLEMENTATIONS, TinyQwen2_5VL, checked_policy_spec
-from creditflow.models.builders import (
-    explain_missing_checkpoint,
-    from_pretrained_kwargs,
-    prepare_policy,
-    ready_for_rollouts,
-    resolve_device,
-)
+from creditflow.config.policy import ATTN_IMPLEMENTATIONS
 from creditflow.models.tokenizer import train_bpe_tokenizer
 
 VISION_START_TOKEN = "<|vision_start|>"
@@ -344,50 +336,8 @@ def _mrope_section(head_dim: int) -> list[int]:
     return [temporal, height, half - temporal - height]
 
 
-def load_vl_policy(
-    spec: Mapping[str, Any], processor: ImageOnlyQwen2_5_VLProcessor | None = None
-) -> tuple[PreTrainedModel, Any]:
-    """Build or load the vision-language policy and its processor from a ``params:`` dict.
-
-    Args:
-        spec: a ``config.policy.PolicySpec`` dict, validated before anything is built or
-            loaded; ``tiny`` holds ``build_tiny_qwen2_5_vl`` kwargs, ``pretrained`` names a
-            vision-language checkpoint such as ``Qwen/Qwen2.5-VL-3B-Instruct``.
-        processor: required for ``tiny`` (vocabulary and patching come from it). For
-            ``pretrained`` it replaces the checkpoint's own; its tokenizer must fit the
-            model's embedding table. Without it a Qwen2.5-VL checkpoint loads its processor as
-            ``ImageOnlyQwen2_5_VLProcessor`` when torchvision is missing, any other checkpoint
-            through ``AutoProcessor``.
-
-    Returns:
-        ``(model, processor)``, the model in eval mode on the spec's device (a ``peft`` model
-        with fresh adapters when the spec has ``lora``), the tokenizer padding on the left.
-
-    Raises:
-        ValueError: an invalid spec, with what to set in ``parameters_*.yml``.
-        OSError: a pretrained checkpoint that is neither a local directory nor cached.
-    """
-    policy = checked_policy_spec(spec, TinyQwen2_5VL, check_device=resolve_device)
-    if policy.source == "tiny":
-        if processor is None:
-            raise ValueError(
-                "policy source 'tiny' sizes its vocabulary and patches from a processor: pass "
-                "load_vl_policy(spec, processor=...) "
-                "(e.g. build_tiny_processor(train_vl_tokenizer(...)))"
-            )
-        return prepare_policy(policy, build_tiny_qwen2_5_vl(processor, **policy.tiny)), processor
-    name_or_path = policy.name_or_path
-    with explain_missing_checkpoint(name_or_path):
-        model = AutoModelForImageTextToText.from_pretrained(
-            name_or_path, **from_pretrained_kwargs(policy)
-        )
-        if processor is None:
-            processor = _load_processor(name_or_path, model, policy.trust_remote_code)
-    model = ready_for_rollouts(model, processor.tokenizer, name_or_path, own="processor")
-    return prepare_policy(policy, model), processor
-
-
-def _load_processor(name_or_path: str, model: PreTrainedModel, trust_remote_code: bool) -> Any:
+def load_processor(name_or_path: str, model: PreTrainedModel, trust_remote_code: bool) -> Any:
+    """A vision-language checkpoint's own processor."""
     # The stock Qwen2_5_VLProcessor needs torchvision for its video processor (see
     # ImageOnlyQwen2_5_VLProcessor); images alone do not.
     if model.config.model_type == "qwen2_5_vl" and not is_torchvision_available():

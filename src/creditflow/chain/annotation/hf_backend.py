@@ -64,7 +64,8 @@ from creditflow.chain.annotation.schema import (
     visible_items,
 )
 from creditflow.errors import AnnotationParseError
-from creditflow.models.vision import load_vl_policy, vision_token_ids, vl_prompt_inputs
+from creditflow.models.loading import load_policy
+from creditflow.models.vision import vision_token_ids, vl_prompt_inputs
 from creditflow.training.checkpoint import tokenizer_digest
 
 logger = logging.getLogger(__name__)
@@ -74,13 +75,13 @@ class HFAnnotator:
     """Annotate items with a local vision-language model (see module docstring).
 
     Exactly one model source: ``model_name_or_path`` (a Qwen2.5-VL-style hub id or checkpoint
-    directory, loaded with ``dtype: auto``), ``spec`` (a ``load_vl_policy`` dict, e.g.
+    directory, loaded with ``dtype: auto``), ``spec`` (a ``load_policy`` dict, e.g.
     ``{"source": "pretrained", "name_or_path": ..., "dtype": "bfloat16"}``) or ``model`` with
     its ``processor`` (already built, e.g. the tiny test model).
 
     Args:
         model_name_or_path: hub id or local directory of the annotating model.
-        spec: ``load_vl_policy`` configuration.
+        spec: ``load_policy`` configuration.
         max_new_tokens: generation budget per attempt (>= 1).
         batch_size: items per ``generate`` call (>= 1).
         max_retries: sampled attempts after the greedy one for unparsable output (>= 0); an
@@ -250,7 +251,7 @@ class HFAnnotator:
     # ------------------------------------------------------------------ internals
     def _load(self) -> None:
         if self.model is None:
-            model, self.processor = load_vl_policy(self.spec, processor=self.processor)
+            model, self.processor = load_policy(self.spec, processing_class=self.processor)
             device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
             self.model = model.to(device)
         tokenizer = self.processor.tokenizer

@@ -61,14 +61,14 @@ class HFOptions:
         if len(sources) != 1:
             raise ValueError(
                 "give exactly one model source: model_name_or_path (hub id or directory), spec "
-                f"(a load_vl_policy dict) or model with processor; got {sources or 'none'}"
+                f"(a load_policy dict) or model with processor; got {sources or 'none'}"
             )
         if self.model is not None and self.processor is None:
             raise ValueError(
                 "a passed model needs its processor: HFAnnotator(model=..., processor=...)"
             )
         if self.spec is not None and not isinstance(self.spec, Mapping):
-            raise ValueError(f"spec must be a load_vl_policy dict, got {type(self.spec).__name__}")
+            raise ValueError(f"spec must be a load_policy dict, got {type(self.spec).__name__}")
         if self.max_new_tokens < 1 or self.batch_size < 1 or self.max_retries < 0:
             raise ValueError(
                 "need max_new_tokens >= 1, batch_size >= 1 and max_retries >= 0, got "

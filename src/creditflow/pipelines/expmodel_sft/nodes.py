@@ -16,7 +16,7 @@ from creditflow.config.values import reject_moved_keys
 from creditflow.models import (
     ImageOnlyQwen2_5_VLProcessor,
     build_tiny_processor,
-    load_vl_policy,
+    load_policy,
     train_vl_tokenizer,
 )
 from creditflow.reporting.tables import metrics_frame
@@ -66,7 +66,7 @@ def build_expmodel_processor(
 
 def build_expmodel(expmodel_processor, params: dict[str, Any]):
     """The initial ExpModel: a tiny Qwen2.5-VL from its config, or a pretrained checkpoint."""
-    model, _ = load_vl_policy(params["model"], processor=expmodel_processor)
+    model, _ = load_policy(params["model"], processing_class=expmodel_processor)
     return model
 
 

@@ -116,7 +116,7 @@ def build_movielens_expmodel(
     texts = list(text_expmodel.text_expmodel_prompts(movielens_item_texts).values())
     texts += [text_expmodel.text_expmodel_target(row) for row in train.to_dict("records")]
     tokenizer = train_bpe_tokenizer(texts, **settings["tokenizer"])
-    model, tokenizer = load_policy(settings["model"], tokenizer=tokenizer)
+    model, tokenizer = load_policy(settings["model"], processing_class=tokenizer)
     return tokenizer, model
 
 

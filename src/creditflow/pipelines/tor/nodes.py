@@ -17,7 +17,7 @@ from creditflow.models import (
     build_tiny_processor,
     explain_missing_checkpoint,
     freeze_vision_encoder,
-    load_vl_policy,
+    load_policy,
     to_policy_device,
     train_vl_tokenizer,
 )
@@ -88,7 +88,7 @@ def train_tor_processor(tor_train_tasks: pd.DataFrame, params: dict[str, Any]):
 
 def build_tor_policy(tor_processor, params: dict[str, Any]):
     """The initial policy: a tiny Qwen2.5-VL from its config, or a pretrained checkpoint."""
-    model, _ = load_vl_policy(params["policy"], processor=tor_processor)
+    model, _ = load_policy(params["policy"], processing_class=tor_processor)
     return model
 
 
