@@ -166,7 +166,7 @@ def test_the_dataclass_and_entry_points_are_taken_as_they_are(mine):
         ({"name": "mine_pkg.mine:"}, r"is no import path"),
         (
             {"name": "nothing"},
-            r"unknown token_weights strategy 'nothing'; valid: \[.*'uniform'\] \(built in\), \['broken', 'half_weights'\] \(installed entry points\), or an import path",
+            r"unknown token_weights strategy 'nothing'; valid: \[.*'uniform', 'vppo'\] \(built in\), \['broken', 'half_weights'\] \(installed entry points\), or an import path",
         ),
     ],
 )
