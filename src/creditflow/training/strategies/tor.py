@@ -202,6 +202,17 @@ def batch_tor_token_weights(
 
 
 # ---------------------------------------------------------------- the token-weight strategy
+def no_image_logprobs(policy: Any, batch: RolloutBatch, method: str) -> torch.Tensor:
+    """(B, T) the completions' log-probs without the picture (``policy.no_image_logprobs``),
+    or a TypeError naming ``method`` when the policy has no such pass."""
+    if not hasattr(policy, "no_image_logprobs"):
+        raise TypeError(
+            f"{method} needs a policy with no_image_logprobs (e.g. VisionLanguagePolicy); "
+            f"got {type(policy).__name__}"
+        )
+    return policy.no_image_logprobs(batch)
+
+
 def tor_options(spec: Spec) -> dict[str, Any]:
     """The full option set of a ``tor*`` spec: paper defaults, then the preset, then the spec."""
     return _parsed(spec).model_dump(exclude={"name", "top_p"})
@@ -234,14 +245,9 @@ def tor_weights(
     """
     if batch.entropy is None:
         raise ValueError("ToR needs the rollout's per-token entropy: sample with with_entropy=True")
-    if not hasattr(policy, "no_image_logprobs"):
-        raise TypeError(
-            f"ToR needs a policy with no_image_logprobs (e.g. VisionLanguagePolicy); "
-            f"got {type(policy).__name__}"
-        )
     options = tor_options(spec)
     started = time.perf_counter()
-    logp_without = policy.no_image_logprobs(batch)  # (B, T)
+    logp_without = no_image_logprobs(policy, batch, "ToR")  # (B, T)
     no_image_s = time.perf_counter() - started
     sensitivity = visual_sensitivity(batch.old_logp.detach(), logp_without)  # (B, T)
     weights, metrics = batch_tor_token_weights(

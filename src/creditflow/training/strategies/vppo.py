@@ -21,7 +21,7 @@ from creditflow.training.strategies.base import (
     WeightContext,
     parse_options,
 )
-from creditflow.training.strategies.tor import gather_processes
+from creditflow.training.strategies.tor import gather_processes, no_image_logprobs
 
 
 class VPPOOptions(StrategyOptions):
@@ -48,14 +48,9 @@ def vppo_token_weights(
 ) -> tuple[torch.Tensor, Metrics]:
     """VPPO's token weights for a rollout batch, the dependency measured against the policy's
     pass without the picture (``no_image_logprobs``). -> (B, T)"""
-    if not hasattr(policy, "no_image_logprobs"):
-        raise TypeError(
-            f"VPPO needs a policy with no_image_logprobs (e.g. VisionLanguagePolicy); "
-            f"got {type(policy).__name__}"
-        )
     options = vppo_options(spec)
     started = time.perf_counter()
-    without = policy.no_image_logprobs(batch)  # (B, T)
+    without = no_image_logprobs(policy, batch, "VPPO")  # (B, T)
     accelerator = context.accelerator
     gather = None
     if accelerator is not None and accelerator.num_processes > 1:  # the batch's range, all shares
