@@ -439,6 +439,8 @@ def policy_loss(  # noqa: PLR0917 - positional order fixed by the public API
     check_choice("surrogate", surrogate, tuple(SURROGATES))
     if covariance is not None:
         check_choice("covariance", covariance, COVARIANCE_CONTROLS)
+        if kl_cov_coef < 0:
+            raise ValueError(f"KL-Cov's coef must be >= 0, got {kl_cov_coef}")
     advantages = _checked_tensors(logp, old_logp, advantages, mask, weights, ref_logp)
     max_len = logp.shape[1] if max_len is None else max_len
     _check_scalars(clip_low, clip_high, max_ratio, beta, max_len)
@@ -523,8 +525,6 @@ def _covariance_control(  # noqa: PLR0917 - the private helper of policy_loss
         clipped = clip_active & mask.bool()
         keep = clip_cov_keep(covariance, mask, clipped, ratio, band[0], band[1], generator)
         return per_token * keep, keep == 0
-    if coef < 0:
-        raise ValueError(f"KL-Cov's coef must be >= 0, got {coef}")
     selected = kl_cov_selected(covariance, mask, ratio)
     penalty = coef * (logp - old_logp).abs()
     return torch.where(selected, per_token + penalty, per_token), selected

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from creditflow.reporting.credit_gym import default_rows
 from creditflow.reporting.robust import (
     interquartile_mean,
     probability_of_improvement,
@@ -63,11 +64,6 @@ def gym_scores(per_seed: pd.DataFrame, metric: str = "final_reward") -> dict[str
     return scores
 
 
-def _default_rows(per_seed: pd.DataFrame, defaults: Mapping[str, float]) -> pd.DataFrame:
-    at = np.logical_and.reduce([np.isclose(per_seed[k], v) for k, v in defaults.items()])
-    return per_seed[at].drop_duplicates(["strategy", "seed"])
-
-
 def paired_gain(
     table: pd.DataFrame, metric: str, method: str, baseline: str, key: str = "strategy"
 ) -> dict[str, float]:
@@ -98,7 +94,7 @@ def gym_leaderboard(
     step at the default point, ``step_time_ratio`` where measured, and the verdicts of the gym
     cards (``reporting.credit_gym.claim_cards``) whose policy it is."""
     scores = gym_scores(per_seed)
-    at_default = _default_rows(per_seed, defaults)
+    at_default = default_rows(per_seed, defaults)
     rows = []
     for method, matrix in scores.items():
         iqm = stratified_bootstrap(interquartile_mean, matrix, reps=reps)

@@ -72,7 +72,7 @@ from creditflow.training.offpolicy import (
     lag_corrected,
     sampling_ahead,
 )
-from creditflow.training.papo import masked_logprobs, with_perception
+from creditflow.training.papo import perception_term, with_perception
 from creditflow.training.reference import frozen_reference
 from creditflow.training.rewards import RewardFn
 from creditflow.training.seeding import RANK_SALT, step_seed
@@ -624,7 +624,7 @@ class GRPOTrainer:
         c = self.config
         with self._ddp_forward(), self._autocast():
             logp, _ = self.policy.completion_logprobs(batch)  # (b, T)
-            masked_logp = masked_logprobs(self.policy, batch, c)  # PAPO's; None when off
+            perception = perception_term(self.policy, batch, logp, c)  # PAPO's; None: off
         old_logp = batch.old_logp if batch.old_logp.numel() else logp.detach()
         mismatch = {}
         if not batch.old_logp.numel():  # the sampler's lag, against this forward's log-probs
@@ -641,7 +641,7 @@ class GRPOTrainer:
             sampling_logp=batch.sampler_logp,
             **c.loss_options(),
         )
-        loss, metrics = with_perception(loss, metrics, logp, masked_logp, batch, c)
+        loss, metrics = with_perception(loss, metrics, perception)
         mask = batch.completion_mask
         # Mean -log p of the sampled tokens: the sampling entropy's free Monte Carlo estimate.
         sampled_entropy = (-(logp.detach() * mask).sum() / mask.sum().clamp(min=1)).item()
